@@ -1,0 +1,55 @@
+//! Dealer/Router sockets for switchyard messages, over in-process queues and ZeroMQ.
+//!
+//! A [`DealerSocket`] connects to one router; a [`RouterSocket`] binds an endpoint and
+//! talks to many dealers by [`PeerId`]. Both implement [`Socket`] (send, receive with
+//! deadlines) and are chosen by the endpoint string:
+//!
+//! | endpoint | backend | feature |
+//! |---|---|---|
+//! | `local://name` | crossbeam queues between threads | always |
+//! | `inproc://name` | libzmq inproc | `zmq` (default) |
+//! | `tcp://host:port` | libzmq tcp; port 0 picks one | `zmq` (default) |
+//! | `mpi://rank` | MPI | `mpi` (not built yet: a typed error) |
+//!
+//! Every send is bounded by a high-water mark and a deadline; a failed send returns
+//! the message ([`SendError::msg`]). Malformed input from a peer is dropped with a
+//! `warn` trace and counted ([`Router::dropped_malformed`]); it never stops a socket.
+//!
+//! # Examples
+//!
+//! ```
+//! use std::time::Duration;
+//! use switchyard_msg::{Addr, Kind, Msg};
+//! use switchyard_transports::{Dealer, DealerSocket, Router, RouterSocket, Socket, SocketOptions};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut router = RouterSocket::bind("local://tour", SocketOptions::default())?;
+//! let mut dealer = DealerSocket::connect("local://tour", SocketOptions::default())?;
+//! assert_eq!(router.await_peers(1, Duration::from_secs(5))?, 1);
+//! dealer.send(Msg::new(Addr::worker(0, 0), Addr::server(0, 0), Kind::Get).with_seq(1))?;
+//! let (peer, msg) = router.recv_from_timeout(Duration::from_secs(5))?;
+//! assert_eq!(&peer, dealer.identity());
+//! assert_eq!(msg.header.seq, 1);
+//! # Ok(())
+//! # }
+//! ```
+#![doc(test(attr(deny(warnings))))]
+
+#[macro_use]
+mod macros;
+mod backend;
+mod dispatch;
+mod endpoint;
+mod error;
+mod options;
+mod peer;
+mod poller;
+mod socket;
+
+pub use dispatch::{DealerSocket, RouterSocket};
+pub use endpoint::Endpoint;
+pub use error::{RecvError, SendError, SendErrorKind, TransportError};
+pub use options::SocketOptions;
+pub use peer::PeerId;
+pub use poller::{Pollable, Poller};
+pub use socket::{Dealer, Router, Socket};
+pub use switchyard_msg::{Limits, Msg};
