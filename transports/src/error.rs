@@ -76,6 +76,8 @@ pub enum SendErrorKind {
     /// The router knows no peer with this identity (ZeroMQ's `EHOSTUNREACH` under
     /// `ROUTER_MANDATORY`).
     UnknownPeer(PeerId),
+    /// No thread has this address in the job's address table (from the stub).
+    UnknownAddress(switchyard_msg::Addr),
     /// The other end is gone and nothing has taken its place.
     Disconnected,
     /// The backend failed; the text says how.
@@ -90,6 +92,7 @@ impl std::fmt::Display for SendErrorKind {
             }
             SendErrorKind::Full => f.write_str("peer queue full (high-water mark reached)"),
             SendErrorKind::UnknownPeer(p) => write!(f, "no connected peer {p}"),
+            SendErrorKind::UnknownAddress(a) => write!(f, "no thread has address {a} in the address table"),
             SendErrorKind::Disconnected => f.write_str("peer disconnected"),
             SendErrorKind::Backend(reason) => write!(f, "backend error: {reason}"),
         }

@@ -10,6 +10,11 @@
 //! Deadlines become `SNDTIMEO`/`RCVTIMEO`, set only when they change. A dealer's
 //! `connect` sends a HELLO and waits for the router's READY, because libzmq connects
 //! asynchronously and would otherwise never report a router that is not there.
+//!
+//! A tcp dealer whose router restarts reconnects by itself (libzmq's `RECONNECT_IVL`,
+//! 100 ms); messages in flight on the dead connection are lost. An inproc dealer does
+//! not: libzmq's inproc transport never reconnects, so connect a new dealer (with the
+//! same identity, if the router should see the same peer).
 
 use super::zmq_frame::{into_bytes, send_frame};
 use crate::{PeerId, RecvError, SendError, SendErrorKind, SocketOptions, TransportError};
@@ -353,33 +358,43 @@ impl ZmqRouter {
         self.dropped
     }
 
-    /// Receives the next application message, answering HELLOs and dropping what does
-    /// not decode on the way.
+    /// Receives one message. Returns `None` for transport chatter it handled itself (a
+    /// HELLO it answered, a malformed message it dropped).
+    fn next_event(&mut self, deadline: Option<Instant>) -> Result<Option<(PeerId, Msg)>, RecvError> {
+        let mut parts = self.raw.recv_parts(deadline)?;
+        if parts.is_empty() {
+            return Ok(None);
+        }
+        let identity = parts.remove(0);
+        let peer = PeerId::from_wire(identity);
+        let msg = match Msg::from_wire(parts, &self.raw.options.limits) {
+            Ok(msg) => msg,
+            Err(reason) => {
+                self.dropped += 1;
+                tracing::warn!(endpoint = %self.raw.endpoint, %peer, %reason,
+                    "dropped malformed message");
+                return Ok(None);
+            }
+        };
+        self.peers.insert(peer.clone());
+        if msg.header.kind == Kind::Hello {
+            let ready = msg.reply(Kind::Ready);
+            let ms = timeout_ms(Some(Instant::now() + self.raw.options.send_timeout));
+            if let Err(e) = self.raw.send_msg(Some(peer.bytes()), ready, ms) {
+                tracing::warn!(endpoint = %self.raw.endpoint, %peer, error = %e.kind,
+                    "could not answer HELLO");
+            }
+            return Ok(None);
+        }
+        Ok(Some((peer, msg)))
+    }
+
+    /// Receives the next application message.
     fn next(&mut self, deadline: Option<Instant>) -> Result<(PeerId, Msg), RecvError> {
         loop {
-            let mut parts = self.raw.recv_parts(deadline)?;
-            let identity = parts.remove(0);
-            let peer = PeerId::from_wire(identity);
-            let msg = match Msg::from_wire(parts, &self.raw.options.limits) {
-                Ok(msg) => msg,
-                Err(reason) => {
-                    self.dropped += 1;
-                    tracing::warn!(endpoint = %self.raw.endpoint, %peer, %reason,
-                        "dropped malformed message");
-                    continue;
-                }
-            };
-            self.peers.insert(peer.clone());
-            if msg.header.kind == Kind::Hello {
-                let ready = msg.reply(Kind::Ready);
-                let ms = timeout_ms(Some(Instant::now() + self.raw.options.send_timeout));
-                if let Err(e) = self.raw.send_msg(Some(peer.bytes()), ready, ms) {
-                    tracing::warn!(endpoint = %self.raw.endpoint, %peer, error = %e.kind,
-                        "could not answer HELLO");
-                }
-                continue;
+            if let Some(data) = self.next_event(deadline)? {
+                return Ok(data);
             }
-            return Ok((peer, msg));
         }
     }
 
@@ -387,8 +402,9 @@ impl ZmqRouter {
         let started = Instant::now();
         let deadline = started + timeout;
         while self.peers.len() < expected {
-            match self.next(Some(deadline)) {
-                Ok(data) => self.pending.push_back(data),
+            match self.next_event(Some(deadline)) {
+                Ok(Some(data)) => self.pending.push_back(data),
+                Ok(None) => {}
                 Err(RecvError::Timeout) => {
                     return Err(TransportError::PeersMissing {
                         endpoint: self.raw.endpoint.clone(),
