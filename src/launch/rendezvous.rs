@@ -1,0 +1,162 @@
+//! The launcher's rendezvous protocol, on one TCP connection per process.
+//!
+//! All integers are little-endian `u32`s.
+//!
+//! 1. The process sends `"SYRV"`, its rank, the world size it was told, the length of
+//!    its endpoint string (at most [`MAX_ENDPOINT`] bytes) and the UTF-8 endpoint.
+//! 2. When every rank has checked in, the launcher sends `"SYRV"`, the world size, and
+//!    for each rank in order its endpoint's length and bytes.
+//!
+//! Every read is bounded by a deadline, and every length is checked against its limit
+//! before anything is allocated. A connection with a wrong magic, a rank outside the
+//! job, a rank already taken or a wrong world size is closed and logged; the launcher
+//! keeps accepting others.
+
+use super::LaunchError;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// The 4-byte magic that opens each direction.
+pub const MAGIC: [u8; 4] = *b"SYRV";
+/// Longest endpoint string accepted.
+pub const MAX_ENDPOINT: u32 = 1024;
+
+fn io_err(peer: &str, e: std::io::Error) -> LaunchError {
+    LaunchError::Protocol {
+        peer: peer.to_string(),
+        reason: e.to_string(),
+    }
+}
+
+fn set_deadline(stream: &TcpStream, deadline: Instant, peer: &str) -> Result<(), LaunchError> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(LaunchError::Protocol {
+            peer: peer.to_string(),
+            reason: "deadline passed".into(),
+        });
+    }
+    stream
+        .set_read_timeout(Some(left))
+        .and_then(|_| stream.set_write_timeout(Some(left)))
+        .map_err(|e| io_err(peer, e))
+}
+
+fn read_u32(stream: &mut TcpStream, peer: &str) -> Result<u32, LaunchError> {
+    let mut word = [0u8; 4];
+    stream.read_exact(&mut word).map_err(|e| io_err(peer, e))?;
+    Ok(u32::from_le_bytes(word))
+}
+
+fn read_magic(stream: &mut TcpStream, peer: &str) -> Result<(), LaunchError> {
+    let mut magic = [0u8; 4];
+    stream.read_exact(&mut magic).map_err(|e| io_err(peer, e))?;
+    if magic != MAGIC {
+        return Err(LaunchError::Protocol {
+            peer: peer.to_string(),
+            reason: format!("bad magic {magic:02x?}, expected {MAGIC:02x?}"),
+        });
+    }
+    Ok(())
+}
+
+fn read_string(stream: &mut TcpStream, peer: &str) -> Result<String, LaunchError> {
+    let len = read_u32(stream, peer)?;
+    if len > MAX_ENDPOINT {
+        return Err(LaunchError::Protocol {
+            peer: peer.to_string(),
+            reason: format!("endpoint length {len} over the limit of {MAX_ENDPOINT}"),
+        });
+    }
+    let mut bytes = vec![0u8; len as usize];
+    stream.read_exact(&mut bytes).map_err(|e| io_err(peer, e))?;
+    String::from_utf8(bytes).map_err(|_| LaunchError::Protocol {
+        peer: peer.to_string(),
+        reason: "endpoint is not UTF-8".into(),
+    })
+}
+
+fn push_string(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// A process's check-in, as the launcher reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckIn {
+    /// The rank the process claims.
+    pub rank: u32,
+    /// The world size it was told.
+    pub world: u32,
+    /// Its endpoint.
+    pub endpoint: String,
+}
+
+/// Reads a check-in (launcher side), within `deadline`.
+pub fn read_check_in(stream: &mut TcpStream, deadline: Instant) -> Result<CheckIn, LaunchError> {
+    let peer = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| "?".into());
+    set_deadline(stream, deadline, &peer)?;
+    read_magic(stream, &peer)?;
+    let rank = read_u32(stream, &peer)?;
+    let world = read_u32(stream, &peer)?;
+    let endpoint = read_string(stream, &peer)?;
+    Ok(CheckIn {
+        rank,
+        world,
+        endpoint,
+    })
+}
+
+/// Sends every rank's endpoint (launcher side).
+pub fn write_endpoints(stream: &mut TcpStream, endpoints: &[String], deadline: Instant) -> Result<(), LaunchError> {
+    let peer = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| "?".into());
+    set_deadline(stream, deadline, &peer)?;
+    let mut out = Vec::with_capacity(8 + endpoints.iter().map(|e| e.len() + 4).sum::<usize>());
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&(endpoints.len() as u32).to_le_bytes());
+    for endpoint in endpoints {
+        push_string(&mut out, endpoint);
+    }
+    stream.write_all(&out).map_err(|e| io_err(&peer, e))
+}
+
+/// Checks in and waits for every endpoint (process side).
+pub fn exchange(addr: &str, rank: u32, world: u32, endpoint: &str, timeout: Duration) -> Result<Vec<String>, LaunchError> {
+    let deadline = Instant::now() + timeout;
+    let unreachable = |reason: String| LaunchError::Rendezvous {
+        addr: addr.to_string(),
+        reason,
+    };
+    if endpoint.len() > MAX_ENDPOINT as usize {
+        return Err(unreachable(format!("endpoint longer than {MAX_ENDPOINT} bytes")));
+    }
+    let socket_addr: std::net::SocketAddr = addr
+        .parse()
+        .map_err(|_| unreachable("not a host:port address".into()))?;
+    // The launcher listens before it starts any process, so a refused connection is
+    // final; a slow accept is covered by the connect timeout.
+    let mut stream = TcpStream::connect_timeout(&socket_addr, timeout).map_err(|e| unreachable(e.to_string()))?;
+    set_deadline(&stream, deadline, addr)?;
+    let mut out = Vec::new();
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&rank.to_le_bytes());
+    out.extend_from_slice(&world.to_le_bytes());
+    push_string(&mut out, endpoint);
+    stream.write_all(&out).map_err(|e| unreachable(e.to_string()))?;
+    read_magic(&mut stream, addr)?;
+    let count = read_u32(&mut stream, addr)?;
+    if count != world {
+        return Err(LaunchError::Protocol {
+            peer: addr.to_string(),
+            reason: format!("launcher sent {count} endpoints for a world of {world}"),
+        });
+    }
+    (0..count).map(|_| read_string(&mut stream, addr)).collect()
+}
