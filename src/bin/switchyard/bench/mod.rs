@@ -1,0 +1,44 @@
+//! Benchmark suites. Each prints a table, or with `--json` one object per line:
+//! `{"suite","case","size","metric","ours","baseline","baseline_name","ratio"}` where a
+//! ratio above 1 means switchyard is better than the baseline measured in the same run.
+
+mod report;
+#[cfg(feature = "zmq")]
+mod transport;
+
+use clap::{Args, Subcommand};
+pub(crate) use report::Row;
+
+/// Flags every suite takes.
+#[derive(Args, Debug, Clone, Copy)]
+pub(crate) struct Common {
+    /// Fewer repetitions and messages: finishes in under a minute.
+    #[arg(long)]
+    pub(crate) quick: bool,
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum Suite {
+    /// Dealer->Router message rate and bandwidth over local, inproc and tcp, 64 B
+    /// round-trip latency, and the cost of a stub hop, each beside raw libzmq or a bare
+    /// crossbeam channel.
+    Transport(Common),
+}
+
+pub(crate) fn run(suite: Suite) -> Result<(), Box<dyn std::error::Error>> {
+    match suite {
+        #[cfg(feature = "zmq")]
+        Suite::Transport(common) => transport::run(common),
+        #[cfg(not(feature = "zmq"))]
+        Suite::Transport(_) => Err("bench transport compares against raw libzmq and needs the `zmq` feature; this build has: local".into()),
+    }
+}
+
+/// The median of a non-empty list (the lower middle for an even count).
+pub(crate) fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get((values.len().max(1) - 1) / 2).copied().unwrap_or(f64::NAN)
+}
