@@ -45,14 +45,21 @@ fn parse_args() -> Result<Config, String> {
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let number = |v: &str| v.parse::<u64>().map_err(|_| format!("{flag} {v}: not a number"));
+        let number = |v: &str| {
+            v.parse::<u64>()
+                .map_err(|_| format!("{flag} {v}: not a number"))
+        };
         match flag.as_str() {
             "--workers" => config.workers = number(&value)? as u32,
             "--servers" => config.servers = number(&value)? as u32,
             "--params" => config.params = number(&value)? as u32,
             "--dim" => config.dim = number(&value)? as usize,
             "--steps" => config.steps = number(&value)?,
-            _ => return Err(format!("unknown flag {flag}; flags: --workers --servers --params --dim --steps")),
+            _ => {
+                return Err(format!(
+                    "unknown flag {flag}; flags: --workers --servers --params --dim --steps"
+                ))
+            }
         }
     }
     if config.workers == 0 || config.servers == 0 || config.params == 0 {
@@ -88,24 +95,32 @@ type Error = Box<dyn std::error::Error + Send + Sync>;
 
 fn worker(config: Config, mut socket: StubSocket) -> Result<f32, Error> {
     let me = socket.addr();
-    let targets: Vec<Vec<f32>> = (0..config.params).map(|p| target(&config, me.id, p)).collect();
+    let targets: Vec<Vec<f32>> = (0..config.params)
+        .map(|p| target(&config, me.id, p))
+        .collect();
     let mut weights: Vec<Vec<f32>> = vec![Vec::new(); config.params as usize];
     for p in 0..config.params {
-        socket.send(Msg::new(me, server_of(&config, p), Kind::Get).with_target(Target::Param(p)))?;
+        socket
+            .send(Msg::new(me, server_of(&config, p), Kind::Get).with_target(Target::Param(p)))?;
     }
-    let receive_all = |socket: &mut StubSocket, weights: &mut Vec<Vec<f32>>, seq: u64| -> Result<(), Error> {
-        for _ in 0..config.params {
-            let put = socket.recv_timeout(WAIT)?;
-            let Target::Param(p) = put.header.target else {
-                return Err(format!("{me}: Put without a parameter target").into());
-            };
-            if put.header.kind != Kind::Put || put.header.seq != seq {
-                return Err(format!("{me}: expected Put seq {seq}, got {:?} seq {}", put.header.kind, put.header.seq).into());
+    let receive_all =
+        |socket: &mut StubSocket, weights: &mut Vec<Vec<f32>>, seq: u64| -> Result<(), Error> {
+            for _ in 0..config.params {
+                let put = socket.recv_timeout(WAIT)?;
+                let Target::Param(p) = put.header.target else {
+                    return Err(format!("{me}: Put without a parameter target").into());
+                };
+                if put.header.kind != Kind::Put || put.header.seq != seq {
+                    return Err(format!(
+                        "{me}: expected Put seq {seq}, got {:?} seq {}",
+                        put.header.kind, put.header.seq
+                    )
+                    .into());
+                }
+                weights[p as usize] = payload::frame_to_vec::<f32>(&put.frames()[0])?;
             }
-            weights[p as usize] = payload::frame_to_vec::<f32>(&put.frames()[0])?;
-        }
-        Ok(())
-    };
+            Ok(())
+        };
     receive_all(&mut socket, &mut weights, 0)?;
     for step in 0..config.steps {
         for p in 0..config.params {
@@ -148,7 +163,16 @@ fn server(config: Config, mut socket: StubSocket) -> Result<u64, Error> {
     let me = socket.addr();
     let mut shards: std::collections::HashMap<u32, Shard> = (0..config.params)
         .filter(|p| server_of(&config, *p) == me)
-        .map(|p| (p, Shard { value: vec![0.0; config.dim], sum: vec![0.0; config.dim], count: 0 }))
+        .map(|p| {
+            (
+                p,
+                Shard {
+                    value: vec![0.0; config.dim],
+                    sum: vec![0.0; config.dim],
+                    count: 0,
+                },
+            )
+        })
         .collect();
     let mut stops = 0;
     let mut updates = 0u64;
@@ -161,24 +185,39 @@ fn server(config: Config, mut socket: StubSocket) -> Result<u64, Error> {
         match msg.header.kind {
             Kind::Stop => stops += 1,
             Kind::Get => {
-                let shard = shards.get(&param).ok_or_else(|| format!("{me}: no parameter {param}"))?;
-                let reply = msg.reply(Kind::Put).with_frame(payload::frame_from_slice(&shard.value));
+                let shard = shards
+                    .get(&param)
+                    .ok_or_else(|| format!("{me}: no parameter {param}"))?;
+                let reply = msg
+                    .reply(Kind::Put)
+                    .with_frame(payload::frame_from_slice(&shard.value));
                 socket.send(reply)?;
             }
             Kind::Update => {
                 updates += 1;
-                let shard = shards.get_mut(&param).ok_or_else(|| format!("{me}: no parameter {param}"))?;
+                let shard = shards
+                    .get_mut(&param)
+                    .ok_or_else(|| format!("{me}: no parameter {param}"))?;
                 let grad = payload::frame_as_slice::<f32>(&msg.frames()[0])
                     .map(<[f32]>::to_vec)
                     .or_else(|_| payload::frame_to_vec::<f32>(&msg.frames()[0]))?;
                 if grad.len() != shard.sum.len() {
-                    return Err(format!("{me}: gradient of {} values for {} weights", grad.len(), shard.sum.len()).into());
+                    return Err(format!(
+                        "{me}: gradient of {} values for {} weights",
+                        grad.len(),
+                        shard.sum.len()
+                    )
+                    .into());
                 }
                 shard.sum.iter_mut().zip(&grad).for_each(|(s, g)| *s += g);
                 shard.count += 1;
                 if shard.count == config.workers {
                     let scale = LEARNING_RATE / config.workers as f32;
-                    shard.value.iter_mut().zip(&shard.sum).for_each(|(w, s)| *w -= scale * s);
+                    shard
+                        .value
+                        .iter_mut()
+                        .zip(&shard.sum)
+                        .for_each(|(w, s)| *w -= scale * s);
                     shard.sum.iter_mut().for_each(|s| *s = 0.0);
                     shard.count = 0;
                     // One frame shared by every reply: cloning it copies no data.
@@ -200,7 +239,12 @@ fn server(config: Config, mut socket: StubSocket) -> Result<u64, Error> {
 
 fn run_process(config: Config, boot: Bootstrap) -> Result<(), Error> {
     let layout = layout(&config);
-    let bound = Stub::bind(layout, boot.rank as usize, "tcp://127.0.0.1:0", SocketOptions::default())?;
+    let bound = Stub::bind(
+        layout,
+        boot.rank as usize,
+        "tcp://127.0.0.1:0",
+        SocketOptions::default(),
+    )?;
     let endpoints = boot.exchange(bound.endpoint(), Duration::from_secs(60))?;
     let stub = bound.start(endpoints)?;
     let mut threads = Vec::new();
@@ -208,7 +252,10 @@ fn run_process(config: Config, boot: Bootstrap) -> Result<(), Error> {
         let socket = stub.socket(addr)?;
         threads.push(std::thread::spawn(move || -> Result<String, Error> {
             Ok(match addr.role {
-                Role::Worker => format!("{addr}: converged, max error {:.2e}", worker(config, socket)?),
+                Role::Worker => format!(
+                    "{addr}: converged, max error {:.2e}",
+                    worker(config, socket)?
+                ),
                 _ => format!("{addr}: applied {} updates", server(config, socket)?),
             })
         }));

@@ -16,20 +16,43 @@ fn param_server_example_runs_across_three_processes() {
         .args(["--steps", "10", "--dim", "512"]);
     let (out, _) = run_bounded(cmd, Duration::from_secs(180));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for k in 0..4 {
-        assert!(stdout.contains(&format!("worker(0,{k}): converged")), "{stdout}");
+        assert!(
+            stdout.contains(&format!("worker(0,{k}): converged")),
+            "{stdout}"
+        );
     }
-    assert!(stdout.contains("[2] server(0,0): applied 160 updates"), "{stdout}");
+    assert!(
+        stdout.contains("[2] server(0,0): applied 160 updates"),
+        "{stdout}"
+    );
 }
 
 #[test]
 fn example_launches_itself_with_no_setup() {
     let mut cmd = std::process::Command::new(example("param_server"));
-    cmd.args(["--workers", "2", "--servers", "1", "--steps", "5", "--dim", "64"]);
+    cmd.args([
+        "--workers",
+        "2",
+        "--servers",
+        "1",
+        "--steps",
+        "5",
+        "--dim",
+        "64",
+    ]);
     let (out, _) = run_bounded(cmd, Duration::from_secs(120));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("every worker matched the closed form"));
 }
 
@@ -37,18 +60,41 @@ fn example_launches_itself_with_no_setup() {
 fn a_failing_rank_stops_the_job_and_is_named() {
     let mut cmd = switchyard();
     // Rank 1 fails at once; rank 0 would sleep for a minute.
-    cmd.args(["launch", "-n", "2", "--", "sh", "-c", r#"if [ "$SWITCHYARD_RANK" = 1 ]; then exit 3; else sleep 60; fi"#]);
+    cmd.args([
+        "launch",
+        "-n",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        r#"if [ "$SWITCHYARD_RANK" = 1 ]; then exit 3; else sleep 60; fi"#,
+    ]);
     let (out, took) = run_bounded(cmd, Duration::from_secs(30));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(stderr.contains("rank 1 exited with exit status: 3"), "{stderr}");
-    assert!(took < Duration::from_secs(20), "the sleeping rank was not stopped: {took:?}");
+    assert!(
+        stderr.contains("rank 1 exited with exit status: 3"),
+        "{stderr}"
+    );
+    assert!(
+        took < Duration::from_secs(20),
+        "the sleeping rank was not stopped: {took:?}"
+    );
 }
 
 #[test]
 fn ranks_that_never_check_in_are_named() {
     let mut cmd = switchyard();
-    cmd.args(["launch", "-n", "2", "--rendezvous-timeout", "1", "--", "sleep", "60"]);
+    cmd.args([
+        "launch",
+        "-n",
+        "2",
+        "--rendezvous-timeout",
+        "1",
+        "--",
+        "sleep",
+        "60",
+    ]);
     let (out, took) = run_bounded(cmd, Duration::from_secs(30));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
@@ -59,11 +105,22 @@ fn ranks_that_never_check_in_are_named() {
 #[test]
 fn output_is_prefixed_by_rank() {
     let mut cmd = switchyard();
-    cmd.args(["launch", "-n", "2", "--", "sh", "-c", "echo hello from $SWITCHYARD_RANK of $SWITCHYARD_WORLD_SIZE"]);
+    cmd.args([
+        "launch",
+        "-n",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        "echo hello from $SWITCHYARD_RANK of $SWITCHYARD_WORLD_SIZE",
+    ]);
     let (out, _) = run_bounded(cmd, Duration::from_secs(30));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());
-    assert!(stdout.contains("[0] hello from 0 of 2") && stdout.contains("[1] hello from 1 of 2"), "{stdout}");
+    assert!(
+        stdout.contains("[0] hello from 0 of 2") && stdout.contains("[1] hello from 1 of 2"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -73,5 +130,8 @@ fn a_missing_program_is_a_clear_error() {
     let (out, _) = run_bounded(cmd, Duration::from_secs(30));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(stderr.contains("cannot start /nonexistent/program"), "{stderr}");
+    assert!(
+        stderr.contains("cannot start /nonexistent/program"),
+        "{stderr}"
+    );
 }

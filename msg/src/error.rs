@@ -24,7 +24,9 @@ pub enum DecodeError {
         expected: [u8; 2],
     },
     /// The wire version is one this build does not speak.
-    #[error("header wire version {found} is not supported (this build speaks version {supported})")]
+    #[error(
+        "header wire version {found} is not supported (this build speaks version {supported})"
+    )]
     UnsupportedVersion {
         /// Version found.
         found: u8,
@@ -80,7 +82,9 @@ pub enum DecodeError {
         limit: usize,
     },
     /// One payload frame is over the size limit.
-    #[error("payload frame {index} is {len} bytes, over the limit of {limit} (Limits::max_frame_bytes)")]
+    #[error(
+        "payload frame {index} is {len} bytes, over the limit of {limit} (Limits::max_frame_bytes)"
+    )]
     FrameTooLarge {
         /// Wire index of the frame (1 is the first payload frame).
         index: usize,

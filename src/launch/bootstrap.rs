@@ -68,6 +68,12 @@ impl Bootstrap {
     /// Sends this process's endpoint to the rendezvous and returns every rank's, in
     /// rank order, waiting at most `timeout` for the others.
     pub fn exchange(&self, endpoint: &str, timeout: Duration) -> Result<Vec<String>, LaunchError> {
-        rendezvous::exchange(&self.rendezvous, self.rank, self.world_size, endpoint, timeout)
+        rendezvous::exchange(
+            &self.rendezvous,
+            self.rank,
+            self.world_size,
+            endpoint,
+            timeout,
+        )
     }
 }

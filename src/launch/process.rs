@@ -107,18 +107,29 @@ fn forward_output(rank: u32, stream: impl Read + Send + 'static, to_stderr: bool
 }
 
 /// Serves the rendezvous until every rank has checked in, then answers them all.
-fn serve_rendezvous(listener: TcpListener, world: u32, timeout: Duration) -> Result<(), LaunchError> {
+fn serve_rendezvous(
+    listener: TcpListener,
+    world: u32,
+    timeout: Duration,
+) -> Result<(), LaunchError> {
     let started = Instant::now();
     let deadline = started + timeout;
-    let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
-    listener.set_nonblocking(true).map_err(|e| LaunchError::Rendezvous {
-        addr: addr.clone(),
-        reason: e.to_string(),
-    })?;
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| LaunchError::Rendezvous {
+            addr: addr.clone(),
+            reason: e.to_string(),
+        })?;
     let mut arrived: Vec<Option<(TcpStream, String)>> = (0..world).map(|_| None).collect();
     while arrived.iter().any(Option::is_none) {
         if Instant::now() >= deadline {
-            let missing = (0..world).filter(|r| arrived[*r as usize].is_none()).collect();
+            let missing = (0..world)
+                .filter(|r| arrived[*r as usize].is_none())
+                .collect();
             return Err(LaunchError::Missing {
                 missing,
                 waited: started.elapsed(),

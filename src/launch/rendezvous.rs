@@ -112,7 +112,11 @@ pub fn read_check_in(stream: &mut TcpStream, deadline: Instant) -> Result<CheckI
 }
 
 /// Sends every rank's endpoint (launcher side).
-pub fn write_endpoints(stream: &mut TcpStream, endpoints: &[String], deadline: Instant) -> Result<(), LaunchError> {
+pub fn write_endpoints(
+    stream: &mut TcpStream,
+    endpoints: &[String],
+    deadline: Instant,
+) -> Result<(), LaunchError> {
     let peer = stream
         .peer_addr()
         .map(|a| a.to_string())
@@ -128,28 +132,39 @@ pub fn write_endpoints(stream: &mut TcpStream, endpoints: &[String], deadline: I
 }
 
 /// Checks in and waits for every endpoint (process side).
-pub fn exchange(addr: &str, rank: u32, world: u32, endpoint: &str, timeout: Duration) -> Result<Vec<String>, LaunchError> {
+pub fn exchange(
+    addr: &str,
+    rank: u32,
+    world: u32,
+    endpoint: &str,
+    timeout: Duration,
+) -> Result<Vec<String>, LaunchError> {
     let deadline = Instant::now() + timeout;
     let unreachable = |reason: String| LaunchError::Rendezvous {
         addr: addr.to_string(),
         reason,
     };
     if endpoint.len() > MAX_ENDPOINT as usize {
-        return Err(unreachable(format!("endpoint longer than {MAX_ENDPOINT} bytes")));
+        return Err(unreachable(format!(
+            "endpoint longer than {MAX_ENDPOINT} bytes"
+        )));
     }
     let socket_addr: std::net::SocketAddr = addr
         .parse()
         .map_err(|_| unreachable("not a host:port address".into()))?;
     // The launcher listens before it starts any process, so a refused connection is
     // final; a slow accept is covered by the connect timeout.
-    let mut stream = TcpStream::connect_timeout(&socket_addr, timeout).map_err(|e| unreachable(e.to_string()))?;
+    let mut stream = TcpStream::connect_timeout(&socket_addr, timeout)
+        .map_err(|e| unreachable(e.to_string()))?;
     set_deadline(&stream, deadline, addr)?;
     let mut out = Vec::new();
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&rank.to_le_bytes());
     out.extend_from_slice(&world.to_le_bytes());
     push_string(&mut out, endpoint);
-    stream.write_all(&out).map_err(|e| unreachable(e.to_string()))?;
+    stream
+        .write_all(&out)
+        .map_err(|e| unreachable(e.to_string()))?;
     read_magic(&mut stream, addr)?;
     let count = read_u32(&mut stream, addr)?;
     if count != world {

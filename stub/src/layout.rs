@@ -46,7 +46,12 @@ pub struct ClusterLayout {
 impl ClusterLayout {
     /// A layout with the given groups, one worker and one server per process, servers
     /// in processes of their own.
-    pub fn new(worker_groups: u32, workers_per_group: u32, server_groups: u32, servers_per_group: u32) -> Self {
+    pub fn new(
+        worker_groups: u32,
+        workers_per_group: u32,
+        server_groups: u32,
+        servers_per_group: u32,
+    ) -> Self {
         ClusterLayout {
             worker_groups,
             workers_per_group,
@@ -87,7 +92,11 @@ impl ClusterLayout {
     }
 
     fn check(&self) -> Result<(), StubError> {
-        let bad = |reason: &str| Err(StubError::Layout { reason: reason.to_string() });
+        let bad = |reason: &str| {
+            Err(StubError::Layout {
+                reason: reason.to_string(),
+            })
+        };
         if self.total_workers() + self.total_servers() == 0 {
             return bad("the layout has no threads");
         }
@@ -132,12 +141,18 @@ impl ClusterLayout {
     pub fn process_of(&self, addr: Addr) -> Option<usize> {
         match addr.role {
             Role::Worker if addr.group < self.worker_groups && addr.id < self.workers_per_group => {
-                let index = u64::from(addr.group) * u64::from(self.workers_per_group) + u64::from(addr.id);
+                let index =
+                    u64::from(addr.group) * u64::from(self.workers_per_group) + u64::from(addr.id);
                 Some((index / u64::from(self.workers_per_process.max(1))) as usize)
             }
             Role::Server if addr.group < self.server_groups && addr.id < self.servers_per_group => {
-                let index = u64::from(addr.group) * u64::from(self.servers_per_group) + u64::from(addr.id);
-                let base = if self.separate_servers { self.worker_processes() } else { 0 };
+                let index =
+                    u64::from(addr.group) * u64::from(self.servers_per_group) + u64::from(addr.id);
+                let base = if self.separate_servers {
+                    self.worker_processes()
+                } else {
+                    0
+                };
                 Some((base + index / u64::from(self.servers_per_process.max(1))) as usize)
             }
             _ => None,

@@ -51,7 +51,8 @@ impl BoundStub {
         }
         let options = self.router.options().clone();
         let hosted = table.hosted_by(self.rank).len();
-        let (mailboxes, inboxes): (Vec<_>, Vec<_>) = (0..hosted).map(|_| bounded(options.hwm)).unzip();
+        let (mailboxes, inboxes): (Vec<_>, Vec<_>) =
+            (0..hosted).map(|_| bounded(options.hwm)).unzip();
         let shared = Arc::new(Shared {
             rank: self.rank,
             table,
@@ -136,7 +137,11 @@ impl Stub {
             return Err(StubError::RankOutOfRange { rank, processes });
         }
         let router = RouterSocket::bind(endpoint, options)?;
-        Ok(BoundStub { layout, rank, router })
+        Ok(BoundStub {
+            layout,
+            rank,
+            router,
+        })
     }
 
     /// This process's rank.

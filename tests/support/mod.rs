@@ -34,7 +34,10 @@ pub(crate) fn run_bounded(mut command: Command, limit: Duration) -> (Output, Dur
             let output = guard.0.take().unwrap().wait_with_output().expect("output");
             return (output, started.elapsed());
         }
-        assert!(started.elapsed() < limit, "{command:?} still running after {limit:?}");
+        assert!(
+            started.elapsed() < limit,
+            "{command:?} still running after {limit:?}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }

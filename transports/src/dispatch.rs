@@ -2,7 +2,9 @@
 //! the endpoint's scheme at run time.
 
 use crate::backend::local::{LocalDealer, LocalRouter};
-use crate::{Dealer, Endpoint, PeerId, RecvError, Router, SendError, Socket, SocketOptions, TransportError};
+use crate::{
+    Dealer, Endpoint, PeerId, RecvError, Router, SendError, Socket, SocketOptions, TransportError,
+};
 use std::time::{Duration, Instant};
 use switchyard_msg::Msg;
 
@@ -16,12 +18,18 @@ fn zmq_address(endpoint: &Endpoint, text: &str, binding: bool) -> Result<String,
     match endpoint {
         Endpoint::Inproc(name) => Ok(format!("inproc://{name}")),
         Endpoint::Tcp { host, port } => {
-            let host = if host == "localhost" { "127.0.0.1" } else { host };
+            let host = if host == "localhost" {
+                "127.0.0.1"
+            } else {
+                host
+            };
             match (*port, binding) {
                 (0, true) => Ok(format!("tcp://{host}:*")),
                 (0, false) => Err(TransportError::InvalidEndpoint {
                     endpoint: text.to_string(),
-                    reason: "port 0 only means 'any port' when binding; connect needs the router's port".into(),
+                    reason:
+                        "port 0 only means 'any port' when binding; connect needs the router's port"
+                            .into(),
                 }),
                 (port, _) => Ok(format!("tcp://{host}:{port}")),
             }
@@ -91,7 +99,7 @@ pub(crate) enum RouterKind {
 ///
 /// ```
 /// use std::time::Duration;
-/// use switchyard_transports::{Router, RouterSocket, Socket, SocketOptions, TransportError};
+/// use switchyard_transports::{Router, RouterSocket, SocketOptions, TransportError};
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let mut router = RouterSocket::bind("local://router-doc", SocketOptions::default())?;
 /// // Nobody connects: await_peers reports how many came.
@@ -247,7 +255,10 @@ impl Router for RouterSocket {
         on_router!(self, s => s.await_peers(expected, timeout))
     }
 
-    fn recv_from_deadline(&mut self, deadline: Option<Instant>) -> Result<(PeerId, Msg), RecvError> {
+    fn recv_from_deadline(
+        &mut self,
+        deadline: Option<Instant>,
+    ) -> Result<(PeerId, Msg), RecvError> {
         on_router!(self, s => s.recv_from_deadline(deadline))
     }
 
@@ -255,7 +266,12 @@ impl Router for RouterSocket {
         on_router!(self, s => s.try_recv_from())
     }
 
-    fn send_to_deadline(&mut self, peer: &PeerId, msg: Msg, deadline: Instant) -> Result<(), SendError> {
+    fn send_to_deadline(
+        &mut self,
+        peer: &PeerId,
+        msg: Msg,
+        deadline: Instant,
+    ) -> Result<(), SendError> {
         on_router!(self, s => s.send_to_deadline(peer, msg, Some(deadline)))
     }
 

@@ -78,7 +78,9 @@ impl Endpoint {
                 .parse::<u32>()
                 .map(Endpoint::Mpi)
                 .map_err(|_| invalid("expected mpi://RANK with a non-negative rank")),
-            _ => Err(invalid("unknown scheme; use local://, inproc://, tcp:// or mpi://")),
+            _ => Err(invalid(
+                "unknown scheme; use local://, inproc://, tcp:// or mpi://",
+            )),
         }
     }
 

@@ -92,7 +92,9 @@ impl std::fmt::Display for SendErrorKind {
             }
             SendErrorKind::Full => f.write_str("peer queue full (high-water mark reached)"),
             SendErrorKind::UnknownPeer(p) => write!(f, "no connected peer {p}"),
-            SendErrorKind::UnknownAddress(a) => write!(f, "no thread has address {a} in the address table"),
+            SendErrorKind::UnknownAddress(a) => {
+                write!(f, "no thread has address {a} in the address table")
+            }
             SendErrorKind::Disconnected => f.write_str("peer disconnected"),
             SendErrorKind::Backend(reason) => write!(f, "backend error: {reason}"),
         }

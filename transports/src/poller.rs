@@ -109,7 +109,9 @@ impl Poller {
         loop {
             let now = Instant::now();
             let slice = match (has_local, has_zmq) {
-                (true, true) => (deadline.saturating_duration_since(now)).min(Duration::from_millis(1)),
+                (true, true) => {
+                    (deadline.saturating_duration_since(now)).min(Duration::from_millis(1))
+                }
                 _ => deadline.saturating_duration_since(now),
             };
             if has_local {
@@ -132,7 +134,10 @@ impl Poller {
 }
 
 fn count_local(watches: &[Watch<'_>]) -> usize {
-    watches.iter().filter(|w| matches!(w, Watch::Local(_))).count()
+    watches
+        .iter()
+        .filter(|w| matches!(w, Watch::Local(_)))
+        .count()
 }
 
 fn poll_local(watches: &[Watch<'_>], wait: Duration) -> Option<usize> {
@@ -163,5 +168,8 @@ fn poll_zmq(watches: &[Watch<'_>], wait: Duration) -> Result<Option<usize>, Tran
         endpoint: "poller".into(),
         reason: e.to_string(),
     })?;
-    Ok(items.iter().position(|item| item.is_readable()).map(|k| index_of[k]))
+    Ok(items
+        .iter()
+        .position(|item| item.is_readable())
+        .map(|k| index_of[k]))
 }

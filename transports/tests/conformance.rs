@@ -6,6 +6,8 @@
 //! multipart messages whole, and ROUTER with `ROUTER_MANDATORY` reports an unroutable
 //! peer instead of dropping.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -19,7 +21,11 @@ const WAIT: Duration = Duration::from_secs(10);
 
 fn unique(tag: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
-    format!("{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 fn msg(seq: u64) -> Msg {
@@ -41,7 +47,11 @@ fn connect(endpoint: &str, options: SocketOptions) -> DealerSocket {
 }
 
 /// Connects in another thread, since a ZeroMQ connect waits for the router's READY.
-fn connect_while_awaiting(router: &mut RouterSocket, n: usize, options: SocketOptions) -> Vec<DealerSocket> {
+fn connect_while_awaiting(
+    router: &mut RouterSocket,
+    n: usize,
+    options: SocketOptions,
+) -> Vec<DealerSocket> {
     let endpoint = router.endpoint().to_string();
     let handles: Vec<_> = (0..n)
         .map(|_| {
@@ -51,7 +61,10 @@ fn connect_while_awaiting(router: &mut RouterSocket, n: usize, options: SocketOp
         })
         .collect();
     assert_eq!(router.await_peers(n, WAIT).expect("await_peers"), n);
-    handles.into_iter().map(|h| h.join().expect("connect thread")).collect()
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("connect thread"))
+        .collect()
 }
 
 fn order_per_peer(backend: &str) {
@@ -89,7 +102,9 @@ fn multi_frame_atomic(backend: &str) {
         let mut m = msg(frames);
         for f in 0..frames as usize {
             let n = sizes[f % sizes.len()];
-            m.push_frame(payload::frame_from_vec((0..n).map(|i| (i * 7 + f) as u8).collect::<Vec<u8>>()));
+            m.push_frame(payload::frame_from_vec(
+                (0..n).map(|i| (i * 7 + f) as u8).collect::<Vec<u8>>(),
+            ));
         }
         dealer.send(m.clone()).expect("send");
         let (_, got) = router.recv_from_timeout(WAIT).expect("recv");
@@ -101,7 +116,9 @@ fn send_to_all(backend: &str) {
     let mut router = bind(backend, SocketOptions::default());
     let mut dealers = connect_while_awaiting(&mut router, 3, SocketOptions::default());
     assert_eq!(router.peers().len(), 3);
-    router.send(msg(77).with_frame(&b"all"[..])).expect("send to all");
+    router
+        .send(msg(77).with_frame(&b"all"[..]))
+        .expect("send to all");
     for d in &mut dealers {
         let got = d.recv_timeout(WAIT).expect("each dealer gets a copy");
         assert_eq!(got.header.seq, 77);
@@ -113,11 +130,20 @@ fn timeouts(backend: &str) {
     let mut router = bind(backend, SocketOptions::default());
     let mut dealer = connect_while_awaiting(&mut router, 1, SocketOptions::default()).remove(0);
     let started = Instant::now();
-    assert_eq!(router.recv_timeout(Duration::from_millis(100)), Err(RecvError::Timeout));
+    assert_eq!(
+        router.recv_timeout(Duration::from_millis(100)),
+        Err(RecvError::Timeout)
+    );
     let waited = started.elapsed();
-    assert!(waited >= Duration::from_millis(90) && waited < Duration::from_secs(3), "{waited:?}");
+    assert!(
+        waited >= Duration::from_millis(90) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
     assert_eq!(router.try_recv(), Err(RecvError::Empty));
-    assert_eq!(dealer.recv_timeout(Duration::from_millis(50)), Err(RecvError::Timeout));
+    assert_eq!(
+        dealer.recv_timeout(Duration::from_millis(50)),
+        Err(RecvError::Timeout)
+    );
     assert_eq!(dealer.try_recv(), Err(RecvError::Empty));
 }
 
@@ -142,8 +168,14 @@ fn connect_to_nobody(backend: &str) {
 
 fn unknown_peer_returns_msg(backend: &str) {
     let mut router = bind(backend, SocketOptions::default());
-    let err = router.send_to(&PeerId::from_index(12345), msg(9)).expect_err("no such peer");
-    assert!(matches!(err.kind, SendErrorKind::UnknownPeer(_)), "{}", err.kind);
+    let err = router
+        .send_to(&PeerId::from_index(12345), msg(9))
+        .expect_err("no such peer");
+    assert!(
+        matches!(err.kind, SendErrorKind::UnknownPeer(_)),
+        "{}",
+        err.kind
+    );
     assert_eq!(err.msg.header.seq, 9);
 }
 
@@ -171,13 +203,21 @@ fn hwm_slow_receiver(backend: &str) {
         }
     }
     let returned = returned.expect("the sender must block at the high-water mark");
-    assert_eq!(returned.header.seq, sent, "the returned message is the one that did not go");
+    assert_eq!(
+        returned.header.seq, sent,
+        "the returned message is the one that did not go"
+    );
     assert_eq!(returned.frames()[0].len(), 256 * 1024);
     for seq in 0..sent {
-        let got = router.recv_timeout(WAIT).expect("every sent message arrives");
+        let got = router
+            .recv_timeout(WAIT)
+            .expect("every sent message arrives");
         assert_eq!(got.header.seq, seq);
     }
-    assert_eq!(router.recv_timeout(Duration::from_millis(200)), Err(RecvError::Timeout));
+    assert_eq!(
+        router.recv_timeout(Duration::from_millis(200)),
+        Err(RecvError::Timeout)
+    );
 }
 
 /// The router side: `try_send_to` a dealer that does not read reports `Full` with the
@@ -250,9 +290,15 @@ fn reconnect_after_restart(backend: &str) {
             break;
         }
         seq += 1;
-        assert!(Instant::now() < deadline, "dealer never reached the restarted router");
+        assert!(
+            Instant::now() < deadline,
+            "dealer never reached the restarted router"
+        );
     }
-    let peer = router.peers().pop().expect("the new router knows the dealer");
+    let peer = router
+        .peers()
+        .pop()
+        .expect("the new router knows the dealer");
     router.send_to(&peer, msg(99)).expect("reply after restart");
     let mut got = dealer.recv_timeout(WAIT).expect("reply");
     while got.header.kind != Kind::Put || got.header.seq != 99 {
@@ -264,23 +310,41 @@ macro_rules! conformance_suite {
     ($module:ident, $backend:expr) => {
         mod $module {
             #[test]
-            fn order_per_peer() { super::order_per_peer($backend) }
+            fn order_per_peer() {
+                super::order_per_peer($backend)
+            }
             #[test]
-            fn multi_frame_atomic() { super::multi_frame_atomic($backend) }
+            fn multi_frame_atomic() {
+                super::multi_frame_atomic($backend)
+            }
             #[test]
-            fn send_to_all() { super::send_to_all($backend) }
+            fn send_to_all() {
+                super::send_to_all($backend)
+            }
             #[test]
-            fn timeouts() { super::timeouts($backend) }
+            fn timeouts() {
+                super::timeouts($backend)
+            }
             #[test]
-            fn connect_to_nobody() { super::connect_to_nobody($backend) }
+            fn connect_to_nobody() {
+                super::connect_to_nobody($backend)
+            }
             #[test]
-            fn unknown_peer_returns_msg() { super::unknown_peer_returns_msg($backend) }
+            fn unknown_peer_returns_msg() {
+                super::unknown_peer_returns_msg($backend)
+            }
             #[test]
-            fn hwm_slow_receiver() { super::hwm_slow_receiver($backend) }
+            fn hwm_slow_receiver() {
+                super::hwm_slow_receiver($backend)
+            }
             #[test]
-            fn hwm_router_to_dealer() { super::hwm_router_to_dealer($backend) }
+            fn hwm_router_to_dealer() {
+                super::hwm_router_to_dealer($backend)
+            }
             #[test]
-            fn reconnect_after_restart() { super::reconnect_after_restart($backend) }
+            fn reconnect_after_restart() {
+                super::reconnect_after_restart($backend)
+            }
         }
     };
 }

@@ -13,7 +13,11 @@ use std::time::Duration;
 use switchyard::launch::{run_local, LaunchOptions};
 
 #[derive(Parser, Debug)]
-#[command(name = "switchyard", version, about = "Message passing for distributed ML: launcher and benchmarks")]
+#[command(
+    name = "switchyard",
+    version,
+    about = "Message passing for distributed ML: launcher and benchmarks"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -57,7 +61,10 @@ fn main() -> ExitCode {
             rendezvous_timeout,
             program,
         } => {
-            let (program, args) = program.split_first().map(|(p, a)| (p.clone(), a.to_vec())).unwrap_or_default();
+            let (program, args) = program
+                .split_first()
+                .map(|(p, a)| (p.clone(), a.to_vec()))
+                .unwrap_or_default();
             let options = LaunchOptions::new(processes, program)
                 .with_args(args)
                 .with_timeout(Duration::from_secs(timeout))

@@ -7,7 +7,9 @@
 //! keep their order with respect to the messages around them.
 
 use crate::{PeerId, RecvError, SendError, SendErrorKind, SocketOptions, TransportError};
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, SendTimeoutError, Sender, TrySendError};
+use crossbeam_channel::{
+    bounded, Receiver, RecvTimeoutError, SendTimeoutError, Sender, TrySendError,
+};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -30,7 +32,9 @@ fn registry() -> &'static Mutex<(u64, HashMap<String, Binding>)> {
 }
 
 fn lookup(name: &str) -> Option<Sender<Inbound>> {
-    let table = registry().lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let table = registry()
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     table.1.get(name).map(|b| b.inbound.clone())
 }
 

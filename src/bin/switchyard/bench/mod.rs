@@ -40,5 +40,8 @@ pub(crate) fn run(suite: Suite) -> Result<(), Box<dyn std::error::Error>> {
 /// The median of a non-empty list (the lower middle for an even count).
 pub(crate) fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
-    values.get((values.len().max(1) - 1) / 2).copied().unwrap_or(f64::NAN)
+    values
+        .get((values.len().max(1) - 1) / 2)
+        .copied()
+        .unwrap_or(f64::NAN)
 }

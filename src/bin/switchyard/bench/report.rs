@@ -16,7 +16,15 @@ pub(crate) struct Row {
 
 impl Row {
     /// A row where a larger value is better (rates, bandwidth).
-    pub(crate) fn higher_better(suite: &str, case: &str, size: u64, metric: &str, ours: f64, baseline: f64, baseline_name: &str) -> Row {
+    pub(crate) fn higher_better(
+        suite: &str,
+        case: &str,
+        size: u64,
+        metric: &str,
+        ours: f64,
+        baseline: f64,
+        baseline_name: &str,
+    ) -> Row {
         Row {
             suite: suite.into(),
             case: case.into(),
@@ -30,7 +38,15 @@ impl Row {
     }
 
     /// A row where a smaller value is better (latency).
-    pub(crate) fn lower_better(suite: &str, case: &str, size: u64, metric: &str, ours: f64, baseline: f64, baseline_name: &str) -> Row {
+    pub(crate) fn lower_better(
+        suite: &str,
+        case: &str,
+        size: u64,
+        metric: &str,
+        ours: f64,
+        baseline: f64,
+        baseline_name: &str,
+    ) -> Row {
         Row {
             ratio: baseline / ours,
             ..Row::higher_better(suite, case, size, metric, ours, baseline, baseline_name)

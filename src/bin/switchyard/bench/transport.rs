@@ -16,7 +16,11 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 fn unique(tag: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
-    format!("bench-{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "bench-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// Messages per repetition: about 128 MiB of payload, between 256 and 200k messages.
@@ -63,7 +67,9 @@ fn probe_msg() -> Msg {
 fn pair(transport: Transport) -> Result<(RouterSocket, DealerSocket)> {
     let mut router = RouterSocket::bind(&transport.bind_endpoint(), SocketOptions::default())?;
     let endpoint = router.endpoint().to_string();
-    let connecting = thread::spawn(move || DealerSocket::connect(&endpoint, SocketOptions::default()).map_err(|e| e.to_string()));
+    let connecting = thread::spawn(move || {
+        DealerSocket::connect(&endpoint, SocketOptions::default()).map_err(|e| e.to_string())
+    });
     router.await_peers(1, WAIT)?;
     let dealer = connecting.join().map_err(|_| "connect thread panicked")??;
     Ok((router, dealer))
@@ -76,11 +82,13 @@ fn ours_rate(transport: Transport, size: usize, count: usize) -> Result<f64> {
     let start = Instant::now();
     let sender = thread::spawn(move || -> std::result::Result<(), String> {
         for seq in 0..count as u64 {
-            dealer.send(probe_msg().with_seq(seq).with_frame(frame.clone())).map_err(|e| e.to_string())?;
+            dealer
+                .send(probe_msg().with_seq(seq).with_frame(frame.clone()))
+                .map_err(|e| e.to_string())?;
         }
         // Keep the dealer open until the router has everything.
         thread::sleep(Duration::from_millis(1));
-        Ok(dealer.recv_timeout(WAIT).map(|_| ()).map_err(|e| e.to_string())?)
+        dealer.recv_timeout(WAIT).map(|_| ()).map_err(|e| e.to_string())
     });
     let mut peer = None;
     for _ in 0..count {
@@ -111,14 +119,16 @@ fn raw_zmq_rate(transport: Transport, size: usize, count: usize) -> Result<f64> 
         }
         _ => {
             router.bind("tcp://127.0.0.1:*")?;
-            router.get_last_endpoint()?.map_err(|_| "endpoint not UTF-8")?
+            router
+                .get_last_endpoint()?
+                .map_err(|_| "endpoint not UTF-8")?
         }
     };
     let dealer = ctx.socket(zmq::DEALER)?;
     dealer.set_sndhwm(1000)?;
     dealer.set_rcvhwm(1000)?;
     dealer.connect(&endpoint)?;
-    let header = vec![0x53u8; 60];
+    let header = [0x53u8; 60];
     let payload = vec![0xa5u8; size];
     let start = Instant::now();
     let sender = thread::spawn(move || -> std::result::Result<(), zmq::Error> {
@@ -150,7 +160,10 @@ fn crossbeam_rate(size: usize, count: usize) -> Result<f64> {
     let start = Instant::now();
     let sender = thread::spawn(move || {
         for seq in 0..count as u64 {
-            if tx.send(probe_msg().with_seq(seq).with_frame(frame.clone())).is_err() {
+            if tx
+                .send(probe_msg().with_seq(seq).with_frame(frame.clone()))
+                .is_err()
+            {
                 break;
             }
         }
@@ -198,7 +211,9 @@ fn raw_zmq_rtt(transport: Transport, rounds: usize) -> Result<f64> {
         }
         _ => {
             router.bind("tcp://127.0.0.1:*")?;
-            router.get_last_endpoint()?.map_err(|_| "endpoint not UTF-8")?
+            router
+                .get_last_endpoint()?
+                .map_err(|_| "endpoint not UTF-8")?
         }
     };
     let dealer = ctx.socket(zmq::DEALER)?;
@@ -210,8 +225,8 @@ fn raw_zmq_rtt(transport: Transport, rounds: usize) -> Result<f64> {
         }
         Ok(())
     });
-    let header = vec![0x53u8; 60];
-    let payload = vec![1u8; 64];
+    let header = [0x53u8; 60];
+    let payload = [1u8; 64];
     let mut samples = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         let t = Instant::now();
@@ -231,7 +246,9 @@ fn crossbeam_rtt(rounds: usize) -> Result<f64> {
     let (to_main, main_rx) = crossbeam_channel::bounded::<Msg>(1000);
     let echo = thread::spawn(move || {
         for _ in 0..rounds {
-            let Ok(msg) = echo_rx.recv_timeout(WAIT) else { break };
+            let Ok(msg) = echo_rx.recv_timeout(WAIT) else {
+                break;
+            };
             if to_main.send(msg).is_err() {
                 break;
             }
@@ -253,7 +270,12 @@ fn crossbeam_rtt(rounds: usize) -> Result<f64> {
 /// loopback (both stubs in this process; the path is the same as across processes).
 fn stub_rtt(rounds: usize) -> Result<f64> {
     let layout = ClusterLayout::new(1, 1, 1, 1);
-    let a = Stub::bind(layout.clone(), 0, "tcp://127.0.0.1:0", SocketOptions::default())?;
+    let a = Stub::bind(
+        layout.clone(),
+        0,
+        "tcp://127.0.0.1:0",
+        SocketOptions::default(),
+    )?;
     let b = Stub::bind(layout, 1, "tcp://127.0.0.1:0", SocketOptions::default())?;
     let endpoints = vec![a.endpoint().to_string(), b.endpoint().to_string()];
     let a = a.start(endpoints.clone())?;
@@ -284,7 +306,11 @@ fn stub_rtt(rounds: usize) -> Result<f64> {
 }
 
 /// Runs `ours` and `baseline` alternately `reps` times and returns both medians.
-fn paired(reps: usize, mut ours: impl FnMut() -> Result<f64>, mut baseline: impl FnMut() -> Result<f64>) -> Result<(f64, f64)> {
+fn paired(
+    reps: usize,
+    mut ours: impl FnMut() -> Result<f64>,
+    mut baseline: impl FnMut() -> Result<f64>,
+) -> Result<(f64, f64)> {
     let (mut a, mut b) = (Vec::new(), Vec::new());
     for _ in 0..reps {
         a.push(ours()?);
@@ -308,8 +334,16 @@ pub(crate) fn run(common: Common) -> Result<()> {
                 _ => count_for(size, common.quick),
             };
             let (ours, base) = match transport {
-                Transport::Local => paired(reps, || ours_rate(transport, size, count), || crossbeam_rate(size, count))?,
-                _ => paired(reps, || ours_rate(transport, size, count), || raw_zmq_rate(transport, size, count))?,
+                Transport::Local => paired(
+                    reps,
+                    || ours_rate(transport, size, count),
+                    || crossbeam_rate(size, count),
+                )?,
+                _ => paired(
+                    reps,
+                    || ours_rate(transport, size, count),
+                    || raw_zmq_rate(transport, size, count),
+                )?,
             };
             let baseline_name = match transport {
                 Transport::Local => "bare crossbeam channel".to_string(),
@@ -317,26 +351,86 @@ pub(crate) fn run(common: Common) -> Result<()> {
             };
             let case = format!("rate/{}", transport.name());
             let rate = |secs: f64| count as f64 / secs;
-            Row::higher_better(SUITE, &case, size as u64, "msg/s", rate(ours), rate(base), &baseline_name).emit(common.json);
+            Row::higher_better(
+                SUITE,
+                &case,
+                size as u64,
+                "msg/s",
+                rate(ours),
+                rate(base),
+                &baseline_name,
+            )
+            .emit(common.json);
             if size >= 64 * 1024 {
                 let gbps = |secs: f64| (count * size) as f64 / secs / 1e9;
                 let case = format!("bandwidth/{}", transport.name());
-                Row::higher_better(SUITE, &case, size as u64, "GB/s", gbps(ours), gbps(base), &baseline_name).emit(common.json);
+                Row::higher_better(
+                    SUITE,
+                    &case,
+                    size as u64,
+                    "GB/s",
+                    gbps(ours),
+                    gbps(base),
+                    &baseline_name,
+                )
+                .emit(common.json);
             }
         }
     }
     let rounds = if common.quick { 1000 } else { 5000 };
-    let (ours, base) = paired(reps, || ours_rtt(Transport::Local, rounds), || crossbeam_rtt(rounds))?;
-    Row::lower_better(SUITE, "rtt/local", 64, "rtt_us", ours, base, "bare crossbeam channel").emit(common.json);
+    let (ours, base) = paired(
+        reps,
+        || ours_rtt(Transport::Local, rounds),
+        || crossbeam_rtt(rounds),
+    )?;
+    Row::lower_better(
+        SUITE,
+        "rtt/local",
+        64,
+        "rtt_us",
+        ours,
+        base,
+        "bare crossbeam channel",
+    )
+    .emit(common.json);
     for transport in [Transport::Inproc, Transport::Tcp] {
-        let (ours, base) = paired(reps, || ours_rtt(transport, rounds), || raw_zmq_rtt(transport, rounds))?;
+        let (ours, base) = paired(
+            reps,
+            || ours_rtt(transport, rounds),
+            || raw_zmq_rtt(transport, rounds),
+        )?;
         let name = format!("raw libzmq {}", transport.name());
-        Row::lower_better(SUITE, &format!("rtt/{}", transport.name()), 64, "rtt_us", ours, base, &name).emit(common.json);
+        Row::lower_better(
+            SUITE,
+            &format!("rtt/{}", transport.name()),
+            64,
+            "rtt_us",
+            ours,
+            base,
+            &name,
+        )
+        .emit(common.json);
     }
-    let (ours, base) = paired(reps, || stub_rtt(rounds), || raw_zmq_rtt(Transport::Tcp, rounds))?;
-    Row::lower_better(SUITE, "rtt/stub-tcp", 64, "rtt_us", ours, base, "raw libzmq tcp").emit(common.json);
+    let (ours, base) = paired(
+        reps,
+        || stub_rtt(rounds),
+        || raw_zmq_rtt(Transport::Tcp, rounds),
+    )?;
+    Row::lower_better(
+        SUITE,
+        "rtt/stub-tcp",
+        64,
+        "rtt_us",
+        ours,
+        base,
+        "raw libzmq tcp",
+    )
+    .emit(common.json);
     if !common.json {
-        println!("stub hop: {:.1} us added per hop (round trip difference / 2)", (ours - base) / 2.0);
+        println!(
+            "stub hop: {:.1} us added per hop (round trip difference / 2)",
+            (ours - base) / 2.0
+        );
     }
     Ok(())
 }
