@@ -42,6 +42,11 @@
 
 pub mod launch;
 
+/// The README's Rust examples, compiled and run as doc tests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 pub use switchyard_msg as msg;
 pub use switchyard_stub as stub;
 pub use switchyard_transports as transports;

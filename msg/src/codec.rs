@@ -14,7 +14,7 @@ pub const WIRE_PREFIX_LEN: usize = 4;
 /// Size limits a decoder enforces before it trusts or allocates anything.
 ///
 /// The defaults suit ML payloads on one cluster: a header frame is at most 256 bytes
-/// (a version 1 header is 56 to 66), a message has at most 1024 payload frames, and a
+/// (a version 1 header frame is 48 to 58), a message has at most 1024 payload frames, and a
 /// frame at most 1 GiB. The ZeroMQ backend also hands `max_frame_bytes` to libzmq as
 /// `ZMQ_MAXMSGSIZE`, so an oversized frame is refused before it is buffered.
 ///
@@ -77,7 +77,14 @@ fn options(limit: usize) -> impl Options {
 
 /// Encodes a header that declares `frames` payload frames.
 pub(crate) fn encode_header_with_count(header: &Header, frames: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(72);
+    let mut out = Vec::with_capacity(64);
+    encode_header_into(header, frames, &mut out);
+    out
+}
+
+/// Appends the encoded header to `out`.
+pub(crate) fn encode_header_into(header: &Header, frames: usize, out: &mut Vec<u8>) {
+    let start = out.len();
     out.extend_from_slice(&MAGIC);
     out.push(WIRE_VERSION);
     out.push(0);
@@ -85,12 +92,11 @@ pub(crate) fn encode_header_with_count(header: &Header, frames: usize) -> Vec<u8
     // fallback keeps the function total without an unwrap.
     let count = u32::try_from(frames).unwrap_or(u32::MAX);
     if options(usize::MAX)
-        .serialize_into(&mut out, &(header, count))
+        .serialize_into(&mut *out, &(header, count))
         .is_err()
     {
-        out.truncate(WIRE_PREFIX_LEN);
+        out.truncate(start + WIRE_PREFIX_LEN);
     }
-    out
 }
 
 /// Decodes a header frame into the header and the payload frame count it declares.

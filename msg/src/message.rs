@@ -1,4 +1,4 @@
-use crate::codec::{decode_header_with_count, encode_header_with_count};
+use crate::codec::{decode_header_with_count, encode_header_into, encode_header_with_count};
 use crate::{Addr, DecodeError, Header, Kind, Limits, Target};
 use bytes::Bytes;
 
@@ -106,6 +106,40 @@ impl Msg {
         Bytes::from(encode_header_with_count(&self.header, self.frames.len()))
     }
 
+    /// Writes frame 0 of the wire form into `out`, replacing its contents, so that a
+    /// transport can reuse one buffer for every message it sends.
+    pub fn encode_header_into(&self, out: &mut Vec<u8>) {
+        out.clear();
+        encode_header_into(&self.header, self.frames.len(), out);
+    }
+
+    /// Reads a message from its header frame and its payload frames, checking every
+    /// limit in `limits` (the same checks as [`Msg::from_wire`], for transports that
+    /// receive the header frame separately).
+    pub fn from_header_frame(header: &[u8], frames: Vec<Bytes>, limits: &Limits) -> Result<Msg, DecodeError> {
+        if frames.len() > limits.max_frames {
+            return Err(DecodeError::TooManyFrames {
+                count: frames.len(),
+                limit: limits.max_frames,
+            });
+        }
+        let (header, declared) = decode_header_with_count(header, limits)?;
+        if declared != frames.len() {
+            return Err(DecodeError::FrameCountMismatch {
+                declared,
+                actual: frames.len(),
+            });
+        }
+        if let Some((index, frame)) = frames.iter().enumerate().find(|(_, f)| f.len() > limits.max_frame_bytes) {
+            return Err(DecodeError::FrameTooLarge {
+                index: index + 1,
+                len: frame.len(),
+                limit: limits.max_frame_bytes,
+            });
+        }
+        Ok(Msg { header, frames })
+    }
+
     /// Reads a message from its wire form, checking every limit in `limits`.
     ///
     /// Fails, without panicking, on no frames, a bad prefix or header, a frame count
@@ -114,33 +148,7 @@ impl Msg {
         if wire.is_empty() {
             return Err(DecodeError::NoFrames);
         }
-        let payload_frames = wire.len() - 1;
-        if payload_frames > limits.max_frames {
-            return Err(DecodeError::TooManyFrames {
-                count: payload_frames,
-                limit: limits.max_frames,
-            });
-        }
-        let (header, declared) = decode_header_with_count(&wire[0], limits)?;
-        if declared != payload_frames {
-            return Err(DecodeError::FrameCountMismatch {
-                declared,
-                actual: payload_frames,
-            });
-        }
-        for (index, frame) in wire.iter().enumerate().skip(1) {
-            if frame.len() > limits.max_frame_bytes {
-                return Err(DecodeError::FrameTooLarge {
-                    index,
-                    len: frame.len(),
-                    limit: limits.max_frame_bytes,
-                });
-            }
-        }
-        wire.remove(0);
-        Ok(Msg {
-            header,
-            frames: wire,
-        })
+        let header = wire.remove(0);
+        Msg::from_header_frame(&header, wire, limits)
     }
 }

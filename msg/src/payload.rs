@@ -80,7 +80,10 @@ fn check_len<T: Element>(frame: &[u8]) -> Result<usize, PayloadError> {
 /// of elements or the data is not aligned for `T` (a frame sliced at an odd offset);
 /// [`frame_to_vec`] and [`frame_copy_into`] accept any alignment.
 pub fn frame_as_slice<T: Element>(frame: &[u8]) -> Result<&[T], PayloadError> {
-    check_len::<T>(frame)?;
+    if check_len::<T>(frame)? == 0 {
+        // An empty buffer's pointer need not be aligned; there is nothing to view.
+        return Ok(&[]);
+    }
     bytemuck::try_cast_slice(frame).map_err(|_| PayloadError::Misaligned {
         align: std::mem::align_of::<T>(),
     })
@@ -127,10 +130,19 @@ pub fn frame_from_value<T: Serialize + ?Sized>(value: &T) -> Result<Bytes, Paylo
         })
 }
 
-/// Decodes a frame written by [`frame_from_value`], allocating at most `limit` bytes
-/// for the value however its length prefixes claim otherwise.
+/// Decodes a frame written by [`frame_from_value`]. A frame longer than `limit` bytes
+/// is refused before decoding, and the decoder reads at most `limit` bytes.
+///
+/// A length prefix that claims more elements than the frame holds fails with a typed
+/// error; before it does, serde may have reserved up to 1 MiB for that sequence (its
+/// cautious pre-allocation), never more.
 pub fn frame_to_value<T: DeserializeOwned>(frame: &[u8], limit: usize) -> Result<T, PayloadError> {
     use bincode::Options;
+    if frame.len() > limit {
+        return Err(PayloadError::Serde {
+            reason: format!("value frame of {} bytes is over the limit of {limit}", frame.len()),
+        });
+    }
     serde_options(limit)
         .reject_trailing_bytes()
         .deserialize(frame)

@@ -46,6 +46,14 @@ impl PeerId {
     }
 }
 
+// `Bytes` hashes and compares as its byte slice, so a received identity can be looked
+// up in a set of peers without first being copied into a `PeerId`.
+impl std::borrow::Borrow<[u8]> for PeerId {
+    fn borrow(&self) -> &[u8] {
+        &self.0
+    }
+}
+
 impl fmt::Display for PeerId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match std::str::from_utf8(&self.0) {

@@ -22,7 +22,7 @@ use bytes::Bytes;
 use std::collections::{HashSet, VecDeque};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-use switchyard_msg::{Addr, Kind, Msg};
+use switchyard_msg::{Addr, DecodeError, Kind, Msg};
 
 /// The process-wide libzmq context; `inproc://` only reaches sockets of one context.
 fn context() -> &'static zmq::Context {
@@ -58,6 +58,8 @@ struct Raw {
     options: SocketOptions,
     sndtimeo: i32,
     rcvtimeo: i32,
+    /// Reused for every header this socket encodes.
+    header: Vec<u8>,
 }
 
 impl Raw {
@@ -78,6 +80,7 @@ impl Raw {
             options,
             sndtimeo: i32::MIN,
             rcvtimeo: i32::MIN,
+            header: Vec::with_capacity(64),
         })
     }
 
@@ -102,14 +105,14 @@ impl Raw {
         if let Err(e) = self.set_sndtimeo(timeout) {
             return Err(fail(msg, SendErrorKind::Backend(e.to_string()), &self.endpoint));
         }
-        let header = msg.encode_header();
+        msg.encode_header_into(&mut self.header);
+        let header = &self.header[..];
         let frames = msg.frames();
         let first_flags = zmq::SNDMORE | if timeout == 0 { zmq::DONTWAIT } else { 0 };
         let first = match prefix {
             Some(identity) => send_frame(&mut self.socket, identity, first_flags),
-            None => send_frame(
-                &mut self.socket,
-                &header,
+            None => self.socket.send(
+                header,
                 if frames.is_empty() { first_flags & !zmq::SNDMORE } else { first_flags },
             ),
         };
@@ -125,13 +128,14 @@ impl Raw {
             };
             return Err(fail(msg, kind, &self.endpoint));
         }
-        let mut rest: Vec<&Bytes> = Vec::with_capacity(frames.len() + 1);
+        let last = frames.len();
         if prefix.is_some() {
-            rest.push(&header);
+            let flags = if last > 0 { zmq::SNDMORE } else { 0 };
+            if let Err(e) = self.socket.send(header, flags) {
+                return Err(fail(msg, SendErrorKind::Backend(e.to_string()), &self.endpoint));
+            }
         }
-        rest.extend(frames.iter());
-        let last = rest.len();
-        for (i, frame) in rest.into_iter().enumerate() {
+        for (i, frame) in frames.iter().enumerate() {
             let flags = if i + 1 < last { zmq::SNDMORE } else { 0 };
             if let Err(e) = send_frame(&mut self.socket, frame, flags) {
                 // Not expected after the first part was accepted; the receiver would
@@ -142,8 +146,12 @@ impl Raw {
         Ok(())
     }
 
-    /// Receives all parts of one multipart message.
-    fn recv_parts(&mut self, deadline: Option<Instant>) -> Result<Vec<Bytes>, RecvError> {
+    /// Receives all parts of one multipart message. Parts past the most a valid message
+    /// can have (identity, header and `max_frames` payloads) are read and discarded as
+    /// they arrive, so a peer sending a million empty frames costs no memory; the
+    /// truncated message then fails to decode and is dropped as malformed.
+    fn recv_parts(&mut self, deadline: Option<Instant>) -> Result<Parts, RecvError> {
+        let max_parts = self.options.limits.max_frames.saturating_add(3);
         let endpoint = &self.endpoint;
         let backend = |e: zmq::Error| RecvError::Backend {
             endpoint: endpoint.clone(),
@@ -166,16 +174,43 @@ impl Raw {
         }
         let mut parts = Vec::with_capacity(4);
         let mut more = part.get_more();
-        parts.push(into_bytes(part));
+        parts.push(part);
+        let mut overflow = false;
         while more {
             let mut part = zmq::Message::new();
             self.socket.recv(&mut part, 0).map_err(backend)?;
             more = part.get_more();
-            parts.push(into_bytes(part));
+            if parts.len() < max_parts {
+                parts.push(part);
+            } else {
+                overflow = true;
+            }
         }
-        Ok(parts)
+        if overflow {
+            return Ok(Parts::TooMany { first: parts.swap_remove(0), limit: max_parts });
+        }
+        Ok(Parts::Whole(parts))
     }
 
+}
+
+/// What one receive produced.
+enum Parts {
+    /// Every part of a message, as libzmq delivered them.
+    Whole(Vec<zmq::Message>),
+    /// A message with more parts than any valid one; only its first part was kept
+    /// (a router's identity frame names the sender).
+    TooMany { first: zmq::Message, limit: usize },
+}
+
+/// Decodes the parts after any identity: the header is read in place, payloads become
+/// `Bytes` (small ones copied, large ones owned without a copy).
+fn decode_parts(mut parts: std::vec::IntoIter<zmq::Message>, limits: &switchyard_msg::Limits) -> Result<Msg, DecodeError> {
+    let Some(header) = parts.next() else {
+        return Err(DecodeError::NoFrames);
+    };
+    let frames: Vec<Bytes> = parts.map(into_bytes).collect();
+    Msg::from_header_frame(&header, frames, limits)
 }
 
 fn hello() -> Msg {
@@ -263,8 +298,14 @@ impl ZmqDealer {
     /// Receives and decodes, dropping (and counting) what does not decode.
     fn recv_decoded(&mut self, deadline: Option<Instant>) -> Result<Msg, RecvError> {
         loop {
-            let parts = self.raw.recv_parts(deadline)?;
-            match Msg::from_wire(parts, &self.raw.options.limits) {
+            let decoded = match self.raw.recv_parts(deadline)? {
+                Parts::Whole(parts) => decode_parts(parts.into_iter(), &self.raw.options.limits),
+                Parts::TooMany { limit, .. } => Err(DecodeError::TooManyFrames {
+                    count: limit,
+                    limit: self.raw.options.limits.max_frames,
+                }),
+            };
+            match decoded {
                 Ok(msg) => return Ok(msg),
                 Err(reason) => {
                     self.dropped += 1;
@@ -358,16 +399,33 @@ impl ZmqRouter {
         self.dropped
     }
 
+    /// The identity in a received frame, shared with the known peer's when there is
+    /// one, so that the common case allocates nothing.
+    fn peer_id(&self, identity: &[u8]) -> PeerId {
+        match self.peers.get(identity) {
+            Some(known) => known.clone(),
+            None => PeerId::from_wire(Bytes::copy_from_slice(identity)),
+        }
+    }
+
     /// Receives one message. Returns `None` for transport chatter it handled itself (a
     /// HELLO it answered, a malformed message it dropped).
     fn next_event(&mut self, deadline: Option<Instant>) -> Result<Option<(PeerId, Msg)>, RecvError> {
-        let mut parts = self.raw.recv_parts(deadline)?;
-        if parts.is_empty() {
-            return Ok(None);
-        }
-        let identity = parts.remove(0);
-        let peer = PeerId::from_wire(identity);
-        let msg = match Msg::from_wire(parts, &self.raw.options.limits) {
+        let (peer, decoded) = match self.raw.recv_parts(deadline)? {
+            Parts::Whole(parts) => {
+                let mut parts = parts.into_iter();
+                let Some(identity) = parts.next() else {
+                    return Ok(None);
+                };
+                let peer = self.peer_id(&identity);
+                (peer, decode_parts(parts, &self.raw.options.limits))
+            }
+            Parts::TooMany { first, limit } => (
+                self.peer_id(&first),
+                Err(DecodeError::TooManyFrames { count: limit, limit: self.raw.options.limits.max_frames }),
+            ),
+        };
+        let msg = match decoded {
             Ok(msg) => msg,
             Err(reason) => {
                 self.dropped += 1;
