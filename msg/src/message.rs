@@ -116,7 +116,11 @@ impl Msg {
     /// Reads a message from its header frame and its payload frames, checking every
     /// limit in `limits` (the same checks as [`Msg::from_wire`], for transports that
     /// receive the header frame separately).
-    pub fn from_header_frame(header: &[u8], frames: Vec<Bytes>, limits: &Limits) -> Result<Msg, DecodeError> {
+    pub fn from_header_frame(
+        header: &[u8],
+        frames: Vec<Bytes>,
+        limits: &Limits,
+    ) -> Result<Msg, DecodeError> {
         if frames.len() > limits.max_frames {
             return Err(DecodeError::TooManyFrames {
                 count: frames.len(),
@@ -130,7 +134,11 @@ impl Msg {
                 actual: frames.len(),
             });
         }
-        if let Some((index, frame)) = frames.iter().enumerate().find(|(_, f)| f.len() > limits.max_frame_bytes) {
+        if let Some((index, frame)) = frames
+            .iter()
+            .enumerate()
+            .find(|(_, f)| f.len() > limits.max_frame_bytes)
+        {
             return Err(DecodeError::FrameTooLarge {
                 index: index + 1,
                 len: frame.len(),

@@ -140,7 +140,10 @@ pub fn frame_to_value<T: DeserializeOwned>(frame: &[u8], limit: usize) -> Result
     use bincode::Options;
     if frame.len() > limit {
         return Err(PayloadError::Serde {
-            reason: format!("value frame of {} bytes is over the limit of {limit}", frame.len()),
+            reason: format!(
+                "value frame of {} bytes is over the limit of {limit}",
+                frame.len()
+            ),
         });
     }
     serde_options(limit)

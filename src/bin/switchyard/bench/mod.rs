@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 pub(crate) use report::Row;
 
 /// Flags every suite takes.
-#[derive(Args, Debug, Clone, Copy)]
+#[derive(Args, Debug, Clone)]
 pub(crate) struct Common {
     /// Fewer repetitions and messages: finishes in under a minute.
     #[arg(long)]
@@ -18,6 +18,16 @@ pub(crate) struct Common {
     /// One JSON object per line instead of a table.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Run only the cases whose name contains this text (for profiling one case).
+    #[arg(long)]
+    pub(crate) only: Option<String>,
+}
+
+impl Common {
+    /// Whether the case named `case` is selected by `--only`.
+    pub(crate) fn selects(&self, case: &str) -> bool {
+        self.only.as_deref().is_none_or(|only| case.contains(only))
+    }
 }
 
 #[derive(Subcommand, Debug)]

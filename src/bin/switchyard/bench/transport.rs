@@ -88,7 +88,10 @@ fn ours_rate(transport: Transport, size: usize, count: usize) -> Result<f64> {
         }
         // Keep the dealer open until the router has everything.
         thread::sleep(Duration::from_millis(1));
-        dealer.recv_timeout(WAIT).map(|_| ()).map_err(|e| e.to_string())
+        dealer
+            .recv_timeout(WAIT)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     });
     let mut peer = None;
     for _ in 0..count {
@@ -320,6 +323,7 @@ fn paired(
 }
 
 pub(crate) fn run(common: Common) -> Result<()> {
+    let common = &common;
     let reps = if common.quick { 3 } else { 7 };
     if !common.json {
         println!("switchyard bench transport: medians of {reps} alternating repetitions");
@@ -327,6 +331,9 @@ pub(crate) fn run(common: Common) -> Result<()> {
     }
     for transport in [Transport::Local, Transport::Inproc, Transport::Tcp] {
         for size in SIZES {
+            if !common.selects(&format!("rate/{}/{size}", transport.name())) {
+                continue;
+            }
             // Local frames are never copied, so size does not change the work: use the
             // small-message count for every size to keep timings well above noise.
             let count = match transport {
