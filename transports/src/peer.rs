@@ -37,10 +37,12 @@ impl PeerId {
         &self.0
     }
 
+    #[cfg(feature = "zmq")]
     pub(crate) fn from_wire(bytes: Bytes) -> PeerId {
         PeerId(bytes)
     }
 
+    #[cfg(feature = "zmq")]
     pub(crate) fn bytes(&self) -> &Bytes {
         &self.0
     }
