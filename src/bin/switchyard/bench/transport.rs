@@ -107,9 +107,9 @@ fn ours_rate(transport: Transport, size: usize, count: usize) -> Result<f64> {
     Ok(elapsed)
 }
 
-/// The same over raw libzmq: two frames per message (a header-sized frame and the
-/// payload), sent with `zmq::Socket::send` and received into `zmq::Message`s.
-fn raw_zmq_rate(transport: Transport, size: usize, count: usize) -> Result<f64> {
+/// A raw libzmq ROUTER and a DEALER connected to it, with the same high-water marks as
+/// our sockets' default. The context is returned so that it outlives the sockets.
+fn raw_zmq_pair(transport: Transport) -> Result<(zmq::Context, zmq::Socket, zmq::Socket)> {
     let ctx = zmq::Context::new();
     let router = ctx.socket(zmq::ROUTER)?;
     router.set_rcvhwm(1000)?;
@@ -131,6 +131,13 @@ fn raw_zmq_rate(transport: Transport, size: usize, count: usize) -> Result<f64> 
     dealer.set_sndhwm(1000)?;
     dealer.set_rcvhwm(1000)?;
     dealer.connect(&endpoint)?;
+    Ok((ctx, router, dealer))
+}
+
+/// The same over raw libzmq: two frames per message (a header-sized frame and the
+/// payload), sent with `zmq::Socket::send` and received into `zmq::Message`s.
+fn raw_zmq_rate(transport: Transport, size: usize, count: usize) -> Result<f64> {
+    let (_ctx, router, dealer) = raw_zmq_pair(transport)?;
     let header = [0x53u8; 60];
     let payload = vec![0xa5u8; size];
     let start = Instant::now();
@@ -204,23 +211,7 @@ fn ours_rtt(transport: Transport, rounds: usize) -> Result<f64> {
 
 /// The same round trip over raw libzmq.
 fn raw_zmq_rtt(transport: Transport, rounds: usize) -> Result<f64> {
-    let ctx = zmq::Context::new();
-    let router = ctx.socket(zmq::ROUTER)?;
-    let endpoint = match transport {
-        Transport::Inproc => {
-            let e = format!("inproc://{}", unique("rawrtt"));
-            router.bind(&e)?;
-            e
-        }
-        _ => {
-            router.bind("tcp://127.0.0.1:*")?;
-            router
-                .get_last_endpoint()?
-                .map_err(|_| "endpoint not UTF-8")?
-        }
-    };
-    let dealer = ctx.socket(zmq::DEALER)?;
-    dealer.connect(&endpoint)?;
+    let (_ctx, router, dealer) = raw_zmq_pair(transport)?;
     let echo = thread::spawn(move || -> std::result::Result<(), zmq::Error> {
         for _ in 0..rounds {
             let parts = router.recv_multipart(0)?;
