@@ -9,6 +9,9 @@ use switchyard_transports::{
 
 /// A thread's socket, from [`crate::Stub::worker`] or [`crate::Stub::server`].
 ///
+/// `recv` polls its mailbox for up to [`SocketOptions::recv_spin`] (yielding the core)
+/// before it parks the thread.
+///
 /// `send` routes by `msg.header.dst`: to a local thread's mailbox directly, or over
 /// this socket's own connection to the destination process (opened on first use, in
 /// the thread that uses it). An address outside the table fails at once with
@@ -100,6 +103,16 @@ impl Socket for StubSocket {
         let disconnected = || RecvError::Disconnected {
             endpoint: self.endpoint.clone(),
         };
+        // Poll for a bounded time before parking: a parked thread costs a wake-up
+        // (tens of microseconds on a VM) on every message that arrives for it.
+        let spin_until = Instant::now() + self.shared.options.recv_spin;
+        let spin_until = deadline.map_or(spin_until, |d| d.min(spin_until));
+        while Instant::now() < spin_until {
+            if let Ok(msg) = self.inbox.try_recv() {
+                return Ok(msg);
+            }
+            std::thread::yield_now();
+        }
         match deadline {
             Some(deadline) => self.inbox.recv_deadline(deadline).map_err(|e| match e {
                 crossbeam_channel::RecvTimeoutError::Timeout => RecvError::Timeout,

@@ -12,6 +12,7 @@ use switchyard_msg::Limits;
 /// | `linger` | 1 s | how long a closed ZeroMQ socket keeps trying to deliver queued messages |
 /// | `identity` | none | the dealer's identity as its router sees it; unset means a unique one is made |
 /// | `limits` | [`Limits::default`] | header, frame-count and frame-size limits for decoding |
+/// | `recv_spin` | 200 µs | how long a stub thread's receive polls (yielding the core) before it sleeps; 0 sleeps at once |
 ///
 /// # Examples
 ///
@@ -36,6 +37,12 @@ pub struct SocketOptions {
     pub identity: Option<PeerId>,
     /// Decoding limits.
     pub limits: Limits,
+    /// How long a receive keeps polling, yielding the core between polls, before it
+    /// parks the thread. Waking a parked thread costs about 30 µs on small VMs
+    /// (BASELINES.md), so a reply that comes back within this window is picked up
+    /// without that cost; an idle thread still ends up parked and uses no CPU. Used by
+    /// the stub's thread sockets.
+    pub recv_spin: Duration,
 }
 
 impl Default for SocketOptions {
@@ -47,6 +54,7 @@ impl Default for SocketOptions {
             linger: Duration::from_secs(1),
             identity: None,
             limits: Limits::default(),
+            recv_spin: Duration::from_micros(200),
         }
     }
 }
@@ -79,6 +87,12 @@ impl SocketOptions {
     /// Sets [`SocketOptions::identity`].
     pub fn with_identity(mut self, identity: PeerId) -> Self {
         self.identity = Some(identity);
+        self
+    }
+
+    /// Sets [`SocketOptions::recv_spin`].
+    pub fn with_recv_spin(mut self, spin: Duration) -> Self {
+        self.recv_spin = spin;
         self
     }
 
