@@ -8,10 +8,13 @@ use std::time::Duration;
 ///
 /// ```
 /// use switchyard::launch::Bootstrap;
+/// # fn main() -> Result<(), switchyard::launch::LaunchError> {
 /// // Outside `switchyard launch` there is nothing to bootstrap from.
 /// if std::env::var_os("SWITCHYARD_RANK").is_none() {
-///     assert!(Bootstrap::from_env().expect("valid environment").is_none());
+///     assert!(Bootstrap::from_env()?.is_none());
 /// }
+/// # Ok(())
+/// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bootstrap {
