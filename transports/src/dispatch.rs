@@ -11,6 +11,8 @@ use switchyard_msg::Msg;
 crate::cfg_zmq! {
     use crate::backend::zmq::{ZmqDealer, ZmqRouter};
 }
+#[cfg(feature = "mpi")]
+use crate::backend::mpi::{MpiDealer, MpiRouter};
 
 /// The libzmq address for an endpoint, or the error saying which feature is missing.
 #[cfg_attr(not(feature = "zmq"), allow(dead_code))]
@@ -41,6 +43,7 @@ fn zmq_address(endpoint: &Endpoint, text: &str, binding: bool) -> Result<String,
     }
 }
 
+#[cfg_attr(all(feature = "zmq", feature = "mpi"), allow(dead_code))]
 fn not_built(endpoint: &str, feature: &'static str) -> TransportError {
     TransportError::FeatureNotBuilt {
         endpoint: endpoint.to_string(),
@@ -54,6 +57,8 @@ pub(crate) enum DealerKind {
     Local(LocalDealer),
     #[cfg(feature = "zmq")]
     Zmq(ZmqDealer),
+    #[cfg(feature = "mpi")]
+    Mpi(MpiDealer),
 }
 
 /// A dealer on whichever backend its endpoint names.
@@ -91,6 +96,8 @@ pub(crate) enum RouterKind {
     Local(LocalRouter),
     #[cfg(feature = "zmq")]
     Zmq(ZmqRouter),
+    #[cfg(feature = "mpi")]
+    Mpi(MpiRouter),
 }
 
 /// A router on whichever backend its endpoint names.
@@ -119,6 +126,21 @@ macro_rules! on_dealer {
             DealerKind::Local($s) => $body,
             #[cfg(feature = "zmq")]
             DealerKind::Zmq($s) => $body,
+            #[cfg(feature = "mpi")]
+            DealerKind::Mpi($s) => $body,
+        }
+    };
+}
+
+/// Like `on_dealer!` for the backends whose dealers share a send signature.
+macro_rules! on_dealer_other {
+    ($self:expr, $s:ident => $body:expr) => {
+        match &mut $self.kind {
+            DealerKind::Local($s) => $body,
+            #[cfg(feature = "zmq")]
+            DealerKind::Zmq($s) => $body,
+            #[cfg(feature = "mpi")]
+            DealerKind::Mpi(_) => unreachable!("handled by the caller"),
         }
     };
 }
@@ -129,6 +151,8 @@ macro_rules! on_dealer_ref {
             DealerKind::Local($s) => $body,
             #[cfg(feature = "zmq")]
             DealerKind::Zmq($s) => $body,
+            #[cfg(feature = "mpi")]
+            DealerKind::Mpi($s) => $body,
         }
     };
 }
@@ -139,6 +163,8 @@ macro_rules! on_router {
             RouterKind::Local($s) => $body,
             #[cfg(feature = "zmq")]
             RouterKind::Zmq($s) => $body,
+            #[cfg(feature = "mpi")]
+            RouterKind::Mpi($s) => $body,
         }
     };
 }
@@ -149,6 +175,8 @@ macro_rules! on_router_ref {
             RouterKind::Local($s) => $body,
             #[cfg(feature = "zmq")]
             RouterKind::Zmq($s) => $body,
+            #[cfg(feature = "mpi")]
+            RouterKind::Mpi($s) => $body,
         }
     };
 }
@@ -163,11 +191,19 @@ impl Socket for DealerSocket {
     }
 
     fn send_deadline(&mut self, msg: Msg, deadline: Instant) -> Result<(), SendError> {
-        on_dealer!(self, s => s.send_deadline(msg, deadline))
+        match &mut self.kind {
+            #[cfg(feature = "mpi")]
+            DealerKind::Mpi(s) => s.send_deadline(msg, Some(deadline)),
+            _ => on_dealer_other!(self, s => s.send_deadline(msg, deadline)),
+        }
     }
 
     fn try_send(&mut self, msg: Msg) -> Result<(), SendError> {
-        on_dealer!(self, s => s.try_send(msg))
+        match &mut self.kind {
+            #[cfg(feature = "mpi")]
+            DealerKind::Mpi(s) => s.send_deadline(msg, None),
+            _ => on_dealer_other!(self, s => s.try_send(msg)),
+        }
     }
 
     fn options(&self) -> &SocketOptions {
@@ -193,7 +229,17 @@ impl Dealer for DealerSocket {
                 #[cfg(not(feature = "zmq"))]
                 return Err(not_built(endpoint, "zmq"));
             }
-            Endpoint::Mpi(_) => return Err(not_built(endpoint, "mpi")),
+            Endpoint::Mpi(rank) => {
+                #[cfg(feature = "mpi")]
+                {
+                    DealerKind::Mpi(MpiDealer::connect(*rank, options)?)
+                }
+                #[cfg(not(feature = "mpi"))]
+                {
+                    let _ = rank;
+                    return Err(not_built(endpoint, "mpi"));
+                }
+            }
         };
         Ok(DealerSocket { kind })
     }
@@ -246,7 +292,17 @@ impl Router for RouterSocket {
                 #[cfg(not(feature = "zmq"))]
                 return Err(not_built(endpoint, "zmq"));
             }
-            Endpoint::Mpi(_) => return Err(not_built(endpoint, "mpi")),
+            Endpoint::Mpi(rank) => {
+                #[cfg(feature = "mpi")]
+                {
+                    RouterKind::Mpi(MpiRouter::bind(*rank, options)?)
+                }
+                #[cfg(not(feature = "mpi"))]
+                {
+                    let _ = rank;
+                    return Err(not_built(endpoint, "mpi"));
+                }
+            }
         };
         Ok(RouterSocket { kind })
     }
@@ -288,6 +344,8 @@ impl Router for RouterSocket {
             RouterKind::Local(_) => 0,
             #[cfg(feature = "zmq")]
             RouterKind::Zmq(s) => s.dropped_malformed(),
+            #[cfg(feature = "mpi")]
+            RouterKind::Mpi(s) => s.dropped_malformed(),
         }
     }
 }

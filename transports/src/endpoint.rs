@@ -8,7 +8,7 @@ use std::fmt;
 /// | `local://name` | crossbeam queues inside this process (always built) |
 /// | `inproc://name` | libzmq inproc (feature `zmq`) |
 /// | `tcp://host:port` | libzmq tcp (feature `zmq`); port 0 on bind picks a free port |
-/// | `mpi://rank` | MPI (feature `mpi`, not built yet) |
+/// | `mpi://rank` | MPI under `mpirun` (feature `mpi`) |
 ///
 /// # Examples
 ///
@@ -86,10 +86,11 @@ impl Endpoint {
 
     /// The backends compiled into this build, for error messages.
     pub fn built_backends() -> &'static str {
-        if cfg!(feature = "zmq") {
-            "local, zmq (inproc, tcp)"
-        } else {
-            "local"
+        match (cfg!(feature = "zmq"), cfg!(feature = "mpi")) {
+            (true, true) => "local, zmq (inproc, tcp), mpi",
+            (true, false) => "local, zmq (inproc, tcp)",
+            (false, true) => "local, mpi",
+            (false, false) => "local",
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Dealer/Router sockets for switchyard messages, over in-process queues and ZeroMQ.
+//! Dealer/Router sockets for switchyard messages, over in-process queues, ZeroMQ and MPI.
 //!
 //! A [`DealerSocket`] connects to one router; a [`RouterSocket`] binds an endpoint and
 //! talks to many dealers by [`PeerId`]. Both implement [`Socket`] (send, receive with
@@ -9,7 +9,7 @@
 //! | `local://name` | crossbeam queues between threads | always |
 //! | `inproc://name` | libzmq inproc | `zmq` (default) |
 //! | `tcp://host:port` | libzmq tcp; port 0 picks one | `zmq` (default) |
-//! | `mpi://rank` | MPI | `mpi` (not built yet: a typed error) |
+//! | `mpi://rank` | MPI, under `mpirun` | `mpi` |
 //!
 //! Every send is bounded by a high-water mark and a deadline; a failed send returns
 //! the message ([`SendError::msg`]). Malformed input from a peer is dropped with a
@@ -46,6 +46,12 @@ mod poller;
 mod socket;
 
 pub use dispatch::{DealerSocket, RouterSocket};
+
+/// The MPI job this process belongs to (feature `mpi`).
+#[cfg(feature = "mpi")]
+pub mod mpi {
+    pub use crate::backend::mpi::{world, MpiWorld, ThreadLevel, ENV_FINALIZE_TIMEOUT};
+}
 pub use endpoint::Endpoint;
 pub use error::{RecvError, SendError, SendErrorKind, TransportError};
 pub use options::SocketOptions;

@@ -36,6 +36,10 @@ impl sealed::Sealed for DealerSocket {
             DealerKind::Zmq(s) if s.has_pending() => Watch::Ready,
             #[cfg(feature = "zmq")]
             DealerKind::Zmq(s) => Watch::Zmq(s.socket()),
+            #[cfg(feature = "mpi")]
+            DealerKind::Mpi(s) if s.has_pending() => Watch::Ready,
+            #[cfg(feature = "mpi")]
+            DealerKind::Mpi(s) => Watch::Local(LocalReceiver::Dealer(s.receiver())),
         }
     }
 }
@@ -50,6 +54,10 @@ impl sealed::Sealed for RouterSocket {
             RouterKind::Zmq(s) if s.has_pending() => Watch::Ready,
             #[cfg(feature = "zmq")]
             RouterKind::Zmq(s) => Watch::Zmq(s.socket()),
+            #[cfg(feature = "mpi")]
+            RouterKind::Mpi(s) if s.has_pending() => Watch::Ready,
+            #[cfg(feature = "mpi")]
+            RouterKind::Mpi(s) => Watch::Local(LocalReceiver::MpiRouter(s.receiver())),
         }
     }
 }

@@ -37,9 +37,24 @@ fn bind(backend: &str, options: SocketOptions) -> RouterSocket {
     let endpoint = match backend {
         "local" => format!("local://{}", unique("conf")),
         "inproc" => format!("inproc://{}", unique("conf")),
+        "mpi" => own_rank_endpoint(),
         _ => "tcp://127.0.0.1:0".to_string(),
     };
     RouterSocket::bind(&endpoint, options).expect("bind")
+}
+
+/// Under mpirun each rank runs the suite against its own router (`mpi://RANK`), with
+/// its dealers in threads of the same process (MPI self-loopback); `mpi_job.rs`
+/// covers traffic between ranks.
+#[cfg(feature = "mpi")]
+fn own_rank_endpoint() -> String {
+    let world = switchyard_transports::mpi::world().expect("MPI starts under mpirun");
+    format!("mpi://{}", world.rank)
+}
+
+#[cfg(not(feature = "mpi"))]
+fn own_rank_endpoint() -> String {
+    unreachable!("the mpi suite is only built with the mpi feature")
 }
 
 fn connect(endpoint: &str, options: SocketOptions) -> DealerSocket {
@@ -151,6 +166,8 @@ fn connect_to_nobody(backend: &str) {
     let endpoint = match backend {
         "local" => format!("local://{}", unique("nobody")),
         "inproc" => format!("inproc://{}", unique("nobody")),
+        // This rank, which has no router bound between cases.
+        "mpi" => own_rank_endpoint(),
         _ => {
             // A port that was free a moment ago and has no listener now.
             let l = std::net::TcpListener::bind("127.0.0.1:0").expect("probe port");
@@ -307,41 +324,50 @@ fn reconnect_after_restart(backend: &str) {
 }
 
 macro_rules! conformance_suite {
-    ($module:ident, $backend:expr) => {
+    ($module:ident, $backend:expr $(, #[$attr:meta])*) => {
         mod $module {
             #[test]
+            $(#[$attr])*
             fn order_per_peer() {
                 super::order_per_peer($backend)
             }
             #[test]
+            $(#[$attr])*
             fn multi_frame_atomic() {
                 super::multi_frame_atomic($backend)
             }
             #[test]
+            $(#[$attr])*
             fn send_to_all() {
                 super::send_to_all($backend)
             }
             #[test]
+            $(#[$attr])*
             fn timeouts() {
                 super::timeouts($backend)
             }
             #[test]
+            $(#[$attr])*
             fn connect_to_nobody() {
                 super::connect_to_nobody($backend)
             }
             #[test]
+            $(#[$attr])*
             fn unknown_peer_returns_msg() {
                 super::unknown_peer_returns_msg($backend)
             }
             #[test]
+            $(#[$attr])*
             fn hwm_slow_receiver() {
                 super::hwm_slow_receiver($backend)
             }
             #[test]
+            $(#[$attr])*
             fn hwm_router_to_dealer() {
                 super::hwm_router_to_dealer($backend)
             }
             #[test]
+            $(#[$attr])*
             fn reconnect_after_restart() {
                 super::reconnect_after_restart($backend)
             }
@@ -354,3 +380,30 @@ conformance_suite!(local, "local");
 conformance_suite!(zmq_inproc, "inproc");
 #[cfg(feature = "zmq")]
 conformance_suite!(zmq_tcp, "tcp");
+
+#[cfg(feature = "mpi")]
+mod support;
+
+#[cfg(feature = "mpi")]
+conformance_suite!(
+    in_mpi_job,
+    "mpi",
+    #[ignore = "runs inside mpirun, started by mpi_conformance_on_*_ranks"]
+);
+
+/// The suite above in every rank of a 2-rank and a 3-rank job.
+#[cfg(feature = "mpi")]
+mod mpi_conformance {
+    use super::support::mpirun::expect_ranks_pass;
+    use std::time::Duration;
+
+    #[test]
+    fn mpi_conformance_on_2_ranks() {
+        expect_ranks_pass(2, "in_mpi_job::", Duration::from_secs(240));
+    }
+
+    #[test]
+    fn mpi_conformance_on_3_ranks() {
+        expect_ranks_pass(3, "in_mpi_job::", Duration::from_secs(240));
+    }
+}

@@ -6,24 +6,20 @@
 //! sends `Data` events. Control events share the router's channel with data, so they
 //! keep their order with respect to the messages around them.
 
+use super::inbox::{recv_error, Inbound, RouterInbox};
 use crate::{PeerId, RecvError, SendError, SendErrorKind, SocketOptions, TransportError};
-use crossbeam_channel::{
-    bounded, Receiver, RecvTimeoutError, SendTimeoutError, Sender, TrySendError,
-};
-use std::collections::{HashMap, VecDeque};
+use crossbeam_channel::{bounded, Receiver, SendTimeoutError, Sender, TrySendError};
+use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use switchyard_msg::Msg;
 
-pub(crate) enum Inbound {
-    Connect { peer: PeerId, reply: Sender<Msg> },
-    Data { peer: PeerId, msg: Msg },
-    Disconnect { peer: PeerId },
-}
+/// The local router's events: a connecting dealer hands over its own inbound sender.
+pub(crate) type LocalInbound = Inbound<Sender<Msg>>;
 
 struct Binding {
     generation: u64,
-    inbound: Sender<Inbound>,
+    inbound: Sender<LocalInbound>,
 }
 
 fn registry() -> &'static Mutex<(u64, HashMap<String, Binding>)> {
@@ -31,7 +27,7 @@ fn registry() -> &'static Mutex<(u64, HashMap<String, Binding>)> {
     REGISTRY.get_or_init(|| Mutex::new((0, HashMap::new())))
 }
 
-fn lookup(name: &str) -> Option<Sender<Inbound>> {
+fn lookup(name: &str) -> Option<Sender<LocalInbound>> {
     let table = registry()
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -46,22 +42,13 @@ fn send_error(msg: Msg, kind: SendErrorKind, endpoint: &str) -> SendError {
     }
 }
 
-fn recv_error(err: RecvTimeoutError, endpoint: &str) -> RecvError {
-    match err {
-        RecvTimeoutError::Timeout => RecvError::Timeout,
-        RecvTimeoutError::Disconnected => RecvError::Disconnected {
-            endpoint: endpoint.to_string(),
-        },
-    }
-}
-
 /// A dealer over crossbeam channels.
 pub(crate) struct LocalDealer {
     name: String,
     endpoint: String,
     identity: PeerId,
     options: SocketOptions,
-    to_router: Sender<Inbound>,
+    to_router: Sender<LocalInbound>,
     inbound: Receiver<Msg>,
     inbound_tx: Sender<Msg>,
 }
@@ -90,7 +77,7 @@ impl LocalDealer {
             if let Some(to_router) = lookup(name) {
                 let hello = Inbound::Connect {
                     peer: identity.clone(),
-                    reply: inbound_tx.clone(),
+                    route: inbound_tx.clone(),
                 };
                 if to_router.send_deadline(hello, deadline).is_ok() {
                     return Ok(LocalDealer {
@@ -123,7 +110,7 @@ impl LocalDealer {
         };
         let hello = Inbound::Connect {
             peer: self.identity.clone(),
-            reply: self.inbound_tx.clone(),
+            route: self.inbound_tx.clone(),
         };
         if to_router.send_deadline(hello, deadline).is_err() {
             return false;
@@ -236,19 +223,16 @@ impl Drop for LocalDealer {
 /// A router over crossbeam channels.
 pub(crate) struct LocalRouter {
     name: String,
-    endpoint: String,
     generation: u64,
     options: SocketOptions,
-    inbound: Receiver<Inbound>,
-    peers: HashMap<PeerId, Sender<Msg>>,
-    pending: VecDeque<(PeerId, Msg)>,
+    inbox: RouterInbox<Sender<Msg>>,
 }
 
 impl std::fmt::Debug for LocalRouter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LocalRouter")
-            .field("endpoint", &self.endpoint)
-            .field("peers", &self.peers.len())
+            .field("endpoint", &self.inbox.endpoint())
+            .field("peers", &self.inbox.peers().len())
             .finish()
     }
 }
@@ -275,12 +259,9 @@ impl LocalRouter {
         );
         Ok(LocalRouter {
             name: name.to_string(),
-            endpoint,
             generation,
+            inbox: RouterInbox::new(endpoint, options.hwm, inbound),
             options,
-            inbound,
-            peers: HashMap::new(),
-            pending: VecDeque::new(),
         })
     }
 
@@ -289,37 +270,7 @@ impl LocalRouter {
     }
 
     pub(crate) fn endpoint(&self) -> &str {
-        &self.endpoint
-    }
-
-    /// Applies a control event, or returns the data it carries.
-    fn absorb(&mut self, event: Inbound) -> Option<(PeerId, Msg)> {
-        match event {
-            Inbound::Connect { peer, reply } => {
-                tracing::debug!(endpoint = %self.endpoint, %peer, "local peer connected");
-                self.peers.insert(peer, reply);
-                None
-            }
-            Inbound::Disconnect { peer } => {
-                self.peers.remove(&peer);
-                None
-            }
-            Inbound::Data { peer, msg } => Some((peer, msg)),
-        }
-    }
-
-    /// Applies queued control events, parking data behind them, up to the HWM.
-    fn drain_control(&mut self) {
-        while self.pending.len() < self.options.hwm {
-            match self.inbound.try_recv() {
-                Ok(event) => {
-                    if let Some(data) = self.absorb(event) {
-                        self.pending.push_back(data);
-                    }
-                }
-                Err(_) => break,
-            }
-        }
+        self.inbox.endpoint()
     }
 
     pub(crate) fn await_peers(
@@ -327,69 +278,18 @@ impl LocalRouter {
         expected: usize,
         timeout: Duration,
     ) -> Result<usize, TransportError> {
-        let started = Instant::now();
-        let deadline = started + timeout;
-        self.drain_control();
-        while self.peers.len() < expected {
-            match self.inbound.recv_deadline(deadline) {
-                Ok(event) => {
-                    if let Some(data) = self.absorb(event) {
-                        self.pending.push_back(data);
-                    }
-                }
-                Err(_) => {
-                    return Err(TransportError::PeersMissing {
-                        endpoint: self.endpoint.clone(),
-                        expected,
-                        connected: self.peers.len(),
-                        waited: started.elapsed(),
-                    })
-                }
-            }
-        }
-        Ok(self.peers.len())
+        self.inbox.await_peers(expected, timeout)
     }
 
     pub(crate) fn recv_from_deadline(
         &mut self,
         deadline: Option<Instant>,
     ) -> Result<(PeerId, Msg), RecvError> {
-        if let Some(data) = self.pending.pop_front() {
-            return Ok(data);
-        }
-        loop {
-            let event = match deadline {
-                Some(deadline) => self
-                    .inbound
-                    .recv_deadline(deadline)
-                    .map_err(|e| recv_error(e, &self.endpoint))?,
-                None => self.inbound.recv().map_err(|_| RecvError::Disconnected {
-                    endpoint: self.endpoint.clone(),
-                })?,
-            };
-            if let Some(data) = self.absorb(event) {
-                return Ok(data);
-            }
-        }
+        self.inbox.recv_from_deadline(deadline)
     }
 
     pub(crate) fn try_recv_from(&mut self) -> Result<(PeerId, Msg), RecvError> {
-        if let Some(data) = self.pending.pop_front() {
-            return Ok(data);
-        }
-        loop {
-            let event = self.inbound.try_recv().map_err(|_| RecvError::Empty)?;
-            if let Some(data) = self.absorb(event) {
-                return Ok(data);
-            }
-        }
-    }
-
-    fn peer_sender(&mut self, peer: &PeerId) -> Option<Sender<Msg>> {
-        if !self.peers.contains_key(peer) {
-            self.drain_control();
-        }
-        self.peers.get(peer).cloned()
+        self.inbox.try_recv_from()
     }
 
     pub(crate) fn send_to_deadline(
@@ -398,11 +298,11 @@ impl LocalRouter {
         msg: Msg,
         deadline: Option<Instant>,
     ) -> Result<(), SendError> {
-        let Some(tx) = self.peer_sender(peer) else {
+        let Some(tx) = self.inbox.route(peer).cloned() else {
             return Err(send_error(
                 msg,
                 SendErrorKind::UnknownPeer(peer.clone()),
-                &self.endpoint,
+                self.inbox.endpoint(),
             ));
         };
         let result = match deadline {
@@ -417,24 +317,22 @@ impl LocalRouter {
         };
         result.map_err(|(msg, kind)| {
             if kind == SendErrorKind::Disconnected {
-                self.peers.remove(peer);
+                self.inbox.forget(peer);
             }
-            send_error(msg, kind, &self.endpoint)
+            send_error(msg, kind, self.inbox.endpoint())
         })
     }
 
     pub(crate) fn peers(&self) -> Vec<PeerId> {
-        let mut peers: Vec<PeerId> = self.peers.keys().cloned().collect();
-        peers.sort();
-        peers
+        self.inbox.peers()
     }
 
-    pub(crate) fn receiver(&self) -> &Receiver<Inbound> {
-        &self.inbound
+    pub(crate) fn receiver(&self) -> &Receiver<LocalInbound> {
+        self.inbox.receiver()
     }
 
     pub(crate) fn has_pending(&self) -> bool {
-        !self.pending.is_empty() || !self.inbound.is_empty()
+        self.inbox.has_pending()
     }
 }
 
@@ -450,7 +348,9 @@ impl Drop for LocalRouter {
 /// What the poller needs from a local socket: a receiver to select on.
 pub(crate) enum LocalReceiver<'a> {
     Dealer(&'a Receiver<Msg>),
-    Router(&'a Receiver<Inbound>),
+    Router(&'a Receiver<LocalInbound>),
+    #[cfg(feature = "mpi")]
+    MpiRouter(&'a Receiver<super::mpi::MpiInbound>),
 }
 
 impl LocalReceiver<'_> {
@@ -458,6 +358,8 @@ impl LocalReceiver<'_> {
         match self {
             LocalReceiver::Dealer(rx) => select.recv(rx),
             LocalReceiver::Router(rx) => select.recv(rx),
+            #[cfg(feature = "mpi")]
+            LocalReceiver::MpiRouter(rx) => select.recv(rx),
         }
     }
 }

@@ -14,12 +14,16 @@
 //! Backend types are crate-private: users see [`crate::DealerSocket`] and
 //! [`crate::RouterSocket`], which dispatch on the endpoint's scheme.
 
+mod inbox;
 pub(crate) mod local;
 
 crate::cfg_zmq! {
     pub(crate) mod zmq;
     mod zmq_frame;
 }
+
+#[cfg(feature = "mpi")]
+pub(crate) mod mpi;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
