@@ -15,6 +15,14 @@
 //! cargo run --release --example param_server -- --workers 6 --servers 3 --steps 50
 //! ```
 //!
+//! Or, built with the MPI backend, under `mpirun` (the flags OpenMPI needs as root in a
+//! container and on a machine with fewer cores than ranks):
+//!
+//! ```text
+//! cargo build --release --features mpi --example param_server
+//! mpirun --allow-run-as-root --oversubscribe -np 3 target/release/examples/param_server
+//! ```
+//!
 //! Exits non-zero if any number fails to check out.
 
 use std::process::ExitCode;
@@ -239,10 +247,18 @@ fn server(config: Config, mut socket: StubSocket) -> Result<u64, Error> {
 
 fn run_process(config: Config, boot: Bootstrap) -> Result<(), Error> {
     let layout = layout(&config);
+    let needed = layout.num_processes()?;
+    if needed != boot.world_size as usize {
+        return Err(format!(
+            "this layout needs {needed} processes, the job has {} (mpirun -np {needed})",
+            boot.world_size
+        )
+        .into());
+    }
     let bound = Stub::bind(
         layout,
         boot.rank as usize,
-        "tcp://127.0.0.1:0",
+        &boot.stub_endpoint(),
         SocketOptions::default(),
     )?;
     let endpoints = boot.exchange(bound.endpoint(), Duration::from_secs(60))?;

@@ -135,3 +135,17 @@ fn a_missing_program_is_a_clear_error() {
         "{stderr}"
     );
 }
+
+/// A program built without the `mpi` feature but started by mpirun says so instead of
+/// waiting for a launcher that is not there.
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn mpirun_without_the_mpi_feature_is_a_clear_error() {
+    let mut cmd = std::process::Command::new(example("param_server"));
+    cmd.env("OMPI_COMM_WORLD_RANK", "0")
+        .env_remove("SWITCHYARD_RANK");
+    let (out, _) = run_bounded(cmd, Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("rebuild with `--features mpi`"), "{stderr}");
+}

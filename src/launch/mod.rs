@@ -14,13 +14,17 @@
 //!
 //! The rendezvous protocol is in [`rendezvous`]. A later issue replaces this with the
 //! rabit-compatible tracker; the environment stays.
+//!
+//! Under `mpirun` (builds with the `mpi` feature) [`Bootstrap::from_env`] takes rank and
+//! size from MPI instead, and every endpoint is `mpi://RANK`: the same program runs
+//! either way if it binds [`Bootstrap::stub_endpoint`].
 
 mod bootstrap;
 mod error;
 mod process;
 pub mod rendezvous;
 
-pub use bootstrap::Bootstrap;
+pub use bootstrap::{Bootstrap, Rendezvous};
 pub use error::LaunchError;
 pub use process::{run_local, LaunchOptions};
 

@@ -58,3 +58,7 @@ pub(crate) fn example(name: &str) -> PathBuf {
     );
     path
 }
+
+/// `mpirun` commands, shared with the transports crate's MPI tests.
+#[path = "../../transports/tests/support/mpirun.rs"]
+pub(crate) mod mpirun;
