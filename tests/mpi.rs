@@ -27,7 +27,10 @@ fn param_server_runs_under_mpirun() {
             "{stdout}"
         );
     }
-    assert!(stdout.contains("server(0,1): applied 160 updates"), "{stdout}");
+    assert!(
+        stdout.contains("server(0,1): applied 160 updates"),
+        "{stdout}"
+    );
 }
 
 #[test]

@@ -147,6 +147,33 @@ mod in_mpi_job {
         }
     }
 
+    /// Endpoints MPI cannot serve are typed errors naming the reason.
+    #[test]
+    #[ignore = "runs inside mpirun"]
+    fn endpoint_errors() {
+        use switchyard_transports::TransportError;
+        let world = mpi::world().unwrap();
+        let other = (world.rank + 1) % world.size;
+        let err =
+            RouterSocket::bind(&format!("mpi://{other}"), SocketOptions::default()).unwrap_err();
+        assert!(
+            matches!(&err, TransportError::InvalidEndpoint { reason, .. }
+                if reason.contains("binds its own rank")),
+            "{err}"
+        );
+        let outside = format!("mpi://{}", world.size);
+        let err = DealerSocket::connect(&outside, SocketOptions::default()).unwrap_err();
+        assert!(
+            matches!(&err, TransportError::InvalidEndpoint { reason, .. }
+                if reason.contains("outside this MPI job")),
+            "{err}"
+        );
+        let own = format!("mpi://{}", world.rank);
+        let _router = RouterSocket::bind(&own, SocketOptions::default()).unwrap();
+        let err = RouterSocket::bind(&own, SocketOptions::default()).unwrap_err();
+        assert!(matches!(err, TransportError::AddrInUse { .. }), "{err}");
+    }
+
     /// Rank 1 dies (SIGABRT) while rank 0 waits for it.
     #[test]
     #[ignore = "runs inside mpirun, started by a_dead_rank_ends_the_job"]
@@ -200,6 +227,11 @@ fn order_and_frames_on_3_ranks() {
         "in_mpi_job::order_and_frames_between_ranks",
         Duration::from_secs(180),
     );
+}
+
+#[test]
+fn endpoint_errors_on_2_ranks() {
+    expect_ranks_pass(2, "in_mpi_job::endpoint_errors", Duration::from_secs(120));
 }
 
 #[test]

@@ -43,18 +43,23 @@ fn send_error(msg: Msg, kind: SendErrorKind, endpoint: &str) -> SendError {
     }
 }
 
+/// Where a send goes: the destination rank and socket tag, and the sender's own tag.
+struct Hop {
+    rank: i32,
+    tag: i32,
+    source_tag: i32,
+}
+
 /// Encodes, takes a credit (waiting until `deadline`, or not at all), and queues.
 fn queue_send(
     engine: &Engine,
     msg: Msg,
-    dest: i32,
-    tag: i32,
-    source_tag: i32,
+    hop: Hop,
     credits: &Arc<Credits>,
     deadline: Option<Instant>,
     endpoint: &str,
 ) -> Result<(), SendError> {
-    let encoded = match wire::encode(&msg, source_tag) {
+    let encoded = match wire::encode(&msg, hop.source_tag) {
         Ok(encoded) => encoded,
         Err(reason) => return Err(send_error(msg, SendErrorKind::Backend(reason), endpoint)),
     };
@@ -67,8 +72,8 @@ fn queue_send(
         return Err(send_error(msg, kind, endpoint));
     }
     let command = Command::Send {
-        dest,
-        tag,
+        dest: hop.rank,
+        tag: hop.tag,
         encoded,
         credits: credits.clone(),
     };
@@ -188,9 +193,11 @@ impl MpiDealer {
         queue_send(
             self.engine,
             msg,
-            self.router,
-            ROUTER_TAG,
-            self.tag,
+            Hop {
+                rank: self.router,
+                tag: ROUTER_TAG,
+                source_tag: self.tag,
+            },
             &self.credits,
             deadline,
             &self.endpoint,
@@ -368,9 +375,11 @@ impl MpiRouter {
         queue_send(
             self.engine,
             msg,
-            route.rank,
-            route.tag,
-            ROUTER_TAG,
+            Hop {
+                rank: route.rank,
+                tag: route.tag,
+                source_tag: ROUTER_TAG,
+            },
             &route.credits,
             deadline,
             self.inbox.endpoint(),
