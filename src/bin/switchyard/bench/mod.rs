@@ -6,6 +6,8 @@
 // reporting code, unused until a suite that needs no zmq exists.
 #![cfg_attr(not(feature = "zmq"), allow(dead_code, unused_imports))]
 
+#[cfg(feature = "mpi")]
+mod mpi;
 mod report;
 #[cfg(feature = "zmq")]
 mod transport;
@@ -40,6 +42,10 @@ pub(crate) enum Suite {
     /// round-trip latency, and the cost of a stub hop, each beside raw libzmq or a bare
     /// crossbeam channel.
     Transport(Common),
+    /// Dealer->Router message rate, round-trip latency and idle CPU over MPI, beside
+    /// raw MPI_Send/MPI_Recv in the same job. Starts `mpirun -np 2` itself unless it
+    /// already runs under an MPI launcher. Needs the `mpi` feature.
+    Mpi(Common),
 }
 
 pub(crate) fn run(suite: Suite) -> Result<(), Box<dyn std::error::Error>> {
@@ -48,7 +54,26 @@ pub(crate) fn run(suite: Suite) -> Result<(), Box<dyn std::error::Error>> {
         Suite::Transport(common) => transport::run(common),
         #[cfg(not(feature = "zmq"))]
         Suite::Transport(_) => Err("bench transport compares against raw libzmq and needs the `zmq` feature; this build has: local".into()),
+        #[cfg(feature = "mpi")]
+        Suite::Mpi(common) => mpi::run(common),
+        #[cfg(not(feature = "mpi"))]
+        Suite::Mpi(_) => Err("bench mpi needs the `mpi` feature: cargo build --release --features mpi".into()),
     }
+}
+
+/// Runs `ours` and `baseline` alternately `reps` times and returns both medians, so
+/// that a slow spell on a shared machine hits both sides alike.
+pub(crate) fn paired(
+    reps: usize,
+    mut ours: impl FnMut() -> Result<f64, Box<dyn std::error::Error>>,
+    mut baseline: impl FnMut() -> Result<f64, Box<dyn std::error::Error>>,
+) -> Result<(f64, f64), Box<dyn std::error::Error>> {
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        a.push(ours()?);
+        b.push(baseline()?);
+    }
+    Ok((median(a), median(b)))
 }
 
 /// The median of a non-empty list (the lower middle for an even count).

@@ -1,7 +1,7 @@
 //! `switchyard bench transport`: what our sockets cost over the raw library under them.
 
 use super::report::header;
-use super::{median, Common, Row};
+use super::{median, paired, Common, Row};
 use bytes::Bytes;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
@@ -305,19 +305,6 @@ fn stub_rtt(rounds: usize, recv_spin: Duration) -> Result<f64> {
 }
 
 /// Runs `ours` and `baseline` alternately `reps` times and returns both medians.
-fn paired(
-    reps: usize,
-    mut ours: impl FnMut() -> Result<f64>,
-    mut baseline: impl FnMut() -> Result<f64>,
-) -> Result<(f64, f64)> {
-    let (mut a, mut b) = (Vec::new(), Vec::new());
-    for _ in 0..reps {
-        a.push(ours()?);
-        b.push(baseline()?);
-    }
-    Ok((median(a), median(b)))
-}
-
 pub(crate) fn run(common: Common) -> Result<()> {
     let common = &common;
     let reps = if common.quick { 3 } else { 7 };

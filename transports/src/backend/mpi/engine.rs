@@ -14,8 +14,9 @@
 //! puts the idle policy in one place. The cost is one thread hand-off per message.
 //!
 //! Idle policy: after the last piece of work the thread polls for
-//! [`SPIN`], yielding the core between polls, then sleeps in growing naps up to
-//! [`MAX_NAP`]. A local send wakes it at once; a message from another rank waits at
+//! [`SPIN`] ([`SPIN_WITH_SENDS`] while sends are in flight, because MPI moves their
+//! data only inside MPI calls), yielding the core between polls, then sleeps in
+//! growing naps up to [`MAX_NAP`]. A local send wakes it at once; a message from another rank waits at
 //! most one nap. So an idle process costs about a thousand short wake-ups a second
 //! (measured by `switchyard bench mpi`), not a spinning core as a blocking
 //! `MPI_Recv` would.
@@ -42,6 +43,9 @@ const LAST_DEALER_TAG: i32 = 32767;
 
 /// How long the progress thread keeps polling after its last piece of work.
 pub(crate) const SPIN: Duration = Duration::from_micros(200);
+/// How long it keeps polling while sends are in flight (a receiver that stopped
+/// reading holds them; past this the thread naps and the sends wait).
+pub(crate) const SPIN_WITH_SENDS: Duration = Duration::from_millis(10);
 const FIRST_NAP: Duration = Duration::from_micros(50);
 /// The longest the progress thread sleeps between polls when idle.
 pub(crate) const MAX_NAP: Duration = Duration::from_millis(1);
@@ -452,7 +456,14 @@ impl Progress {
                 nap = FIRST_NAP;
                 continue;
             }
-            if last_work.elapsed() < SPIN {
+            // OpenMPI moves a rendezvous send's data only inside MPI calls, so a
+            // thread that naps with sends in flight stalls them: poll longer then.
+            let spin = if self.requests.is_empty() {
+                SPIN
+            } else {
+                SPIN_WITH_SENDS
+            };
+            if last_work.elapsed() < spin {
                 thread::yield_now();
                 continue;
             }
