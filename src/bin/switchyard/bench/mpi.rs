@@ -274,10 +274,7 @@ fn alternate(
 }
 
 pub(crate) fn run(common: Common) -> Result<()> {
-    if !LAUNCHER_VARS
-        .iter()
-        .any(|v| std::env::var_os(v).is_some())
-    {
+    if !LAUNCHER_VARS.iter().any(|v| std::env::var_os(v).is_some()) {
         return relaunch();
     }
     let common = &common;
