@@ -1,6 +1,6 @@
 use super::rendezvous::{read_check_in, write_endpoints};
 use super::{LaunchError, ENV_RANK, ENV_RENDEZVOUS, ENV_WORLD_SIZE};
-use crossbeam_channel::{bounded, Receiver};
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -92,8 +92,14 @@ impl Drop for Children {
     }
 }
 
-/// Copies a child's output line by line, each prefixed with its rank.
-fn forward_output(rank: u32, stream: impl Read + Send + 'static, to_stderr: bool) {
+/// Copies a child's output line by line, each prefixed with its rank; sends on `done`
+/// when the stream closes.
+fn forward_output(
+    rank: u32,
+    stream: impl Read + Send + 'static,
+    to_stderr: bool,
+    done: Sender<()>,
+) {
     std::thread::spawn(move || {
         for line in BufReader::new(stream).lines() {
             let Ok(line) = line else { break };
@@ -103,7 +109,23 @@ fn forward_output(rank: u32, stream: impl Read + Send + 'static, to_stderr: bool
                 let _ = writeln!(std::io::stdout().lock(), "[{rank}] {line}");
             }
         }
+        let _ = done.send(());
     });
+}
+
+/// How long the launcher waits, after the job ended, for the last lines of output.
+/// Bounded because a grandchild may inherit a pipe and keep it open.
+const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
+
+/// Waits until `count` output streams have closed or [`OUTPUT_DRAIN`] has passed, so
+/// that a child's last lines are printed before the launcher returns.
+fn drain_output(done: &Receiver<()>, count: usize) {
+    let deadline = Instant::now() + OUTPUT_DRAIN;
+    for _ in 0..count {
+        if done.recv_deadline(deadline).is_err() {
+            return;
+        }
+    }
 }
 
 /// Serves the rendezvous until every rank has checked in, then answers them all.
@@ -180,6 +202,19 @@ fn serve_rendezvous(
 /// times out, or the job runs past [`LaunchOptions::timeout`], every other process is
 /// killed and the error names the cause.
 pub fn run_local(options: &LaunchOptions) -> Result<(), LaunchError> {
+    let (output_done, output_closed) = unbounded();
+    let mut streams = 0;
+    let result = run_children(options, &output_done, &mut streams);
+    drain_output(&output_closed, streams);
+    result
+}
+
+/// The body of [`run_local`]; counts in `streams` the output streams it forwards.
+fn run_children(
+    options: &LaunchOptions,
+    output_done: &Sender<()>,
+    streams: &mut usize,
+) -> Result<(), LaunchError> {
     let world = options.processes;
     if world == 0 {
         return Err(LaunchError::Env {
@@ -216,10 +251,12 @@ pub fn run_local(options: &LaunchOptions) -> Result<(), LaunchError> {
             reason: e.to_string(),
         })?;
         if let Some(out) = child.stdout.take() {
-            forward_output(rank, out, false);
+            forward_output(rank, out, false, output_done.clone());
+            *streams += 1;
         }
         if let Some(err) = child.stderr.take() {
-            forward_output(rank, err, true);
+            forward_output(rank, err, true, output_done.clone());
+            *streams += 1;
         }
         children.0.push(Some(child));
     }
