@@ -40,6 +40,7 @@
 //! ```
 #![doc(test(attr(deny(warnings))))]
 
+pub mod collective;
 pub mod launch;
 
 /// The README's Rust examples, compiled and run as doc tests so that they stay true.

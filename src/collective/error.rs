@@ -1,0 +1,203 @@
+//! What a collective call can report.
+
+use std::time::Duration;
+
+/// A collective operation, named in every error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Call {
+    /// [`Communicator::allreduce`](super::Communicator::allreduce) and its variants.
+    Allreduce,
+    /// [`Communicator::broadcast`](super::Communicator::broadcast) and its variants.
+    Broadcast,
+    /// [`Communicator::allgather`](super::Communicator::allgather) and
+    /// [`allgather_varied`](super::Communicator::allgather_varied).
+    Allgather,
+    /// [`Communicator::reduce_scatter`](super::Communicator::reduce_scatter).
+    ReduceScatter,
+    /// [`Communicator::barrier`](super::Communicator::barrier).
+    Barrier,
+    /// Forming the communicator: binding, connecting, exchanging endpoints.
+    Setup,
+}
+
+impl Call {
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            Call::Allreduce => 1,
+            Call::Broadcast => 2,
+            Call::Allgather => 3,
+            Call::ReduceScatter => 4,
+            Call::Barrier => 5,
+            Call::Setup => 6,
+        }
+    }
+}
+
+impl std::fmt::Display for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Call::Allreduce => "allreduce",
+            Call::Broadcast => "broadcast",
+            Call::Allgather => "allgather",
+            Call::ReduceScatter => "reduce_scatter",
+            Call::Barrier => "barrier",
+            Call::Setup => "communicator setup",
+        })
+    }
+}
+
+/// Why a collective call failed. Every variant names the call and, where one is to
+/// blame, the peer rank.
+///
+/// After an error the communicator's peers may be in the middle of the same call:
+/// the communicator should be dropped, not reused (as with Gloo and MPI).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CollectiveError {
+    /// A peer passed a buffer of another length.
+    #[error("{call}: rank {rank} passed {theirs} elements, this rank (rank {me}) {ours}")]
+    SizeMismatch {
+        /// The call.
+        call: Call,
+        /// The peer whose length differs.
+        rank: usize,
+        /// This rank.
+        me: usize,
+        /// This rank's element count.
+        ours: u64,
+        /// The peer's element count.
+        theirs: u64,
+    },
+    /// A peer called another operation, another element type, or another root.
+    #[error("{call}: rank {rank} is in a different call ({theirs}) than this rank ({ours})")]
+    CallMismatch {
+        /// The call this rank made.
+        call: Call,
+        /// The peer.
+        rank: usize,
+        /// This rank's call, as `call/op/dtype/root`.
+        ours: String,
+        /// The peer's call.
+        theirs: String,
+    },
+    /// No message from a peer before the call's deadline.
+    #[error("{call}: no message from rank {rank} within {waited:?}")]
+    PeerTimeout {
+        /// The call.
+        call: Call,
+        /// The peer waited for.
+        rank: usize,
+        /// How long this rank waited.
+        waited: Duration,
+    },
+    /// A peer's connection is gone (its process died or closed the communicator).
+    #[error("{call}: lost rank {rank} at {endpoint}: {reason}")]
+    PeerLost {
+        /// The call.
+        call: Call,
+        /// The peer.
+        rank: usize,
+        /// Where the peer was reached.
+        endpoint: String,
+        /// What the transport said.
+        reason: String,
+    },
+    /// A peer gave up on the call and told everyone why.
+    #[error("{call}: rank {rank} aborted the call: {reason}")]
+    Aborted {
+        /// The call.
+        call: Call,
+        /// The rank that gave up.
+        rank: usize,
+        /// Its reason.
+        reason: String,
+    },
+    /// A message from a peer made no sense (wrong layout, wrong offset, bad payload).
+    #[error("{call}: malformed message from rank {rank}: {reason}")]
+    Malformed {
+        /// The call.
+        call: Call,
+        /// The sender.
+        rank: usize,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The arguments cannot work on any rank (an operation the type lacks, a root
+    /// outside the world, an output buffer of the wrong length).
+    #[error("{call}: {reason}")]
+    InvalidArgument {
+        /// The call.
+        call: Call,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The transport or MPI failed.
+    #[error("{call}: transport error with rank {rank}: {reason}")]
+    Transport {
+        /// The call.
+        call: Call,
+        /// The peer involved.
+        rank: usize,
+        /// What failed.
+        reason: String,
+    },
+}
+
+/// What a [`Link`](super::Link) reports; the engine adds the call to make a
+/// [`CollectiveError`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LinkError {
+    /// Nothing arrived from `rank` before the deadline.
+    Timeout {
+        /// The peer.
+        rank: usize,
+        /// How long the link waited.
+        waited: Duration,
+    },
+    /// The connection to `rank` is gone.
+    Lost {
+        /// The peer.
+        rank: usize,
+        /// Its endpoint.
+        endpoint: String,
+        /// What the transport said.
+        reason: String,
+    },
+    /// `rank` aborted the call.
+    Aborted {
+        /// The peer.
+        rank: usize,
+        /// Its reason.
+        reason: String,
+    },
+    /// Any other transport failure.
+    Transport {
+        /// The peer.
+        rank: usize,
+        /// What failed.
+        reason: String,
+    },
+}
+
+impl LinkError {
+    /// This error as it happened during `call`.
+    pub(crate) fn during(self, call: Call) -> CollectiveError {
+        match self {
+            LinkError::Timeout { rank, waited } => CollectiveError::PeerTimeout { call, rank, waited },
+            LinkError::Lost {
+                rank,
+                endpoint,
+                reason,
+            } => CollectiveError::PeerLost {
+                call,
+                rank,
+                endpoint,
+                reason,
+            },
+            LinkError::Aborted { rank, reason } => CollectiveError::Aborted { call, rank, reason },
+            LinkError::Transport { rank, reason } => CollectiveError::Transport { call, rank, reason },
+        }
+    }
+}

@@ -1,0 +1,318 @@
+//! The link trait the mesh algorithms run over, and its implementation on the
+//! Dealer/Router transports.
+
+use super::error::LinkError;
+use bytes::Bytes;
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+use switchyard_msg::{Addr, Kind, Msg, Target};
+use switchyard_transports::{
+    Dealer, DealerSocket, PeerId, RecvError, Router, RouterSocket, Socket, SocketOptions,
+};
+
+/// Names one message stream of one collective call: the call's sequence number
+/// (every rank numbers its calls alike) and a step within the call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Tag {
+    /// The call's sequence number on this communicator.
+    pub call: u64,
+    /// The algorithm's step within the call.
+    pub step: u32,
+}
+
+/// The step number reserved for abort notices.
+const ABORT_STEP: u32 = u32::MAX;
+
+/// What the mesh algorithms need from the network: ordered, tagged messages between
+/// ranks. Implementations move frames; they never look inside them.
+///
+/// Messages from one rank with one tag arrive in the order they were sent. A link
+/// never opens sockets on its own initiative after it is built.
+pub trait Link: Send {
+    /// This rank.
+    fn rank(&self) -> usize;
+
+    /// Number of ranks.
+    fn world_size(&self) -> usize;
+
+    /// Queues `frames` for rank `to`, waiting at most until `deadline` for room.
+    fn send(
+        &mut self,
+        to: usize,
+        tag: Tag,
+        frames: Vec<Bytes>,
+        deadline: Instant,
+    ) -> Result<(), LinkError>;
+
+    /// The next message from rank `from` with `tag`, waiting at most until
+    /// `deadline`. Messages with other tags that arrive meanwhile are kept for later.
+    /// An abort notice from any rank ends the wait with [`LinkError::Aborted`].
+    fn recv(&mut self, from: usize, tag: Tag, deadline: Instant) -> Result<Vec<Bytes>, LinkError>;
+
+    /// Tells every other rank, best effort and without blocking for long, that this
+    /// rank gave up on call `call` and why.
+    fn abort(&mut self, call: u64, reason: &str);
+}
+
+/// A [`Link`] over the transports: a Router bound at this rank's endpoint receives
+/// from everyone, and one Dealer per peer (identity `#RANK`) sends to that peer's
+/// Router. Works over every backend (`local://`, `inproc://`, `tcp://`, `mpi://`).
+///
+/// A peer that dies is noticed only by the deadline (ZeroMQ reconnects silently):
+/// its calls end in [`LinkError::Timeout`].
+#[derive(Debug)]
+pub struct SocketLink {
+    rank: usize,
+    size: usize,
+    router: RouterSocket,
+    dealers: Vec<Option<DealerSocket>>,
+    endpoints: Vec<String>,
+    peer_ranks: HashMap<PeerId, usize>,
+    pending: HashMap<(usize, Tag), VecDeque<Vec<Bytes>>>,
+    aborted: Option<(usize, String)>,
+}
+
+/// A [`SocketLink`] whose Router is bound but whose Dealers are not connected yet:
+/// hand [`BoundLink::endpoint`] to the other ranks, then [`BoundLink::connect`].
+#[derive(Debug)]
+pub struct BoundLink {
+    rank: usize,
+    size: usize,
+    router: RouterSocket,
+    options: SocketOptions,
+}
+
+impl BoundLink {
+    /// Binds rank `rank`'s Router at `endpoint` (a tcp port 0 picks a free port).
+    pub fn bind(
+        rank: usize,
+        size: usize,
+        endpoint: &str,
+        options: SocketOptions,
+    ) -> Result<BoundLink, LinkError> {
+        let router = RouterSocket::bind(endpoint, options.clone()).map_err(|e| {
+            LinkError::Transport {
+                rank,
+                reason: format!("bind {endpoint}: {e}"),
+            }
+        })?;
+        Ok(BoundLink {
+            rank,
+            size,
+            router,
+            options,
+        })
+    }
+
+    /// Where the other ranks reach this one.
+    pub fn endpoint(&self) -> &str {
+        self.router.endpoint()
+    }
+
+    /// Connects to every other rank's endpoint (`endpoints[r]` is rank `r`'s) and
+    /// waits until every other rank has connected here, for at most `timeout`.
+    pub fn connect(mut self, endpoints: &[String], timeout: Duration) -> Result<SocketLink, LinkError> {
+        if endpoints.len() != self.size {
+            return Err(LinkError::Transport {
+                rank: self.rank,
+                reason: format!(
+                    "{} endpoints for a world of {} ranks",
+                    endpoints.len(),
+                    self.size
+                ),
+            });
+        }
+        let (rank, size) = (self.rank, self.size);
+        let options = self
+            .options
+            .clone()
+            .with_identity(PeerId::from_index(rank as u64));
+        let mut options = options;
+        options.connect_timeout = timeout;
+        let targets = endpoints.to_vec();
+        // Connecting waits for the peer router's READY, which it sends only while its
+        // owner receives: connect from another thread while this one answers HELLOs.
+        let connector = std::thread::spawn(move || {
+            let mut dealers = Vec::with_capacity(size);
+            for (peer, endpoint) in targets.iter().enumerate() {
+                if peer == rank {
+                    dealers.push(None);
+                    continue;
+                }
+                let dealer = DealerSocket::connect(endpoint, options.clone()).map_err(|e| {
+                    LinkError::Lost {
+                        rank: peer,
+                        endpoint: endpoint.clone(),
+                        reason: e.to_string(),
+                    }
+                })?;
+                dealers.push(Some(dealer));
+            }
+            Ok::<_, LinkError>(dealers)
+        });
+        let awaited = self.router.await_peers(size - 1, timeout);
+        let dealers = connector.join().map_err(|_| LinkError::Transport {
+            rank,
+            reason: "the connecting thread panicked".into(),
+        })??;
+        awaited.map_err(|e| LinkError::Transport {
+            rank,
+            reason: format!("waiting for the other ranks to connect: {e}"),
+        })?;
+        Ok(SocketLink {
+            rank,
+            size,
+            router: self.router,
+            dealers,
+            endpoints: endpoints.to_vec(),
+            peer_ranks: HashMap::new(),
+            pending: HashMap::new(),
+            aborted: None,
+        })
+    }
+}
+
+impl SocketLink {
+    /// The rank behind a Router peer identity `#RANK`.
+    fn rank_of(&mut self, peer: &PeerId) -> Option<usize> {
+        if let Some(rank) = self.peer_ranks.get(peer) {
+            return Some(*rank);
+        }
+        let text = std::str::from_utf8(peer.as_bytes()).ok()?;
+        let rank: usize = text.strip_prefix('#')?.parse().ok()?;
+        if rank >= self.size || rank == self.rank {
+            return None;
+        }
+        self.peer_ranks.insert(peer.clone(), rank);
+        Some(rank)
+    }
+
+    fn message(&self, to: usize, tag: Tag, frames: Vec<Bytes>) -> Msg {
+        let header = switchyard_msg::Header::new(
+            Addr::stub(self.rank as u32),
+            Addr::stub(to as u32),
+            Kind::Collective,
+        );
+        Msg::from_parts(header, frames)
+            .with_seq(tag.call)
+            .with_target(Target::Param(tag.step))
+    }
+}
+
+impl Link for SocketLink {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.size
+    }
+
+    fn send(
+        &mut self,
+        to: usize,
+        tag: Tag,
+        frames: Vec<Bytes>,
+        deadline: Instant,
+    ) -> Result<(), LinkError> {
+        let msg = self.message(to, tag, frames);
+        let endpoint = self.endpoints.get(to).cloned().unwrap_or_default();
+        let Some(Some(dealer)) = self.dealers.get_mut(to) else {
+            return Err(LinkError::Transport {
+                rank: to,
+                reason: format!("no link to rank {to}"),
+            });
+        };
+        dealer.send_deadline(msg, deadline).map_err(|e| match e.kind {
+            switchyard_transports::SendErrorKind::Timeout => LinkError::Timeout {
+                rank: to,
+                waited: Duration::ZERO,
+            },
+            kind => LinkError::Lost {
+                rank: to,
+                endpoint,
+                reason: kind.to_string(),
+            },
+        })
+    }
+
+    fn recv(&mut self, from: usize, tag: Tag, deadline: Instant) -> Result<Vec<Bytes>, LinkError> {
+        let started = Instant::now();
+        loop {
+            if let Some((rank, reason)) = &self.aborted {
+                return Err(LinkError::Aborted {
+                    rank: *rank,
+                    reason: reason.clone(),
+                });
+            }
+            if let Some(queue) = self.pending.get_mut(&(from, tag)) {
+                if let Some(frames) = queue.pop_front() {
+                    if queue.is_empty() {
+                        self.pending.remove(&(from, tag));
+                    }
+                    return Ok(frames);
+                }
+            }
+            let (peer, msg) = match self.router.recv_from_deadline(Some(deadline)) {
+                Ok(received) => received,
+                Err(RecvError::Timeout) => {
+                    return Err(LinkError::Timeout {
+                        rank: from,
+                        waited: started.elapsed(),
+                    })
+                }
+                Err(e) => {
+                    return Err(LinkError::Transport {
+                        rank: from,
+                        reason: e.to_string(),
+                    })
+                }
+            };
+            let Some(sender) = self.rank_of(&peer) else {
+                tracing::warn!(%peer, "collective link: message from an unknown peer dropped");
+                continue;
+            };
+            let (header, frames) = msg.into_parts();
+            let step = match (header.kind, header.target) {
+                (Kind::Collective, Target::Param(step)) => step,
+                _ => {
+                    tracing::warn!(rank = sender, kind = ?header.kind,
+                        "collective link: a message that is not collective traffic dropped");
+                    continue;
+                }
+            };
+            if step == ABORT_STEP {
+                let reason = frames
+                    .first()
+                    .map(|f| String::from_utf8_lossy(f).into_owned())
+                    .unwrap_or_default();
+                self.aborted = Some((sender, reason));
+                continue;
+            }
+            let got = Tag {
+                call: header.seq,
+                step,
+            };
+            if sender == from && got == tag {
+                return Ok(frames);
+            }
+            self.pending.entry((sender, got)).or_default().push_back(frames);
+        }
+    }
+
+    fn abort(&mut self, call: u64, reason: &str) {
+        let tag = Tag {
+            call,
+            step: ABORT_STEP,
+        };
+        for to in 0..self.size {
+            if to == self.rank {
+                continue;
+            }
+            let msg = self.message(to, tag, vec![Bytes::copy_from_slice(reason.as_bytes())]);
+            if let Some(Some(dealer)) = self.dealers.get_mut(to) {
+                let _ = dealer.try_send(msg);
+            }
+        }
+    }
+}
