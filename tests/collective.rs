@@ -1,6 +1,7 @@
 //! The mesh engine's collectives against sequential references, with every rank a
 //! thread of this process (over in-process queues unless a test says otherwise).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
@@ -12,7 +13,12 @@ static JOB: AtomicUsize = AtomicUsize::new(0);
 fn endpoints(scheme: &str, n: usize) -> Vec<String> {
     let job = JOB.fetch_add(1, Ordering::Relaxed);
     (0..n)
-        .map(|r| format!("{scheme}://collective-test-{}-{job}-{r}", std::process::id()))
+        .map(|r| {
+            format!(
+                "{scheme}://collective-test-{}-{job}-{r}",
+                std::process::id()
+            )
+        })
         .collect()
 }
 
@@ -71,14 +77,20 @@ fn on_ranks_over<R: Send + 'static>(
             })
         })
         .collect();
-    handles
-        .into_iter()
+    let outcomes: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
+    let failures: Vec<String> = outcomes
+        .iter()
         .enumerate()
-        .map(|(rank, h)| match h.join() {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => panic!("rank {rank}: {e}"),
-            Err(_) => panic!("rank {rank} panicked"),
+        .filter_map(|(rank, outcome)| match outcome {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(format!("rank {rank}: {e}")),
+            Err(_) => Some(format!("rank {rank} panicked")),
         })
+        .collect();
+    assert!(failures.is_empty(), "{failures:#?}");
+    outcomes
+        .into_iter()
+        .filter_map(|outcome| outcome.ok().and_then(Result::ok))
         .collect()
 }
 
@@ -113,8 +125,18 @@ fn reference<T: Reducible + FromSmall>(n: usize, len: usize, op: ReduceOp) -> Ve
     acc
 }
 
-fn check_allreduce<T: Reducible + FromSmall + std::fmt::Debug>(n: usize, len: usize, options: CommOptions) {
-    for op in [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min, ReduceOp::BitOr] {
+fn check_allreduce<T: Reducible + FromSmall + std::fmt::Debug>(
+    n: usize,
+    len: usize,
+    options: CommOptions,
+) {
+    for op in [
+        ReduceOp::Sum,
+        ReduceOp::Prod,
+        ReduceOp::Max,
+        ReduceOp::Min,
+        ReduceOp::BitOr,
+    ] {
         if !T::supports(op) {
             continue;
         }
@@ -159,7 +181,10 @@ fn allreduce_every_op_and_dtype_small_buffers_take_recursive_doubling() {
 fn allreduce_every_op_and_dtype_large_buffers_take_the_ring() {
     // A tiny threshold and piece size send these lengths through the ring with many
     // pieces, blocks of unequal length, and (len < n) empty blocks.
-    let ring = options().with_ring_threshold(0).with_piece_bytes(16).with_window(3);
+    let ring = options()
+        .with_ring_threshold(0)
+        .with_piece_bytes(16)
+        .with_window(3);
     for n in [2, 3, 4, 5, 7] {
         for len in [1, 4, 7, 100, 1001] {
             check_every_dtype(n, len, ring.clone());
@@ -185,4 +210,319 @@ fn allreduce_over_zeromq_inproc_and_tcp() {
             assert_eq!(large, reference::<f32>(n, len, ReduceOp::Sum));
         }
     }
+}
+
+#[test]
+fn broadcast_slices_bytes_and_values_from_every_root() {
+    for n in [1, 2, 3, 5] {
+        for root in 0..n {
+            for (len, threshold) in [(0usize, 64 << 10), (1, 64 << 10), (37, 64 << 10), (1000, 0)] {
+                let results = on_ranks(
+                    n,
+                    options()
+                        .with_ring_threshold(threshold)
+                        .with_piece_bytes(64),
+                    move |comm| {
+                        let r = comm.rank();
+                        let mut slice: Vec<i64> =
+                            (0..len as i64).map(|i| i * 3 + r as i64 * 1000).collect();
+                        comm.broadcast(&mut slice, root)?;
+                        let mut bytes = vec![r as u8; r * len];
+                        comm.broadcast_bytes(&mut bytes, root)?;
+                        let mut value = (format!("from {r}"), vec![r; r]);
+                        comm.broadcast_value(&mut value, root)?;
+                        Ok((slice, bytes, value))
+                    },
+                );
+                for (slice, bytes, value) in results {
+                    let want: Vec<i64> = (0..len as i64)
+                        .map(|i| i * 3 + root as i64 * 1000)
+                        .collect();
+                    assert_eq!(slice, want, "n={n} root={root} len={len}");
+                    assert_eq!(bytes, vec![root as u8; root * len]);
+                    assert_eq!(value, (format!("from {root}"), vec![root; root]));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn allgather_equal_and_varied_sizes() {
+    for n in [1, 2, 3, 4, 7] {
+        for (m, piece) in [(0usize, 256 << 10), (1, 256 << 10), (9, 8)] {
+            let results = on_ranks(n, options().with_piece_bytes(piece), move |comm| {
+                let r = comm.rank();
+                let mine: Vec<u32> = (0..m as u32).map(|i| i + 100 * r as u32).collect();
+                let mut out = vec![0u32; n * m];
+                comm.allgather(&mine, &mut out)?;
+                let varied: Vec<f64> = (0..r * m + r % 2).map(|i| (i + r) as f64).collect();
+                let all = comm.allgather_varied(&varied)?;
+                Ok((out, all))
+            });
+            let want_equal: Vec<u32> = (0..n)
+                .flat_map(|r| (0..m as u32).map(move |i| i + 100 * r as u32))
+                .collect();
+            let want_varied: Vec<Vec<f64>> = (0..n)
+                .map(|r| (0..r * m + r % 2).map(|i| (i + r) as f64).collect())
+                .collect();
+            for (out, all) in results {
+                assert_eq!(out, want_equal, "n={n} m={m}");
+                assert_eq!(all, want_varied, "n={n} m={m}");
+            }
+        }
+    }
+}
+
+#[test]
+fn reduce_scatter_leaves_each_rank_its_reduced_block() {
+    for n in [1, 2, 3, 4, 5, 7] {
+        for len in [0, 1, 6, 50, 999] {
+            let results = on_ranks(n, options().with_piece_bytes(24), move |comm| {
+                let mut buf = input::<i32>(comm.rank(), len, ReduceOp::Sum);
+                let range = comm.reduce_scatter(&mut buf, ReduceOp::Sum)?;
+                Ok((range.clone(), buf[range].to_vec()))
+            });
+            let full = reference::<i32>(n, len, ReduceOp::Sum);
+            let mut covered = 0;
+            for (rank, (range, block)) in results.into_iter().enumerate() {
+                assert_eq!(range.start, covered, "rank {rank} n={n} len={len}");
+                assert_eq!(block, full[range.clone()], "rank {rank} n={n} len={len}");
+                covered = range.end;
+            }
+            assert_eq!(covered, len);
+        }
+    }
+}
+
+#[test]
+fn barrier_waits_for_every_rank() {
+    for n in [1, 2, 3, 5] {
+        let arrived = Arc::new(AtomicUsize::new(0));
+        let seen = arrived.clone();
+        let counts = on_ranks(n, options(), move |comm| {
+            if comm.rank() == n - 1 {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            seen.fetch_add(1, Ordering::SeqCst);
+            comm.barrier()?;
+            Ok(seen.load(Ordering::SeqCst))
+        });
+        assert!(counts.iter().all(|&c| c == n), "n={n}: {counts:?}");
+    }
+}
+
+/// Digit strings packed as `value * 16 + length`, combined by concatenation:
+/// associative, not commutative, so any order but rank order gives another number.
+fn concat(acc: &mut u64, next: &u64) {
+    let (a, la) = (*acc / 16, *acc % 16);
+    let (b, lb) = (*next / 16, *next % 16);
+    *acc = (a * 10u64.pow(lb as u32) + b) * 16 + la + lb;
+}
+
+#[test]
+fn user_reducers_combine_in_rank_order() {
+    for n in [1, 2, 3, 4, 5, 7] {
+        let results = on_ranks(n, options(), move |comm| {
+            let r = comm.rank() as u64;
+            let mut digits = [(r + 1) * 16 + 1, (9 - r) * 16 + 1];
+            comm.allreduce_with(&mut digits, concat)?;
+            let mut words = vec![format!("r{r}"), "x".repeat(r as usize)];
+            comm.allreduce_serde(&mut words, |acc, next| acc.push_str(next))?;
+            Ok((digits, words))
+        });
+        let forward: u64 = (0..n as u64).fold(0, |acc, r| acc * 10 + r + 1);
+        let backward: u64 = (0..n as u64).fold(0, |acc, r| acc * 10 + 9 - r);
+        let joined: String = (0..n).map(|r| format!("r{r}")).collect();
+        let xs: String = (0..n).map(|r| "x".repeat(r)).collect();
+        for (digits, words) in results {
+            assert_eq!(digits, [forward * 16 + n as u64, backward * 16 + n as u64]);
+            assert_eq!(words, [joined.clone(), xs.clone()]);
+        }
+    }
+}
+
+#[test]
+fn lazy_prepare_runs_before_the_reduction() {
+    let results = on_ranks(3, options(), |comm| {
+        let r = comm.rank();
+        let mut calls = 0;
+        let mut buf = vec![0.0f64; 4];
+        comm.allreduce_lazy(&mut buf, ReduceOp::Max, |b| {
+            calls += 1;
+            b.fill(r as f64);
+        })?;
+        Ok((calls, buf))
+    });
+    for (calls, buf) in results {
+        assert_eq!(calls, 1);
+        assert_eq!(buf, [2.0; 4]);
+    }
+}
+
+#[test]
+fn a_buffer_larger_than_64_mib() {
+    // 17 Mi f32 = 68 MiB per rank, through the ring with default pieces.
+    let len = 17 << 20;
+    let results = on_ranks(
+        3,
+        options().with_timeout(Duration::from_secs(120)),
+        move |comm| {
+            let r = comm.rank() as f32;
+            let mut buf: Vec<f32> = (0..len).map(|i| (i % 1000) as f32 + r).collect();
+            comm.allreduce(&mut buf, ReduceOp::Sum)?;
+            let wrong = (0..len)
+                .filter(|&i| buf[i] != 3.0 * (i % 1000) as f32 + 3.0)
+                .count();
+            Ok(wrong)
+        },
+    );
+    assert_eq!(results, [0, 0, 0]);
+}
+
+/// Runs `body` on `n` ranks and returns each rank's result, errors included.
+fn outcomes<R: Send + 'static>(
+    n: usize,
+    options: CommOptions,
+    body: impl Fn(&mut Communicator) -> Result<R, CollectiveError> + Send + Sync + 'static,
+) -> Vec<Result<R, CollectiveError>> {
+    on_ranks(n, options, move |comm| Ok(body(comm)))
+}
+
+#[test]
+fn mismatched_lengths_are_an_error_naming_the_rank_not_a_hang() {
+    let started = std::time::Instant::now();
+    let results = outcomes(4, options(), |comm| {
+        let len = if comm.rank() == 2 { 9 } else { 8 };
+        let mut buf = vec![1.0f32; len];
+        comm.allreduce(&mut buf, ReduceOp::Sum)
+    });
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let text: Vec<String> = results.iter().map(|r| format!("{r:?}")).collect();
+    assert!(results.iter().all(Result::is_err), "{text:#?}");
+    // Someone must have seen rank 2's 9 elements (or rank 2 someone's 8) and said so.
+    assert!(
+        results.iter().any(|r| matches!(
+            r,
+            Err(CollectiveError::SizeMismatch {
+                rank: 2,
+                ours: 8,
+                theirs: 9,
+                ..
+            }) | Err(CollectiveError::SizeMismatch {
+                me: 2,
+                ours: 9,
+                theirs: 8,
+                ..
+            })
+        )),
+        "{text:#?}"
+    );
+    for r in &results {
+        assert!(
+            r.as_ref()
+                .unwrap_err()
+                .to_string()
+                .starts_with("allreduce: "),
+            "{text:#?}"
+        );
+    }
+}
+
+#[test]
+fn different_operations_or_roots_are_an_error() {
+    let results = outcomes(2, options(), |comm| {
+        let op = if comm.rank() == 0 {
+            ReduceOp::Sum
+        } else {
+            ReduceOp::Max
+        };
+        let mut buf = [1u32; 3];
+        comm.allreduce(&mut buf, op)
+    });
+    assert!(
+        results.iter().all(|r| matches!(
+            r,
+            Err(CollectiveError::CallMismatch { .. }) | Err(CollectiveError::Aborted { .. })
+        )),
+        "{results:?}"
+    );
+    // A rank that receives from a rank with another root notices; one that only
+    // sends cannot (documented on Communicator::broadcast).
+    // Here rank 2 waits for rank 1, which never sends: the deadline ends it.
+    let started = std::time::Instant::now();
+    let results = outcomes(3, options().with_timeout(Duration::from_secs(1)), |comm| {
+        let mut buf = [0u8; 4];
+        let root = if comm.rank() == 2 { 1 } else { 0 };
+        comm.broadcast(&mut buf, root)
+    });
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(
+        matches!(
+            results[2],
+            Err(CollectiveError::PeerTimeout { rank: 1, .. })
+        ),
+        "{results:?}"
+    );
+}
+
+#[test]
+fn a_silent_peer_is_a_timeout_naming_it() {
+    let timeout = Duration::from_millis(500);
+    let results = outcomes(3, options().with_timeout(timeout), move |comm| {
+        let mut buf = [1i64; 4];
+        if comm.rank() == 1 {
+            // Rank 1 is alive but never calls (a hung peer).
+            std::thread::sleep(timeout * 3);
+            return Ok(());
+        }
+        comm.allreduce(&mut buf, ReduceOp::Sum)
+    });
+    for rank in [0, 2] {
+        match &results[rank] {
+            Err(CollectiveError::PeerTimeout {
+                rank: 1, waited, ..
+            }) => {
+                assert!(
+                    *waited >= timeout && *waited < timeout * 2 + Duration::from_secs(1),
+                    "{waited:?}"
+                )
+            }
+            Err(CollectiveError::Aborted { .. }) => {}
+            other => panic!("rank {rank}: {other:?}"),
+        }
+    }
+    assert!(
+        results
+            .iter()
+            .any(|r| matches!(r, Err(CollectiveError::PeerTimeout { rank: 1, .. }))),
+        "{results:?}"
+    );
+}
+
+#[test]
+fn arguments_no_rank_could_use_are_refused_before_any_traffic() {
+    let mut comm = Communicator::solo();
+    assert_eq!(comm.world_size(), 1);
+    assert!(!comm.is_distributed());
+    assert!(!comm.processor_name().is_empty());
+    let mut floats = [1.0f32];
+    let err = comm.allreduce(&mut floats, ReduceOp::BitOr).unwrap_err();
+    assert!(
+        matches!(err, CollectiveError::InvalidArgument { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("BitOr"), "{err}");
+    let err = comm.broadcast(&mut floats, 1).unwrap_err();
+    assert!(
+        err.to_string().contains("root 1 is outside a world of 1"),
+        "{err}"
+    );
+    let mut out = [0.0f32; 3];
+    let err = comm.allgather(&floats, &mut out).unwrap_err();
+    assert!(err.to_string().contains("out holds 3 elements"), "{err}");
 }

@@ -130,6 +130,7 @@ impl BoundLink {
         let mut options = options;
         options.connect_timeout = timeout;
         let targets = endpoints.to_vec();
+        let deadline = Instant::now() + timeout;
         // Connecting waits for the peer router's READY, which it sends only while its
         // owner receives: connect from another thread while this one answers HELLOs.
         let connector = std::thread::spawn(move || {
@@ -139,14 +140,7 @@ impl BoundLink {
                     dealers.push(None);
                     continue;
                 }
-                let dealer = DealerSocket::connect(endpoint, options.clone()).map_err(|e| {
-                    LinkError::Lost {
-                        rank: peer,
-                        endpoint: endpoint.clone(),
-                        reason: e.to_string(),
-                    }
-                })?;
-                dealers.push(Some(dealer));
+                dealers.push(Some(connect_until(peer, endpoint, &options, deadline)?));
             }
             Ok::<_, LinkError>(dealers)
         });
@@ -169,6 +163,36 @@ impl BoundLink {
             pending: HashMap::new(),
             aborted: None,
         })
+    }
+}
+
+/// Connects a Dealer to `endpoint`, retrying until `deadline`: ranks start in any
+/// order, so a peer's endpoint may not be bound yet (the `local` and `inproc`
+/// backends refuse at once where tcp would retry by itself).
+fn connect_until(
+    peer: usize,
+    endpoint: &str,
+    options: &SocketOptions,
+    deadline: Instant,
+) -> Result<DealerSocket, LinkError> {
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let mut attempt = options.clone();
+        attempt.connect_timeout = deadline.saturating_duration_since(Instant::now());
+        match DealerSocket::connect(endpoint, attempt) {
+            Ok(dealer) => return Ok(dealer),
+            Err(e) if Instant::now() + pause >= deadline => {
+                return Err(LinkError::Lost {
+                    rank: peer,
+                    endpoint: endpoint.to_string(),
+                    reason: e.to_string(),
+                })
+            }
+            Err(_) => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
+        }
     }
 }
 

@@ -125,7 +125,18 @@ impl MeshBuilder {
             .link
             .connect(endpoints, self.options.timeout)
             .map_err(|e| e.during(Call::Setup))?;
-        Ok(Communicator::over_link(Box::new(link), self.options))
+        let mut comm = Communicator::over_link(Box::new(link), self.options);
+        // Until every rank is connected both ways, none may start (and possibly finish
+        // and leave) its first call: a router counts only live peers.
+        comm.barrier().map_err(|e| match e {
+            CollectiveError::PeerTimeout { rank, waited, .. } => CollectiveError::PeerTimeout {
+                call: Call::Setup,
+                rank,
+                waited,
+            },
+            other => other,
+        })?;
+        Ok(comm)
     }
 }
 
@@ -569,6 +580,12 @@ impl Communicator {
     }
 
     /// Copies `buf` from rank `root` into every rank's `buf` (all of the same length).
+    ///
+    /// Every message carries the root and the length, so a rank that receives from a
+    /// rank that named another root, or passed another length, fails with
+    /// [`CollectiveError::CallMismatch`] or [`CollectiveError::SizeMismatch`]. A rank
+    /// that only sends in the tree (a root, or a leaf's sender) cannot notice; as in
+    /// MPI, passing different roots is the program's error.
     pub fn broadcast<T: Element>(&mut self, buf: &mut [T], root: usize) -> Result<(), CollectiveError> {
         self.check_root(Call::Broadcast, root)?;
         let sig = Signature {
