@@ -52,6 +52,17 @@ pub trait Link: Send {
     /// Tells every other rank, best effort and without blocking for long, that this
     /// rank gave up on call `call` and why.
     fn abort(&mut self, call: u64, reason: &str);
+
+    /// A buffer of `len` bytes for a frame about to be filled and sent. Links that
+    /// recycle memory hand back one that was used before.
+    fn buffer(&mut self, len: usize) -> Vec<u8> {
+        vec![0; len]
+    }
+
+    /// Gives a frame this rank is done with back to the link for reuse.
+    fn recycle(&mut self, frame: Bytes) {
+        drop(frame);
+    }
 }
 
 /// A [`Link`] over the transports: a Router bound at this rank's endpoint receives
@@ -90,12 +101,11 @@ impl BoundLink {
         endpoint: &str,
         options: SocketOptions,
     ) -> Result<BoundLink, LinkError> {
-        let router = RouterSocket::bind(endpoint, options.clone()).map_err(|e| {
-            LinkError::Transport {
+        let router =
+            RouterSocket::bind(endpoint, options.clone()).map_err(|e| LinkError::Transport {
                 rank,
                 reason: format!("bind {endpoint}: {e}"),
-            }
-        })?;
+            })?;
         Ok(BoundLink {
             rank,
             size,
@@ -111,7 +121,11 @@ impl BoundLink {
 
     /// Connects to every other rank's endpoint (`endpoints[r]` is rank `r`'s) and
     /// waits until every other rank has connected here, for at most `timeout`.
-    pub fn connect(mut self, endpoints: &[String], timeout: Duration) -> Result<SocketLink, LinkError> {
+    pub fn connect(
+        mut self,
+        endpoints: &[String],
+        timeout: Duration,
+    ) -> Result<SocketLink, LinkError> {
         if endpoints.len() != self.size {
             return Err(LinkError::Transport {
                 rank: self.rank,
@@ -223,6 +237,24 @@ impl SocketLink {
     }
 }
 
+impl SocketLink {
+    /// Reads whatever the Router holds without waiting, keeping data messages for
+    /// later, and fails if some rank sent an abort notice.
+    pub(crate) fn check_aborts(&mut self) -> Result<(), LinkError> {
+        let past = Instant::now();
+        // A tag no collective uses: every message read is filed as pending.
+        let nothing = Tag {
+            call: u64::MAX,
+            step: 0,
+        };
+        match self.recv(self.rank, nothing, past) {
+            Err(LinkError::Timeout { .. }) => Ok(()),
+            Err(e) => Err(e),
+            Ok(_) => Ok(()),
+        }
+    }
+}
+
 impl Link for SocketLink {
     fn rank(&self) -> usize {
         self.rank
@@ -247,17 +279,19 @@ impl Link for SocketLink {
                 reason: format!("no link to rank {to}"),
             });
         };
-        dealer.send_deadline(msg, deadline).map_err(|e| match e.kind {
-            switchyard_transports::SendErrorKind::Timeout => LinkError::Timeout {
-                rank: to,
-                waited: Duration::ZERO,
-            },
-            kind => LinkError::Lost {
-                rank: to,
-                endpoint,
-                reason: kind.to_string(),
-            },
-        })
+        dealer
+            .send_deadline(msg, deadline)
+            .map_err(|e| match e.kind {
+                switchyard_transports::SendErrorKind::Timeout => LinkError::Timeout {
+                    rank: to,
+                    waited: Duration::ZERO,
+                },
+                kind => LinkError::Lost {
+                    rank: to,
+                    endpoint,
+                    reason: kind.to_string(),
+                },
+            })
     }
 
     fn recv(&mut self, from: usize, tag: Tag, deadline: Instant) -> Result<Vec<Bytes>, LinkError> {
@@ -320,7 +354,10 @@ impl Link for SocketLink {
             if sender == from && got == tag {
                 return Ok(frames);
             }
-            self.pending.entry((sender, got)).or_default().push_back(frames);
+            self.pending
+                .entry((sender, got))
+                .or_default()
+                .push_back(frames);
         }
     }
 

@@ -49,11 +49,13 @@ mod link;
 #[cfg(feature = "mpi")]
 mod mpi_engine;
 mod options;
+mod stream_link;
 
 pub use element::{DType, ReduceOp, Reducible};
 pub use error::{Call, CollectiveError, LinkError};
 pub use link::{BoundLink, Link, SocketLink, Tag};
-pub use options::{CommOptions, ENV_RING_THRESHOLD, ENV_TIMEOUT};
+pub use options::{CommOptions, DataPath, ENV_DATA_PATH, ENV_RING_THRESHOLD, ENV_TIMEOUT};
+pub use stream_link::StreamLink;
 
 use crate::launch::{Bootstrap, Rendezvous};
 use algo::{doubling, ring, split, tree, Round, Signature};
@@ -121,11 +123,25 @@ impl MeshBuilder {
     /// Connects to every rank's endpoint (`endpoints[r]` is rank `r`'s), waiting at
     /// most [`CommOptions::timeout`] for all of them.
     pub fn connect(self, endpoints: &[String]) -> Result<Communicator, CollectiveError> {
+        let tcp_host = tcp_host(self.link.endpoint());
         let link = self
             .link
             .connect(endpoints, self.options.timeout)
             .map_err(|e| e.during(Call::Setup))?;
-        let mut comm = Communicator::over_link(Box::new(link), self.options);
+        let link: Box<dyn Link> = match tcp_host {
+            Some(host) if self.options.data_path == DataPath::Tcp => Box::new(
+                StreamLink::connect(
+                    link,
+                    &host,
+                    self.options.timeout,
+                    self.options.socket.limits.max_frame_bytes,
+                    self.options.spin,
+                )
+                .map_err(|e| e.during(Call::Setup))?,
+            ),
+            _ => Box::new(link),
+        };
+        let mut comm = Communicator::over_link(link, self.options);
         // Until every rank is connected both ways, none may start (and possibly finish
         // and leave) its first call: a router counts only live peers.
         comm.barrier().map_err(|e| match e {
@@ -138,6 +154,18 @@ impl MeshBuilder {
         })?;
         Ok(comm)
     }
+}
+
+/// The host of a `tcp://host:port` endpoint, where the TCP data path listens too.
+fn tcp_host(endpoint: &str) -> Option<String> {
+    let rest = endpoint.strip_prefix("tcp://")?;
+    let (host, _port) = rest.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Some(if host == "*" {
+        "0.0.0.0".into()
+    } else {
+        host.to_string()
+    })
 }
 
 fn this_host() -> String {
@@ -208,10 +236,12 @@ impl Communicator {
                 ..Communicator::solo()
             });
         }
-        let endpoint = endpoints.get(rank).ok_or_else(|| CollectiveError::InvalidArgument {
-            call: Call::Setup,
-            reason: format!("rank {rank} has no endpoint among {}", endpoints.len()),
-        })?;
+        let endpoint = endpoints
+            .get(rank)
+            .ok_or_else(|| CollectiveError::InvalidArgument {
+                call: Call::Setup,
+                reason: format!("rank {rank} has no endpoint among {}", endpoints.len()),
+            })?;
         Communicator::bind_mesh(rank, endpoints.len(), endpoint, options)?.connect(endpoints)
     }
 
@@ -231,8 +261,11 @@ impl Communicator {
                 #[cfg(feature = "mpi")]
                 return Communicator::mpi(options);
                 #[cfg(not(feature = "mpi"))]
-                return Err(setup("started by mpirun, but this build has no MPI engine: \
-                                  rebuild with `--features mpi`".into()));
+                return Err(setup(
+                    "started by mpirun, but this build has no MPI engine: \
+                                  rebuild with `--features mpi`"
+                        .into(),
+                ));
             }
             Rendezvous::Launcher(_) => {
                 let (rank, size) = (boot.rank as usize, boot.world_size as usize);
@@ -255,7 +288,11 @@ impl Communicator {
     /// [`from_bootstrap`](Communicator::from_bootstrap); a process started by hand is
     /// a world of one. Options come from [`CommOptions::from_env`].
     pub fn from_env() -> Result<Communicator, CollectiveError> {
-        let options = CommOptions::from_env();
+        Communicator::from_env_with(CommOptions::from_env())
+    }
+
+    /// [`from_env`](Communicator::from_env) with the given options.
+    pub fn from_env_with(options: CommOptions) -> Result<Communicator, CollectiveError> {
         match Bootstrap::from_env() {
             Ok(Some(boot)) => Communicator::from_bootstrap(&boot, options),
             Ok(None) => Ok(Communicator {
@@ -364,7 +401,11 @@ impl Communicator {
     /// assert_eq!(counts, [3, 4]);
     /// # Ok::<(), switchyard::collective::CollectiveError>(())
     /// ```
-    pub fn allreduce<T: Reducible>(&mut self, buf: &mut [T], op: ReduceOp) -> Result<(), CollectiveError> {
+    pub fn allreduce<T: Reducible>(
+        &mut self,
+        buf: &mut [T],
+        op: ReduceOp,
+    ) -> Result<(), CollectiveError> {
         if !T::supports(op) {
             return Err(CollectiveError::InvalidArgument {
                 call: Call::Allreduce,
@@ -447,11 +488,12 @@ impl Communicator {
         let len = buf.len();
         let encode = |v: &Vec<T>| Ok(payload::frame_from_slice(v));
         let decode = |frame: Bytes, from: usize| -> Result<Vec<T>, CollectiveError> {
-            let values = payload::frame_to_vec::<T>(&frame).map_err(|e| CollectiveError::Malformed {
-                call,
-                rank: from,
-                reason: e.to_string(),
-            })?;
+            let values =
+                payload::frame_to_vec::<T>(&frame).map_err(|e| CollectiveError::Malformed {
+                    call,
+                    rank: from,
+                    reason: e.to_string(),
+                })?;
             if values.len() != len {
                 return Err(CollectiveError::SizeMismatch {
                     call,
@@ -463,16 +505,27 @@ impl Communicator {
             }
             Ok(values)
         };
-        let reduced = self.ordered_reduce(buf.to_vec(), len as u64, size_of::<T>() as u8, &encode, &decode, &combine)?;
+        let reduced = self.ordered_reduce(
+            buf.to_vec(),
+            len as u64,
+            size_of::<T>() as u8,
+            &encode,
+            &decode,
+            &combine,
+        )?;
         if let Some(result) = reduced {
             buf.copy_from_slice(&result);
         }
-        self.broadcast_elements(buf, 0, Signature {
-            call,
-            op: USER_OP,
-            dtype: size_of::<T>() as u8,
-            root: 0,
-        })
+        self.broadcast_elements(
+            buf,
+            0,
+            Signature {
+                call,
+                op: USER_OP,
+                dtype: size_of::<T>() as u8,
+                root: 0,
+            },
+        )
     }
 
     /// Allreduce of structured values with a user function, like rabit's
@@ -488,17 +541,21 @@ impl Communicator {
         let limit = self.options.socket.limits.max_frame_bytes;
         let len = values.len();
         let encode = |v: &Vec<Bytes>| -> Result<Bytes, CollectiveError> { Ok(v[0].clone()) };
-        let decode = |frame: Bytes, _from: usize| -> Result<Vec<Bytes>, CollectiveError> { Ok(vec![frame]) };
+        let decode =
+            |frame: Bytes, _from: usize| -> Result<Vec<Bytes>, CollectiveError> { Ok(vec![frame]) };
         // Values are combined decoded; the tree moves them encoded.
-        let mine = payload::frame_from_value(&*values).map_err(|e| CollectiveError::InvalidArgument {
-            call,
-            reason: format!("cannot encode the values: {e}"),
-        })?;
+        let mine =
+            payload::frame_from_value(&*values).map_err(|e| CollectiveError::InvalidArgument {
+                call,
+                reason: format!("cannot encode the values: {e}"),
+            })?;
         let failure = std::cell::RefCell::new(None);
         let combine = |acc: &mut Vec<Bytes>, next: Vec<Bytes>| {
             let decoded: Result<(Vec<T>, Vec<T>), String> = (|| {
-                let a = payload::frame_to_value::<Vec<T>>(&acc[0], limit).map_err(|e| e.to_string())?;
-                let b = payload::frame_to_value::<Vec<T>>(&next[0], limit).map_err(|e| e.to_string())?;
+                let a =
+                    payload::frame_to_value::<Vec<T>>(&acc[0], limit).map_err(|e| e.to_string())?;
+                let b = payload::frame_to_value::<Vec<T>>(&next[0], limit)
+                    .map_err(|e| e.to_string())?;
                 Ok((a, b))
             })();
             match decoded {
@@ -519,15 +576,20 @@ impl Communicator {
         };
         let reduced = self.ordered_reduce(vec![mine], len as u64, 0, &encode, &decode, &combine)?;
         if let Some(reason) = failure.into_inner() {
-            return Err(CollectiveError::Malformed { call, rank: self.rank, reason });
+            return Err(CollectiveError::Malformed {
+                call,
+                rank: self.rank,
+                reason,
+            });
         }
         let mut bytes = reduced.map(|v| v[0].to_vec()).unwrap_or_default();
         self.broadcast_bytes(&mut bytes, 0)?;
-        let result: Vec<T> = payload::frame_to_value(&bytes, limit).map_err(|e| CollectiveError::Malformed {
-            call,
-            rank: 0,
-            reason: e.to_string(),
-        })?;
+        let result: Vec<T> =
+            payload::frame_to_value(&bytes, limit).map_err(|e| CollectiveError::Malformed {
+                call,
+                rank: 0,
+                reason: e.to_string(),
+            })?;
         if result.len() != len {
             return Err(CollectiveError::SizeMismatch {
                 call,
@@ -586,7 +648,11 @@ impl Communicator {
     /// [`CollectiveError::CallMismatch`] or [`CollectiveError::SizeMismatch`]. A rank
     /// that only sends in the tree (a root, or a leaf's sender) cannot notice; as in
     /// MPI, passing different roots is the program's error.
-    pub fn broadcast<T: Element>(&mut self, buf: &mut [T], root: usize) -> Result<(), CollectiveError> {
+    pub fn broadcast<T: Element>(
+        &mut self,
+        buf: &mut [T],
+        root: usize,
+    ) -> Result<(), CollectiveError> {
         self.check_root(Call::Broadcast, root)?;
         let sig = Signature {
             call: Call::Broadcast,
@@ -617,10 +683,12 @@ impl Communicator {
                     let frame = (me == root).then(|| payload::frame_from_slice(buf));
                     let data = tree::broadcast_frame(round, root, frame)?;
                     if me != root {
-                        payload::frame_copy_into(&data, buf).map_err(|e| CollectiveError::Malformed {
-                            call: sig.call,
-                            rank: root,
-                            reason: e.to_string(),
+                        payload::frame_copy_into(&data, buf).map_err(|e| {
+                            CollectiveError::Malformed {
+                                call: sig.call,
+                                rank: root,
+                                reason: e.to_string(),
+                            }
                         })?;
                     }
                     Ok(())
@@ -631,7 +699,11 @@ impl Communicator {
 
     /// Copies rank `root`'s byte buffer to every rank, resizing the others' to fit
     /// (like rabit's `Broadcast(std::string*, root)`).
-    pub fn broadcast_bytes(&mut self, buf: &mut Vec<u8>, root: usize) -> Result<(), CollectiveError> {
+    pub fn broadcast_bytes(
+        &mut self,
+        buf: &mut Vec<u8>,
+        root: usize,
+    ) -> Result<(), CollectiveError> {
         self.check_root(Call::Broadcast, root)?;
         let mut len = [buf.len() as u64];
         let sig = Signature {
@@ -681,12 +753,20 @@ impl Communicator {
 
     /// Gathers every rank's `mine` (all of one length) into `out`, in rank order:
     /// `out` must hold `world_size() * mine.len()` elements.
-    pub fn allgather<T: Element>(&mut self, mine: &[T], out: &mut [T]) -> Result<(), CollectiveError> {
+    pub fn allgather<T: Element>(
+        &mut self,
+        mine: &[T],
+        out: &mut [T],
+    ) -> Result<(), CollectiveError> {
         let (n, r, m) = (self.size, self.rank, mine.len());
         if out.len() != n * m {
             return Err(CollectiveError::InvalidArgument {
                 call: Call::Allgather,
-                reason: format!("out holds {} elements, {n} ranks x {m} need {}", out.len(), n * m),
+                reason: format!(
+                    "out holds {} elements, {n} ranks x {m} need {}",
+                    out.len(),
+                    n * m
+                ),
             });
         }
         out[r * m..(r + 1) * m].copy_from_slice(mine);
@@ -695,7 +775,10 @@ impl Communicator {
     }
 
     /// Gathers every rank's `mine`, whatever its length; returns them in rank order.
-    pub fn allgather_varied<T: Element>(&mut self, mine: &[T]) -> Result<Vec<Vec<T>>, CollectiveError> {
+    pub fn allgather_varied<T: Element>(
+        &mut self,
+        mine: &[T],
+    ) -> Result<Vec<Vec<T>>, CollectiveError> {
         let n = self.size;
         let mut lens = vec![0u64; n];
         self.allgather(&[mine.len() as u64], &mut lens)?;
@@ -709,7 +792,11 @@ impl Communicator {
         let mut out = vec![<T as bytemuck::Zeroable>::zeroed(); total];
         out[starts[self.rank]..starts[self.rank + 1]].copy_from_slice(mine);
         let blocks: Vec<Range<usize>> = (0..n).map(|i| starts[i]..starts[i + 1]).collect();
-        self.gather_blocks(&mut out, blocks.clone(), out_len_signature::<T>(Call::Allgather))?;
+        self.gather_blocks(
+            &mut out,
+            blocks.clone(),
+            out_len_signature::<T>(Call::Allgather),
+        )?;
         Ok(blocks.into_iter().map(|b| out[b].to_vec()).collect())
     }
 
@@ -725,12 +812,19 @@ impl Communicator {
             #[cfg(feature = "mpi")]
             Engine::Mpi(mpi) => {
                 let size = size_of::<T>();
-                let byte_blocks = blocks.iter().map(|b| b.start * size..b.end * size).collect();
+                let byte_blocks = blocks
+                    .iter()
+                    .map(|b| b.start * size..b.end * size)
+                    .collect();
                 mpi.allgather(bytemuck_bytes_mut(out), byte_blocks)
             }
             Engine::Mesh(_) => {
                 let options = self.options.clone();
-                let plan = ring::RingPlan::with_blocks::<T>(blocks, options.piece_bytes, options.effective_window());
+                let plan = ring::RingPlan::with_blocks::<T>(
+                    blocks,
+                    options.piece_bytes,
+                    options.effective_window(),
+                );
                 self.on_mesh(sig, out.len() as u64, |round| {
                     ring::run(round, out, &plan, ring::Phase::Allgather, &|_, _| {})
                 })
@@ -765,13 +859,20 @@ impl Communicator {
             Engine::Solo => Ok(mine),
             #[cfg(feature = "mpi")]
             Engine::Mpi(mpi) => {
-                let counts = (0..n).map(|i| split(buf.len(), n, i).len()).collect::<Vec<_>>();
+                let counts = (0..n)
+                    .map(|i| split(buf.len(), n, i).len())
+                    .collect::<Vec<_>>();
                 mpi.reduce_scatter(buf, op, &counts)?;
                 Ok(mine)
             }
             Engine::Mesh(_) => {
                 let options = self.options.clone();
-                let plan = ring::RingPlan::even::<T>(buf.len(), n, options.piece_bytes, options.effective_window());
+                let plan = ring::RingPlan::even::<T>(
+                    buf.len(),
+                    n,
+                    options.piece_bytes,
+                    options.effective_window(),
+                );
                 let reduce = move |acc: &mut [T], other: &[T]| T::reduce_into(op, acc, other);
                 self.on_mesh(sig, buf.len() as u64, |round| {
                     ring::run(round, buf, &plan, ring::Phase::ReduceScatter, &reduce)

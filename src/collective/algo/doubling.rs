@@ -9,7 +9,7 @@
 //! result back. Both partners of an exchange combine the same two values, so every
 //! rank ends with bit-identical results even in floating point.
 
-use super::{frame_of, Round};
+use super::Round;
 use crate::collective::error::CollectiveError;
 use switchyard_msg::payload::Element;
 
@@ -32,7 +32,8 @@ pub(crate) fn allreduce<T: Element>(
     const UNFOLD: u32 = 63;
     let folded_rank = if r < 2 * extra {
         if r % 2 == 0 {
-            round.send(r + 1, FOLD, 0, frame_of(buf))?;
+            let frame = round.frame_of(buf);
+            round.send(r + 1, FOLD, 0, frame)?;
             None
         } else {
             round.recv_elements::<T>(r - 1, FOLD, 0, len, |theirs, _| reduce(buf, theirs))?;
@@ -53,13 +54,15 @@ pub(crate) fn allreduce<T: Element>(
         let mut step = 1;
         while mask < p {
             let partner = actual(me ^ mask);
-            round.send(partner, step, 0, frame_of(buf))?;
+            let frame = round.frame_of(buf);
+            round.send(partner, step, 0, frame)?;
             round.recv_elements::<T>(partner, step, 0, len, |theirs, _| reduce(buf, theirs))?;
             mask <<= 1;
             step += 1;
         }
         if r < 2 * extra {
-            round.send(r - 1, UNFOLD, 0, frame_of(buf))?;
+            let frame = round.frame_of(buf);
+            round.send(r - 1, UNFOLD, 0, frame)?;
         }
     } else {
         round.recv_elements::<T>(r + 1, UNFOLD, 0, len, |theirs, _| buf.copy_from_slice(theirs))?;

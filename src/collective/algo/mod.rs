@@ -182,7 +182,16 @@ impl Round<'_> {
                 use_it(&copied, &frame);
             }
         }
+        self.link.recycle(frame);
         Ok(())
+    }
+
+    /// A frame holding a copy of `values`, in memory the link may have recycled.
+    pub(crate) fn frame_of<T: Element>(&mut self, values: &[T]) -> Bytes {
+        let bytes: &[u8] = bytemuck::cast_slice(values);
+        let mut buffer = self.link.buffer(bytes.len());
+        buffer.copy_from_slice(bytes);
+        Bytes::from(buffer)
     }
 }
 
@@ -194,11 +203,6 @@ pub(crate) fn split(len: usize, parts: usize, index: usize) -> Range<usize> {
     let start = index * base + index.min(extra);
     let end = start + base + usize::from(index < extra);
     start..end
-}
-
-/// A frame holding a copy of `values`.
-pub(crate) fn frame_of<T: Element>(values: &[T]) -> Bytes {
-    payload::frame_from_slice(values)
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 //! ahead of what it received, so no send waits on a full queue while its receiver
 //! waits on it.
 
-use super::{frame_of, split, Round};
+use super::{split, Round};
 use crate::collective::error::CollectiveError;
 use bytes::Bytes;
 use std::collections::VecDeque;
@@ -106,7 +106,10 @@ pub(crate) fn run<T: Element>(
      -> Result<(), CollectiveError> {
         let range = plan.piece(send_block(g), j);
         let offset = range.start as u64;
-        let frame = forward.unwrap_or_else(|| frame_of(&buf[range]));
+        let frame = match forward {
+            Some(frame) => frame,
+            None => round.frame_of(&buf[range]),
+        };
         round.send(next, g as u32, offset, frame)
     };
     for g in first..last {

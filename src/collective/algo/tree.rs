@@ -1,7 +1,7 @@
 //! Binomial trees (order-preserving reduce, broadcast) and the pipelined chain
 //! broadcast for large buffers.
 
-use super::{frame_of, split, Round};
+use super::{split, Round};
 use crate::collective::error::CollectiveError;
 use bytes::Bytes;
 use switchyard_msg::payload::Element;
@@ -89,7 +89,7 @@ pub(crate) fn broadcast_chain<T: Element>(
         let range = split(buf.len(), pieces, j);
         let offset = range.start as u64;
         let frame = if relative == 0 {
-            frame_of(&buf[range])
+            round.frame_of(&buf[range])
         } else {
             let target = &mut buf[range.clone()];
             let mut forward = Bytes::new();

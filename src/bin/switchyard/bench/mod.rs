@@ -6,6 +6,8 @@
 // reporting code, unused until a suite that needs no zmq exists.
 #![cfg_attr(not(feature = "zmq"), allow(dead_code, unused_imports))]
 
+mod chart;
+mod collective;
 #[cfg(feature = "mpi")]
 mod mpi;
 mod report;
@@ -46,6 +48,14 @@ pub(crate) enum Suite {
     /// raw MPI_Send/MPI_Recv in the same job. Starts `mpirun -np 2` itself unless it
     /// already runs under an MPI launcher. Needs the `mpi` feature.
     Mpi(Common),
+    /// Allreduce (f32 sum) through the mesh engine beside MPI_Allreduce with MPI's
+    /// defaults and restricted to TCP: nccl-tests-style table, JSON rows, SVG chart.
+    /// Starts the N processes itself (`switchyard launch`, then `mpirun`).
+    Allreduce(collective::CollectiveArgs),
+    /// Broadcast from rank 0, as `allreduce`.
+    Broadcast(collective::CollectiveArgs),
+    /// Allgather (size = the gathered total), as `allreduce`.
+    Allgather(collective::CollectiveArgs),
 }
 
 pub(crate) fn run(suite: Suite) -> Result<(), Box<dyn std::error::Error>> {
@@ -58,6 +68,9 @@ pub(crate) fn run(suite: Suite) -> Result<(), Box<dyn std::error::Error>> {
         Suite::Mpi(common) => mpi::run(common),
         #[cfg(not(feature = "mpi"))]
         Suite::Mpi(_) => Err("bench mpi needs the `mpi` feature: cargo build --release --features mpi".into()),
+        Suite::Allreduce(args) => collective::run(collective::Op::Allreduce, args),
+        Suite::Broadcast(args) => collective::run(collective::Op::Broadcast, args),
+        Suite::Allgather(args) => collective::run(collective::Op::Allgather, args),
     }
 }
 

@@ -1,0 +1,392 @@
+//! `switchyard bench allreduce|broadcast|allgather -n N`: the mesh engine beside
+//! MPI's own collectives, nccl-tests style.
+//!
+//! The coordinating process starts the job three times: `N` copies of itself through
+//! `switchyard launch` (the mesh, ZeroMQ tcp on loopback), then under `mpirun -np N`
+//! with MPI's defaults (shared memory on one host), then under `mpirun` restricted to
+//! TCP (`btl tcp,self`). In each job every rank times the same sizes; rank 0 writes
+//! the slowest rank's median time per size to a file the coordinator reads. Then it
+//! prints one table (size, time, algbw, busbw per engine), JSON rows with the mesh as
+//! `ours` and each MPI variant as `baseline`, and an SVG chart of busbw by size.
+
+use super::report::human_size;
+use super::{median, Row};
+use clap::{Args, ValueEnum};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use switchyard::collective::{CommOptions, Communicator, ReduceOp};
+use switchyard::launch::{run_local, LaunchOptions};
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// Which collective a run measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Op {
+    Allreduce,
+    Broadcast,
+    Allgather,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Allreduce => "allreduce",
+            Op::Broadcast => "broadcast",
+            Op::Allgather => "allgather",
+        }
+    }
+
+    /// nccl-tests' bus bandwidth factor: what each link carries relative to `size`.
+    fn bus_factor(self, n: usize) -> f64 {
+        let n = n as f64;
+        match self {
+            Op::Allreduce => 2.0 * (n - 1.0) / n,
+            Op::Broadcast => 1.0,
+            Op::Allgather => (n - 1.0) / n,
+        }
+    }
+}
+
+/// Which engine a worker process runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Engine {
+    Mesh,
+    Mpi,
+}
+
+/// Flags of the collective suites.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct CollectiveArgs {
+    #[command(flatten)]
+    pub(crate) common: super::Common,
+    /// Number of processes.
+    #[arg(short = 'n', long = "processes", default_value_t = 4)]
+    pub(crate) processes: usize,
+    /// Only the mesh (no MPI rows; for builds without the `mpi` feature).
+    #[arg(long)]
+    pub(crate) mesh_only: bool,
+    /// Where to write the SVG chart of busbw against size.
+    #[arg(long)]
+    pub(crate) svg: Option<PathBuf>,
+    /// Internal: run as one rank of a job with this engine.
+    #[arg(long, hide = true)]
+    pub(crate) worker: Option<Engine>,
+    /// Internal: where rank 0 of a worker job writes its times.
+    #[arg(long, hide = true)]
+    pub(crate) out: Option<PathBuf>,
+}
+
+fn sizes(quick: bool) -> Vec<usize> {
+    if quick {
+        vec![8, 4 << 10, 256 << 10, 4 << 20, 64 << 20]
+    } else {
+        vec![
+            8,
+            64,
+            512,
+            4 << 10,
+            32 << 10,
+            256 << 10,
+            1 << 20,
+            4 << 20,
+            16 << 20,
+            64 << 20,
+        ]
+    }
+}
+
+/// Calls per repetition: enough for about 64 MiB of traffic, between 3 and 1000.
+fn iterations(size: usize, quick: bool) -> usize {
+    let n = ((64usize << 20) / size.max(1)).clamp(3, 1000);
+    if quick {
+        (n / 4).max(2)
+    } else {
+        n
+    }
+}
+
+fn repetitions(quick: bool) -> usize {
+    if quick {
+        3
+    } else {
+        7
+    }
+}
+
+/// One collective call of `size` bytes (f32 elements) on `comm`.
+fn call(comm: &mut Communicator, op: Op, buf: &mut [f32], out: &mut [f32]) -> Result<()> {
+    match op {
+        Op::Allreduce => comm.allreduce(buf, ReduceOp::Sum)?,
+        Op::Broadcast => comm.broadcast(buf, 0)?,
+        Op::Allgather => {
+            let n = comm.world_size();
+            let part = buf.len() / n;
+            comm.allgather(&buf[..part], &mut out[..part * n])?
+        }
+    }
+    Ok(())
+}
+
+/// One rank of a measuring job: times every size, and rank 0 writes
+/// `size seconds` lines (the slowest rank's median per call) to `out`.
+fn work(op: Op, engine: Engine, common: &super::Common, out: &Path) -> Result<()> {
+    let quick = common.quick;
+    let options = CommOptions::from_env().with_timeout(Duration::from_secs(120));
+    let mut comm = match engine {
+        Engine::Mesh => Communicator::from_env()?,
+        #[cfg(feature = "mpi")]
+        Engine::Mpi => Communicator::mpi(options.with_mpi_arg_checks(false))?,
+        #[cfg(not(feature = "mpi"))]
+        Engine::Mpi => return Err("this build has no MPI engine".into()),
+    };
+    let _ = options;
+    let mut lines = String::new();
+    for size in sizes(quick) {
+        if !common.selects(&human_size(size as u64)) {
+            continue;
+        }
+        let elements = (size / 4).max(1);
+        let mut buf = vec![1.0f32; elements];
+        let mut out_buf = vec![0.0f32; elements];
+        let iters = iterations(size, quick);
+        for _ in 0..2.min(iters) {
+            call(&mut comm, op, &mut buf, &mut out_buf)?;
+        }
+        let mut times = Vec::new();
+        for _ in 0..repetitions(quick) {
+            comm.barrier()?;
+            let started = Instant::now();
+            for _ in 0..iters {
+                call(&mut comm, op, &mut buf, &mut out_buf)?;
+            }
+            let mut per_call = [started.elapsed().as_secs_f64() / iters as f64];
+            comm.allreduce(&mut per_call, ReduceOp::Max)?;
+            times.push(per_call[0]);
+        }
+        lines.push_str(&format!("{size} {}\n", median(times)));
+    }
+    if comm.rank() == 0 {
+        std::fs::write(out, lines)?;
+    }
+    Ok(())
+}
+
+/// The times a job's rank 0 wrote, by size.
+fn read_times(path: &Path) -> Result<BTreeMap<usize, f64>> {
+    let text = std::fs::read_to_string(path)?;
+    let mut times = BTreeMap::new();
+    for line in text.lines() {
+        let mut parts = line.split_whitespace();
+        if let (Some(size), Some(secs)) = (parts.next(), parts.next()) {
+            times.insert(size.parse()?, secs.parse()?);
+        }
+    }
+    Ok(times)
+}
+
+/// The arguments that make a copy of this command a worker of `engine`.
+fn worker_args(op: Op, engine: Engine, common: &super::Common, out: &Path) -> Vec<String> {
+    let mut args = vec![
+        "bench".to_string(),
+        op.name().to_string(),
+        "--worker".to_string(),
+        format!("{engine:?}").to_lowercase(),
+        "--out".to_string(),
+        out.display().to_string(),
+    ];
+    if common.quick {
+        args.push("--quick".into());
+    }
+    if let Some(only) = &common.only {
+        args.extend(["--only".to_string(), only.clone()]);
+    }
+    args
+}
+
+fn run_mesh(op: Op, n: usize, common: &super::Common, out: &Path) -> Result<BTreeMap<usize, f64>> {
+    let exe = std::env::current_exe()?;
+    let options = LaunchOptions::new(n as u32, exe.display().to_string())
+        .with_args(worker_args(op, Engine::Mesh, common, out))
+        .with_timeout(Duration::from_secs(1800));
+    run_local(&options)?;
+    read_times(out)
+}
+
+fn run_mpi(
+    op: Op,
+    n: usize,
+    common: &super::Common,
+    tcp_only: bool,
+    out: &Path,
+) -> Result<BTreeMap<usize, f64>> {
+    let exe = std::env::current_exe()?;
+    let mut command = Command::new("mpirun");
+    // OpenMPI refuses root and more ranks than cores without these; loopback only,
+    // as BASELINES.md advises for its TCP transport.
+    command
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        .env("OMPI_MCA_btl_tcp_if_include", "lo")
+        .env("OMPI_MCA_oob_tcp_if_include", "lo");
+    if tcp_only {
+        command.env("OMPI_MCA_btl", "tcp,self");
+    }
+    let status = command
+        .args(["-np", &n.to_string()])
+        .arg(exe)
+        .args(worker_args(op, Engine::Mpi, common, out))
+        .status()
+        .map_err(|e| format!("cannot start mpirun ({e}): install an MPI or pass --mesh-only"))?;
+    if !status.success() {
+        return Err(format!("mpirun -np {n} exited with {status}").into());
+    }
+    read_times(out)
+}
+
+/// One engine's measurements.
+struct Series {
+    name: &'static str,
+    times: BTreeMap<usize, f64>,
+}
+
+fn busbw(op: Op, n: usize, size: usize, secs: f64) -> f64 {
+    size as f64 / secs / 1e9 * op.bus_factor(n)
+}
+
+pub(crate) fn run(op: Op, args: CollectiveArgs) -> Result<()> {
+    if let Some(engine) = args.worker {
+        let out = args.out.ok_or("--worker needs --out")?;
+        return work(op, engine, &args.common, &out);
+    }
+    let n = args.processes;
+    if n < 2 {
+        return Err("-n must be at least 2".into());
+    }
+    if !args.mesh_only && !cfg!(feature = "mpi") {
+        return Err("the MPI rows need a build with `--features mpi` (or pass --mesh-only)".into());
+    }
+    let scratch = std::env::temp_dir().join(format!("switchyard-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let file = |name: &str| scratch.join(name);
+    let mut series = vec![Series {
+        name: "mesh",
+        times: run_mesh(op, n, &args.common, &file("mesh"))?,
+    }];
+    if !args.mesh_only {
+        series.push(Series {
+            name: "MPI (shm)",
+            times: run_mpi(op, n, &args.common, false, &file("mpi"))?,
+        });
+        series.push(Series {
+            name: "MPI (tcp)",
+            times: run_mpi(op, n, &args.common, true, &file("mpi-tcp"))?,
+        });
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    report(op, n, &args, &series)?;
+    Ok(())
+}
+
+fn report(op: Op, n: usize, args: &CollectiveArgs, series: &[Series]) -> Result<()> {
+    let suite = op.name();
+    let mesh = &series[0];
+    if args.common.json {
+        for base in &series[1..] {
+            for (&size, &ours) in &mesh.times {
+                let Some(&theirs) = base.times.get(&size) else {
+                    continue;
+                };
+                let case = format!("n{n}");
+                let baseline = format!("{} {suite}", base.name);
+                Row::lower_better(
+                    suite,
+                    &case,
+                    size as u64,
+                    "time_us",
+                    ours * 1e6,
+                    theirs * 1e6,
+                    &baseline,
+                )
+                .emit(true);
+                Row::higher_better(
+                    suite,
+                    &case,
+                    size as u64,
+                    "busbw_GBps",
+                    busbw(op, n, size, ours),
+                    busbw(op, n, size, theirs),
+                    &baseline,
+                )
+                .emit(true);
+            }
+        }
+    } else {
+        println!(
+            "# {suite}, {n} processes on one host; times are the slowest rank's median per call"
+        );
+        print!("{:>9}", "size");
+        for s in series {
+            print!(
+                " | {:>10} {:>8} {:>8}",
+                format!("{} us", s.name.split(' ').next().unwrap_or("")),
+                "algbw",
+                "busbw"
+            );
+        }
+        println!();
+        print!("{:>9}", "");
+        for s in series {
+            print!(" | {:>27}", s.name);
+        }
+        println!();
+        for &size in mesh.times.keys() {
+            print!("{:>9}", human_size(size as u64));
+            for s in series {
+                match s.times.get(&size) {
+                    Some(&t) => print!(
+                        " | {:>10.1} {:>8.3} {:>8.3}",
+                        t * 1e6,
+                        size as f64 / t / 1e9,
+                        busbw(op, n, size, t)
+                    ),
+                    None => print!(" | {:>27}", "-"),
+                }
+            }
+            println!();
+        }
+        println!(
+            "(algbw and busbw in GB/s, busbw = algbw x {:.3})",
+            op.bus_factor(n)
+        );
+    }
+    let svg_path = args
+        .svg
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("bench-{suite}-n{n}.svg")));
+    std::fs::write(
+        &svg_path,
+        super::chart::busbw_svg(
+            &format!("{suite} busbw, n = {n}"),
+            &series_points(op, n, series),
+        ),
+    )?;
+    eprintln!("chart: {}", svg_path.display());
+    Ok(())
+}
+
+fn series_points(op: Op, n: usize, series: &[Series]) -> Vec<(String, Vec<(f64, f64)>)> {
+    series
+        .iter()
+        .map(|s| {
+            let points = s
+                .times
+                .iter()
+                .map(|(&size, &t)| (size as f64, busbw(op, n, size, t)))
+                .collect();
+            (s.name.to_string(), points)
+        })
+        .collect()
+}
