@@ -526,3 +526,59 @@ fn arguments_no_rank_could_use_are_refused_before_any_traffic() {
     let err = comm.allgather(&floats, &mut out).unwrap_err();
     assert!(err.to_string().contains("out holds 3 elements"), "{err}");
 }
+
+#[test]
+fn over_tcp_a_peer_that_leaves_is_lost_at_once_not_at_the_deadline() {
+    let timeout = Duration::from_secs(30);
+    let started = std::time::Instant::now();
+    let results = on_ranks_over("tcp", 3, options().with_timeout(timeout), |comm| {
+        if comm.rank() == 2 {
+            // Closes its connections, as a process that dies does.
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let mut buf = [1u32; 8];
+        Ok(Some(comm.allreduce(&mut buf, ReduceOp::Sum)))
+    });
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    // Whoever notices first names rank 2; the other may instead see that rank leave
+    // after its error, or its abort notice.
+    for rank in [0, 1] {
+        match &results[rank] {
+            Some(Err(CollectiveError::PeerLost { endpoint, .. })) => {
+                assert!(endpoint.starts_with("tcp://127.0.0.1:"), "{endpoint}")
+            }
+            Some(Err(CollectiveError::Aborted { .. })) => {}
+            other => panic!("rank {rank}: {other:?}"),
+        }
+    }
+    assert!(
+        results.iter().any(|r| matches!(r, Some(Err(CollectiveError::PeerLost { rank: 2, .. })))),
+        "{results:?}"
+    );
+}
+
+#[test]
+fn over_tcp_every_collective_matches_the_reference() {
+    for n in [2, 3, 4] {
+        let results = on_ranks_over("tcp", n, options().with_ring_threshold(4096), move |comm| {
+            let r = comm.rank();
+            let mut small = input::<i64>(r, 17, ReduceOp::Max);
+            comm.allreduce(&mut small, ReduceOp::Max)?;
+            let mut large = input::<f64>(r, 300_000, ReduceOp::Sum);
+            comm.allreduce(&mut large, ReduceOp::Sum)?;
+            let mut model = if r == n - 1 { vec![7u8; 100_000] } else { Vec::new() };
+            comm.broadcast_bytes(&mut model, n - 1)?;
+            let mut gathered = vec![0u32; n * 3];
+            comm.allgather(&[r as u32; 3], &mut gathered)?;
+            comm.barrier()?;
+            Ok((small, large, model, gathered))
+        });
+        for (small, large, model, gathered) in results {
+            assert_eq!(small, reference::<i64>(n, 17, ReduceOp::Max));
+            assert!(large == reference::<f64>(n, 300_000, ReduceOp::Sum));
+            assert_eq!(model, vec![7u8; 100_000]);
+            assert_eq!(gathered, (0..n as u32).flat_map(|r| [r; 3]).collect::<Vec<_>>());
+        }
+    }
+}

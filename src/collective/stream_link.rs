@@ -118,6 +118,9 @@ struct Peer {
     inbound: Inbound,
     outbound: VecDeque<Outbound>,
     queued: usize,
+    /// Why the connection ended, once it has. A peer that finished its last call
+    /// and left is no error until this rank needs it.
+    closed: Option<String>,
 }
 
 /// A [`Link`] whose messages travel on plain TCP connections, one per pair of ranks,
@@ -250,6 +253,7 @@ impl StreamLink {
                 inbound: Inbound::start(),
                 outbound: VecDeque::new(),
                 queued: 0,
+                closed: None,
             }));
         }
         Ok(StreamLink {
@@ -285,6 +289,12 @@ impl StreamLink {
             });
         };
         let mut progressed = false;
+        if peer.closed.is_some() {
+            // Whatever was queued for a peer that left can no longer matter to it.
+            peer.outbound.clear();
+            peer.queued = 0;
+            return Ok(false);
+        }
         while let Some(out) = peer.outbound.front_mut() {
             let mut slices = Vec::with_capacity(out.parts.len() - out.part);
             slices.push(IoSlice::new(&out.parts[out.part][out.offset..]));
@@ -322,7 +332,12 @@ impl StreamLink {
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => return Err(io_error(rank, &peer.addr, e)),
+                Err(e) => {
+                    peer.closed = Some(e.to_string());
+                    peer.outbound.clear();
+                    peer.queued = 0;
+                    return Err(io_error(rank, &peer.addr, e));
+                }
             }
         }
         Ok(progressed)
@@ -335,6 +350,9 @@ impl StreamLink {
         let mut progressed = false;
         loop {
             let peer = self.peer(rank)?;
+            if peer.closed.is_some() {
+                return Ok(progressed);
+            }
             let addr = peer.addr.clone();
             let (target, got): (&mut [u8], usize) = match &mut peer.inbound {
                 Inbound::Head { buf, got } => (&mut buf[*got..], *got),
@@ -346,16 +364,20 @@ impl StreamLink {
             } else {
                 match peer.stream.read(target) {
                     Ok(0) => {
-                        return Err(LinkError::Lost {
-                            rank,
-                            endpoint: format!("tcp://{addr}"),
-                            reason: "connection closed by the peer".into(),
-                        })
+                        peer.closed = Some(if matches!(peer.inbound, Inbound::Head { got: 0, .. }) {
+                            "connection closed by the peer".into()
+                        } else {
+                            "connection closed by the peer in the middle of a message".into()
+                        });
+                        return Ok(true);
                     }
                     Ok(n) => n,
                     Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(progressed),
                     Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(io_error(rank, &addr, e)),
+                    Err(e) => {
+                        peer.closed = Some(e.to_string());
+                        return Ok(true);
+                    }
                 }
             };
             progressed |= read > 0;
@@ -466,7 +488,9 @@ impl StreamLink {
             if self.peers[rank].is_none() {
                 continue;
             }
-            progressed |= self.flush(rank)?;
+            // A failed write closes that peer; it matters only once this rank sends
+            // to it or waits for it, which report it.
+            progressed |= self.flush(rank).unwrap_or(true);
             progressed |= self.pump(rank)?;
         }
         Ok(progressed)
@@ -479,6 +503,7 @@ impl StreamLink {
             .peers
             .iter()
             .flatten()
+            .filter(|p| p.closed.is_none())
             .map(|p| libc::pollfd {
                 fd: p.stream.as_raw_fd(),
                 events: libc::POLLIN
@@ -583,6 +608,13 @@ impl Link for StreamLink {
         parts.extend(frames);
         let bytes: usize = parts.iter().map(Bytes::len).sum();
         let peer = self.peer(to)?;
+        if let Some(reason) = &peer.closed {
+            return Err(LinkError::Lost {
+                rank: to,
+                endpoint: format!("tcp://{}", peer.addr),
+                reason: reason.clone(),
+            });
+        }
         peer.outbound.push_back(Outbound {
             parts,
             part: 0,
@@ -610,6 +642,15 @@ impl Link for StreamLink {
                         self.pending.remove(&(from, tag));
                     }
                     return Ok(frames);
+                }
+            }
+            if let Some(Some(peer)) = self.peers.get(from) {
+                if let Some(reason) = &peer.closed {
+                    return Err(LinkError::Lost {
+                        rank: from,
+                        endpoint: format!("tcp://{}", peer.addr),
+                        reason: reason.clone(),
+                    });
                 }
             }
             if !self.wait(deadline)? {
