@@ -540,7 +540,11 @@ fn over_tcp_a_peer_that_leaves_is_lost_at_once_not_at_the_deadline() {
         let mut buf = [1u32; 8];
         Ok(Some(comm.allreduce(&mut buf, ReduceOp::Sum)))
     });
-    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
     // Whoever notices first names rank 2; the other may instead see that rank leave
     // after its error, or its abort notice.
     for rank in [0, 1] {
@@ -553,7 +557,9 @@ fn over_tcp_a_peer_that_leaves_is_lost_at_once_not_at_the_deadline() {
         }
     }
     assert!(
-        results.iter().any(|r| matches!(r, Some(Err(CollectiveError::PeerLost { rank: 2, .. })))),
+        results
+            .iter()
+            .any(|r| matches!(r, Some(Err(CollectiveError::PeerLost { rank: 2, .. })))),
         "{results:?}"
     );
 }
@@ -567,7 +573,11 @@ fn over_tcp_every_collective_matches_the_reference() {
             comm.allreduce(&mut small, ReduceOp::Max)?;
             let mut large = input::<f64>(r, 300_000, ReduceOp::Sum);
             comm.allreduce(&mut large, ReduceOp::Sum)?;
-            let mut model = if r == n - 1 { vec![7u8; 100_000] } else { Vec::new() };
+            let mut model = if r == n - 1 {
+                vec![7u8; 100_000]
+            } else {
+                Vec::new()
+            };
             comm.broadcast_bytes(&mut model, n - 1)?;
             let mut gathered = vec![0u32; n * 3];
             comm.allgather(&[r as u32; 3], &mut gathered)?;
@@ -578,7 +588,10 @@ fn over_tcp_every_collective_matches_the_reference() {
             assert_eq!(small, reference::<i64>(n, 17, ReduceOp::Max));
             assert!(large == reference::<f64>(n, 300_000, ReduceOp::Sum));
             assert_eq!(model, vec![7u8; 100_000]);
-            assert_eq!(gathered, (0..n as u32).flat_map(|r| [r; 3]).collect::<Vec<_>>());
+            assert_eq!(
+                gathered,
+                (0..n as u32).flat_map(|r| [r; 3]).collect::<Vec<_>>()
+            );
         }
     }
 }

@@ -106,7 +106,11 @@ pub trait Reducible: Element + PartialOrd {
 /// The loop is written once per operation with the match outside, so that the
 /// compiler vectorises each.
 fn zip_with<T: Copy>(acc: &mut [T], other: &[T], f: impl Fn(T, T) -> T) {
-    assert_eq!(acc.len(), other.len(), "reduce_into: slices differ in length");
+    assert_eq!(
+        acc.len(),
+        other.len(),
+        "reduce_into: slices differ in length"
+    );
     for (a, b) in acc.iter_mut().zip(other) {
         *a = f(*a, *b);
     }

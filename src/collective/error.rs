@@ -185,7 +185,9 @@ impl LinkError {
     /// This error as it happened during `call`.
     pub(crate) fn during(self, call: Call) -> CollectiveError {
         match self {
-            LinkError::Timeout { rank, waited } => CollectiveError::PeerTimeout { call, rank, waited },
+            LinkError::Timeout { rank, waited } => {
+                CollectiveError::PeerTimeout { call, rank, waited }
+            }
             LinkError::Lost {
                 rank,
                 endpoint,
@@ -197,7 +199,9 @@ impl LinkError {
                 reason,
             },
             LinkError::Aborted { rank, reason } => CollectiveError::Aborted { call, rank, reason },
-            LinkError::Transport { rank, reason } => CollectiveError::Transport { call, rank, reason },
+            LinkError::Transport { rank, reason } => {
+                CollectiveError::Transport { call, rank, reason }
+            }
         }
     }
 }

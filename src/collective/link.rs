@@ -22,6 +22,10 @@ pub struct Tag {
 
 /// The step number reserved for abort notices.
 const ABORT_STEP: u32 = u32::MAX;
+/// The step number of the goodbye a [`SocketLink`] sends when it closes.
+const BYE_STEP: u32 = u32::MAX - 1;
+/// How long a closing [`SocketLink`] waits for its peers' goodbyes.
+const BYE_WAIT: Duration = Duration::from_secs(2);
 
 /// What the mesh algorithms need from the network: ordered, tagged messages between
 /// ranks. Implementations move frames; they never look inside them.
@@ -81,6 +85,8 @@ pub struct SocketLink {
     peer_ranks: HashMap<PeerId, usize>,
     pending: HashMap<(usize, Tag), VecDeque<Vec<Bytes>>>,
     aborted: Option<(usize, String)>,
+    byes: Vec<bool>,
+    close_handshake: bool,
 }
 
 /// A [`SocketLink`] whose Router is bound but whose Dealers are not connected yet:
@@ -176,6 +182,8 @@ impl BoundLink {
             peer_ranks: HashMap::new(),
             pending: HashMap::new(),
             aborted: None,
+            byes: vec![false; size],
+            close_handshake: true,
         })
     }
 }
@@ -238,6 +246,12 @@ impl SocketLink {
 }
 
 impl SocketLink {
+    /// Whether dropping the link exchanges goodbyes (see the `Drop` impl). A link
+    /// that carries only control traffic need not.
+    pub(crate) fn set_close_handshake(&mut self, on: bool) {
+        self.close_handshake = on;
+    }
+
     /// Reads whatever the Router holds without waiting, keeping data messages for
     /// later, and fails if some rank sent an abort notice.
     pub(crate) fn check_aborts(&mut self) -> Result<(), LinkError> {
@@ -339,6 +353,10 @@ impl Link for SocketLink {
                     continue;
                 }
             };
+            if step == BYE_STEP {
+                self.byes[sender] = true;
+                continue;
+            }
             if step == ABORT_STEP {
                 let reason = frames
                     .first()
@@ -373,6 +391,47 @@ impl Link for SocketLink {
             let msg = self.message(to, tag, vec![Bytes::copy_from_slice(reason.as_bytes())]);
             if let Some(Some(dealer)) = self.dealers.get_mut(to) {
                 let _ = dealer.try_send(msg);
+            }
+        }
+    }
+}
+
+impl Drop for SocketLink {
+    /// Says goodbye to every peer and waits (at most 2 s) for theirs. libzmq sends
+    /// from its own I/O thread, and a process that exits right after its last call
+    /// would otherwise take its last messages with it. A peer's goodbye comes after
+    /// its last call, which needed every message this rank sent it.
+    fn drop(&mut self) {
+        if !self.close_handshake || self.size < 2 {
+            return;
+        }
+        let deadline = Instant::now() + BYE_WAIT;
+        let tag = Tag {
+            call: u64::MAX,
+            step: BYE_STEP,
+        };
+        for to in (0..self.size).filter(|&p| p != self.rank) {
+            let msg = self.message(to, tag, Vec::new());
+            if let Some(Some(dealer)) = self.dealers.get_mut(to) {
+                let _ = dealer.send_deadline(msg, deadline);
+            }
+        }
+        let never = Tag {
+            call: u64::MAX,
+            step: 0,
+        };
+        while Instant::now() < deadline && (0..self.size).any(|p| p != self.rank && !self.byes[p]) {
+            let rank = self.rank;
+            if self
+                .recv(
+                    rank,
+                    never,
+                    deadline.min(Instant::now() + Duration::from_millis(50)),
+                )
+                .is_err()
+                && self.aborted.is_some()
+            {
+                self.aborted = None;
             }
         }
     }

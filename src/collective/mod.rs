@@ -309,7 +309,8 @@ impl Communicator {
     /// The MPI engine on `MPI_COMM_WORLD` (the process must run under `mpirun`).
     #[cfg(feature = "mpi")]
     pub fn mpi(options: CommOptions) -> Result<Communicator, CollectiveError> {
-        let engine = mpi_engine::MpiEngine::new(options.timeout)?;
+        let mut engine = mpi_engine::MpiEngine::new(options.timeout)?;
+        engine.set_check_args(options.mpi_arg_checks);
         Ok(Communicator {
             rank: engine.rank(),
             size: engine.size(),

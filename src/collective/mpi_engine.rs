@@ -362,7 +362,6 @@ impl MpiEngine {
     /// Turns the argument check before each call on or off (on by default). Off, a
     /// call costs exactly MPI's collective, and ranks that disagree hang or compute
     /// garbage, as with MPI itself. Every rank must choose the same.
-    #[allow(dead_code)] // For the benchmarks, which measure raw MPI.
     pub(crate) fn set_check_args(&mut self, on: bool) {
         self.check_args = on;
     }

@@ -165,6 +165,8 @@ impl StreamLink {
         spin: Duration,
     ) -> Result<StreamLink, LinkError> {
         let (rank, size) = (control.rank(), control.world_size());
+        // This link flushes its own connections when dropped.
+        control.set_close_handshake(false);
         let deadline = Instant::now() + timeout;
         let setup = |reason: String| LinkError::Transport { rank, reason };
         let listener =
@@ -364,11 +366,12 @@ impl StreamLink {
             } else {
                 match peer.stream.read(target) {
                     Ok(0) => {
-                        peer.closed = Some(if matches!(peer.inbound, Inbound::Head { got: 0, .. }) {
-                            "connection closed by the peer".into()
-                        } else {
-                            "connection closed by the peer in the middle of a message".into()
-                        });
+                        peer.closed =
+                            Some(if matches!(peer.inbound, Inbound::Head { got: 0, .. }) {
+                                "connection closed by the peer".into()
+                            } else {
+                                "connection closed by the peer in the middle of a message".into()
+                            });
                         return Ok(true);
                     }
                     Ok(n) => n,

@@ -50,7 +50,9 @@ pub use dispatch::{DealerSocket, RouterSocket};
 /// The MPI job this process belongs to (feature `mpi`).
 #[cfg(feature = "mpi")]
 pub mod mpi {
-    pub use crate::backend::mpi::{world, MpiWorld, ThreadLevel, ENV_FINALIZE_TIMEOUT};
+    pub use crate::backend::mpi::{
+        error_string, run_on_progress_thread, world, MpiWorld, ThreadLevel, ENV_FINALIZE_TIMEOUT,
+    };
 }
 pub use endpoint::Endpoint;
 pub use error::{RecvError, SendError, SendErrorKind, TransportError};

@@ -19,6 +19,7 @@ mod in_mpi_job {
     use switchyard_msg::{payload, Addr, Kind, Msg};
     use switchyard_transports::{
         mpi, Dealer, DealerSocket, Router, RouterSocket, SendErrorKind, Socket, SocketOptions,
+        TransportError,
     };
 
     const THREADS: u64 = 2;
@@ -151,7 +152,6 @@ mod in_mpi_job {
     #[test]
     #[ignore = "runs inside mpirun"]
     fn endpoint_errors() {
-        use switchyard_transports::TransportError;
         let world = mpi::world().unwrap();
         let other = (world.rank + 1) % world.size;
         let err =
@@ -172,6 +172,64 @@ mod in_mpi_job {
         let _router = RouterSocket::bind(&own, SocketOptions::default()).unwrap();
         let err = RouterSocket::bind(&own, SocketOptions::default()).unwrap_err();
         assert!(matches!(err, TransportError::AddrInUse { .. }), "{err}");
+    }
+
+    /// Closures on the progress thread: they may borrow the caller's stack, get the
+    /// collectives' communicator (which returns errors rather than aborting), and a
+    /// panic comes back to the caller while the progress thread goes on serving.
+    #[test]
+    #[ignore = "runs inside mpirun"]
+    fn closures_on_the_progress_thread() {
+        let world = mpi::world().unwrap();
+        let mut seen = Vec::new();
+        let rank = mpi::run_on_progress_thread(|comm| {
+            let mut rank = -1;
+            // SAFETY: a plain MPI query on the progress thread.
+            let code = unsafe { ::mpi::ffi::MPI_Comm_rank(comm, &mut rank) };
+            seen.push(code);
+            rank
+        })
+        .unwrap();
+        assert_eq!((rank, seen), (world.rank as i32, vec![0]));
+
+        // An invalid count is an error code with MPI's text, not an abort.
+        let (code, text) = mpi::run_on_progress_thread(|comm| {
+            let mut byte = 0u8;
+            // SAFETY: MPI rejects the negative count before touching the buffer.
+            unsafe {
+                let code = ::mpi::ffi::MPI_Bcast(
+                    (&mut byte as *mut u8).cast(),
+                    -1,
+                    ::mpi::ffi::RSMPI_UINT8_T,
+                    0,
+                    comm,
+                );
+                (code, mpi::error_string(code))
+            }
+        })
+        .unwrap();
+        assert_ne!(code, 0);
+        assert!(text.to_lowercase().contains("count"), "{text}");
+
+        let nested = mpi::run_on_progress_thread(|_| mpi::run_on_progress_thread(|_| ())).unwrap();
+        assert!(
+            matches!(&nested, Err(TransportError::Backend { reason, .. }) if reason.contains("wait for itself")),
+            "{nested:?}"
+        );
+
+        let panicked =
+            std::panic::catch_unwind(|| mpi::run_on_progress_thread(|_| panic!("on purpose")));
+        let message = panicked.unwrap_err();
+        assert_eq!(message.downcast_ref::<&str>(), Some(&"on purpose"));
+        // The progress thread survived: closures and sockets still work.
+        assert_eq!(mpi::run_on_progress_thread(|_| 7).unwrap(), 7);
+        let own = format!("mpi://{}", world.rank);
+        let mut router = RouterSocket::bind(&own, SocketOptions::default()).unwrap();
+        let mut dealer = DealerSocket::connect(&own, SocketOptions::default()).unwrap();
+        dealer
+            .send(Msg::new(Addr::worker(0, 0), Addr::server(0, 0), Kind::Put))
+            .unwrap();
+        router.recv_timeout(WAIT).unwrap();
     }
 
     /// Rank 1 dies (SIGABRT) while rank 0 waits for it.
@@ -226,6 +284,15 @@ fn order_and_frames_on_3_ranks() {
         3,
         "in_mpi_job::order_and_frames_between_ranks",
         Duration::from_secs(180),
+    );
+}
+
+#[test]
+fn closures_on_the_progress_thread_on_2_ranks() {
+    expect_ranks_pass(
+        2,
+        "in_mpi_job::closures_on_the_progress_thread",
+        Duration::from_secs(120),
     );
 }
 

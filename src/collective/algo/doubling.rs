@@ -65,7 +65,9 @@ pub(crate) fn allreduce<T: Element>(
             round.send(r - 1, UNFOLD, 0, frame)?;
         }
     } else {
-        round.recv_elements::<T>(r + 1, UNFOLD, 0, len, |theirs, _| buf.copy_from_slice(theirs))?;
+        round.recv_elements::<T>(r + 1, UNFOLD, 0, len, |theirs, _| {
+            buf.copy_from_slice(theirs)
+        })?;
     }
     Ok(())
 }

@@ -88,7 +88,12 @@ impl Round<'_> {
             step,
         };
         self.link
-            .send(to, tag, vec![Bytes::copy_from_slice(&meta), payload], self.deadline)
+            .send(
+                to,
+                tag,
+                vec![Bytes::copy_from_slice(&meta), payload],
+                self.deadline,
+            )
             .map_err(|e| self.link_error(e))
     }
 
@@ -145,7 +150,9 @@ impl Round<'_> {
         }
         if let Some(offset) = offset {
             if at != offset {
-                return Err(malformed(format!("payload at element {at}, expected {offset}")));
+                return Err(malformed(format!(
+                    "payload at element {at}, expected {offset}"
+                )));
             }
         }
         Ok(payload)
@@ -178,7 +185,8 @@ impl Round<'_> {
         match payload::frame_as_slice::<T>(&frame) {
             Ok(slice) => use_it(slice, &frame),
             Err(_) => {
-                let copied = payload::frame_to_vec::<T>(&frame).map_err(|e| wrong(e.to_string()))?;
+                let copied =
+                    payload::frame_to_vec::<T>(&frame).map_err(|e| wrong(e.to_string()))?;
                 use_it(&copied, &frame);
             }
         }

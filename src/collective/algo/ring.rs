@@ -50,7 +50,11 @@ impl RingPlan {
     }
 
     /// Given blocks, pieces of at most `piece_bytes`.
-    pub(crate) fn with_blocks<T>(blocks: Vec<Range<usize>>, piece_bytes: usize, window: usize) -> RingPlan {
+    pub(crate) fn with_blocks<T>(
+        blocks: Vec<Range<usize>>,
+        piece_bytes: usize,
+        window: usize,
+    ) -> RingPlan {
         let largest = blocks.iter().map(|b| b.len()).max().unwrap_or(0);
         let per_piece = (piece_bytes / std::mem::size_of::<T>().max(1)).max(1);
         RingPlan {
@@ -101,8 +105,8 @@ pub(crate) fn run<T: Element>(
         (0..k).map(|j| (first, j, None)).collect();
     let (mut sent, mut received) = (0usize, 0usize);
     let send_one = |round: &mut Round<'_>,
-                        buf: &[T],
-                        (g, j, forward): (usize, usize, Option<Bytes>)|
+                    buf: &[T],
+                    (g, j, forward): (usize, usize, Option<Bytes>)|
      -> Result<(), CollectiveError> {
         let range = plan.piece(send_block(g), j);
         let offset = range.start as u64;
@@ -123,14 +127,20 @@ pub(crate) fn run<T: Element>(
             let range = plan.piece(incoming, j);
             let target = &mut buf[range.clone()];
             let mut forward = None;
-            round.recv_elements::<T>(prev, g as u32, range.start as u64, range.len(), |piece, frame| {
-                if g < rs_steps {
-                    reduce(target, piece);
-                } else {
-                    target.copy_from_slice(piece);
-                    forward = Some(frame.clone());
-                }
-            })?;
+            round.recv_elements::<T>(
+                prev,
+                g as u32,
+                range.start as u64,
+                range.len(),
+                |piece, frame| {
+                    if g < rs_steps {
+                        reduce(target, piece);
+                    } else {
+                        target.copy_from_slice(piece);
+                        forward = Some(frame.clone());
+                    }
+                },
+            )?;
             received += 1;
             if g + 1 < last {
                 ready.push_back((g + 1, j, forward));

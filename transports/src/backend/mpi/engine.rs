@@ -13,6 +13,12 @@
 //! would only contend; and one owner keeps each peer's messages in posting order and
 //! puts the idle policy in one place. The cost is one thread hand-off per message.
 //!
+//! Collectives run here too: [`run_on_progress_thread`](super::run_on_progress_thread)
+//! hands this thread a closure ([`Command::Run`]), which gets a second duplicate of
+//! `MPI_COMM_WORLD`, made at the first such closure. A blocking collective stops the
+//! loop while it runs: the process's socket traffic waits (sends already posted keep
+//! moving inside MPI's own progress, but nothing new is posted or received).
+//!
 //! Idle policy: after the last piece of work the thread polls for
 //! [`SPIN`] ([`SPIN_WITH_SENDS`] while sends are in flight, because MPI moves their
 //! data only inside MPI calls), yielding the core between polls, then sleeps in
@@ -128,6 +134,11 @@ pub(crate) struct MpiRoute {
 /// The MPI router's events.
 pub(crate) type MpiInbound = Inbound<MpiRoute>;
 
+/// Work for the progress thread: it gets the collectives' communicator (or why that
+/// could not be made). Its lifetime is erased; see `run_on_progress_thread` for why
+/// that is sound.
+pub(crate) type Job = Box<dyn FnOnce(Result<mpi::ffi::MPI_Comm, String>) + Send + 'static>;
+
 pub(crate) enum Command {
     Send {
         dest: i32,
@@ -161,13 +172,15 @@ pub(crate) enum Command {
         finalize: bool,
         done: Sender<()>,
     },
+    /// Runs a closure on this thread (collectives), between two passes of the loop.
+    Run(Job),
 }
 
 /// The handle sockets use to reach the progress thread.
 pub(crate) struct Engine {
     pub(crate) world: MpiWorld,
     commands: Sender<Command>,
-    thread: Thread,
+    pub(crate) thread: Thread,
     sleeping: Arc<AtomicBool>,
     failure: Arc<Mutex<Option<String>>>,
     next_tag: AtomicI32,
@@ -409,6 +422,10 @@ struct Progress {
     router: Option<RouterEnd>,
     peers: HashMap<(i32, i32), PeerState>,
     shutdown: Option<(bool, Sender<()>)>,
+    /// The collectives' own duplicate of `MPI_COMM_WORLD`, made at the first
+    /// [`Command::Run`] (or why it could not be; never retried, because
+    /// `MPI_Comm_dup` is collective and the other ranks would not join a retry).
+    collective: Option<Result<mpi::ffi::MPI_Comm, String>>,
 }
 
 type Shared = (Arc<AtomicBool>, Arc<Mutex<Option<String>>>, Arc<AtomicU64>);
@@ -429,6 +446,7 @@ impl Progress {
             router: None,
             peers: HashMap::new(),
             shutdown: None,
+            collective: None,
         }
     }
 
@@ -595,6 +613,15 @@ impl Progress {
                 }
                 Command::Shutdown { finalize, done } => {
                     self.shutdown = Some((finalize, done));
+                }
+                Command::Run(job) => {
+                    // Separate from `self.comm`, so that a collective's messages can
+                    // never match the sockets' probes, nor theirs the collective's.
+                    let comm = self
+                        .collective
+                        .get_or_insert_with(|| ffi::dup_world().map_err(|e| e.to_string()))
+                        .clone();
+                    job(comm);
                 }
             }
         }

@@ -32,10 +32,20 @@ fn check(call: &'static str, code: c_int) -> Result<(), MpiError> {
     if code == SUCCESS {
         return Ok(());
     }
+    Err(MpiError {
+        call,
+        reason: error_string(code),
+    })
+}
+
+/// The MPI library's text for the error code `code` (`MPI_Error_string`), or the bare
+/// number if MPI does not know it. Like every function here, called on the progress
+/// thread only.
+pub(crate) fn error_string(code: c_int) -> String {
     let mut text = [0 as c_char; 512];
     let mut len: c_int = 0;
     // SAFETY: the buffer is larger than MPI_MAX_ERROR_STRING (256 in OpenMPI and MPICH).
-    let reason = unsafe {
+    unsafe {
         if sys::MPI_Error_string(code, text.as_mut_ptr(), &mut len) == SUCCESS {
             let bytes: Vec<u8> = text[..len.clamp(0, 511) as usize]
                 .iter()
@@ -45,8 +55,29 @@ fn check(call: &'static str, code: c_int) -> Result<(), MpiError> {
         } else {
             format!("MPI error code {code}")
         }
-    };
-    Err(MpiError { call, reason })
+    }
+}
+
+/// A duplicate of `MPI_COMM_WORLD` that returns error codes instead of aborting.
+/// Collective over `MPI_COMM_WORLD`: every rank must call it, in the same order
+/// relative to other collectives on it.
+pub(crate) fn dup_world() -> Result<sys::MPI_Comm, MpiError> {
+    // SAFETY: plain MPI calls with valid out-pointers, on the thread that
+    // initialised MPI.
+    unsafe {
+        let mut comm = MaybeUninit::<sys::MPI_Comm>::uninit();
+        check(
+            "MPI_Comm_dup",
+            sys::MPI_Comm_dup(sys::RSMPI_COMM_WORLD, comm.as_mut_ptr()),
+        )?;
+        let comm = comm.assume_init();
+        // Errors come back as codes (and so as typed errors) instead of aborting.
+        check(
+            "MPI_Comm_set_errhandler",
+            sys::MPI_Comm_set_errhandler(comm, sys::RSMPI_ERRORS_RETURN),
+        )?;
+        Ok(comm)
+    }
 }
 
 /// The thread support MPI granted (`MPI_Query_thread`).
@@ -110,17 +141,7 @@ pub(crate) fn init() -> Result<Started, MpiError> {
         } else {
             check("MPI_Query_thread", sys::MPI_Query_thread(&mut provided))?;
         }
-        let mut comm = MaybeUninit::<sys::MPI_Comm>::uninit();
-        check(
-            "MPI_Comm_dup",
-            sys::MPI_Comm_dup(sys::RSMPI_COMM_WORLD, comm.as_mut_ptr()),
-        )?;
-        let comm = comm.assume_init();
-        // Errors come back as codes (and so as typed errors) instead of aborting.
-        check(
-            "MPI_Comm_set_errhandler",
-            sys::MPI_Comm_set_errhandler(comm, sys::RSMPI_ERRORS_RETURN),
-        )?;
+        let comm = dup_world()?;
         let (mut rank, mut size) = (0, 0);
         check("MPI_Comm_rank", sys::MPI_Comm_rank(comm, &mut rank))?;
         check("MPI_Comm_size", sys::MPI_Comm_size(comm, &mut size))?;
