@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summarise `switchyard bench ... --json` runs as a Markdown table.
 
-Usage: scripts/bench_table.py run1.jsonl run2.jsonl run3.jsonl
+Usage: scripts/bench_table.py [--metric=NAME] run1.jsonl run2.jsonl run3.jsonl
 
 Each file is one launch of the benchmark (each already the median of its repetitions);
 the table shows, per case, the median over launches of ours, the baseline and the ratio
@@ -29,19 +29,25 @@ def number(value):
 
 
 def main(paths):
+    metric_filter = None
+    if paths and paths[0].startswith("--metric="):
+        metric_filter = paths[0].split("=", 1)[1]
+        paths = paths[1:]
     rows = {}
     order = []
     for path in paths:
         with open(path) as lines:
             for line in lines:
                 row = json.loads(line)
-                key = (row["case"], row["size"], row["metric"])
+                key = (row["case"], row["size"], row["metric"], row["baseline_name"])
                 if key not in rows:
                     order.append(key)
                 rows.setdefault(key, []).append(row)
     print("| case | size | metric | switchyard | baseline | baseline is | ratio (median) | ratios per launch |")
     print("|---|---|---|---|---|---|---|---|")
     for key in order:
+        if metric_filter and key[2] != metric_filter:
+            continue
         runs = rows[key]
         ours = statistics.median(r["ours"] for r in runs)
         base = statistics.median(r["baseline"] for r in runs)

@@ -3,8 +3,9 @@
 //! Worker and server threads in many processes exchange [`Msg`]s through Dealer/Router
 //! sockets; a per-process [`Stub`] routes each message by its destination [`Addr`].
 //! This crate is the facade: it re-exports the layers below and adds the local
-//! launcher and bootstrap ([`launch`]). Collectives, the rabit-compatible tracker,
-//! recovery and the parameter server are not built yet (see the README).
+//! launcher and bootstrap ([`launch`]) and the collectives ([`collective`]). The
+//! rabit-compatible tracker, recovery and the parameter server are not built yet (see
+//! the README).
 //!
 //! | crate | what it holds |
 //! |---|---|

@@ -250,8 +250,15 @@ fn broadcast_slices_bytes_and_values_from_every_root() {
 #[test]
 fn allgather_equal_and_varied_sizes() {
     for n in [1, 2, 3, 4, 7] {
-        for (m, piece) in [(0usize, 256 << 10), (1, 256 << 10), (9, 8)] {
-            let results = on_ranks(n, options().with_piece_bytes(piece), move |comm| {
+        for (m, piece, gather) in [
+            (0usize, 256 << 10, 1 << 20),
+            (1, 256 << 10, 1 << 20),
+            (9, 8, 1 << 20),
+            (9, 8, 0),
+        ] {
+            let mut opts = options().with_piece_bytes(piece);
+            opts.gather_threshold = gather;
+            let results = on_ranks(n, opts, move |comm| {
                 let r = comm.rank();
                 let mine: Vec<u32> = (0..m as u32).map(|i| i + 100 * r as u32).collect();
                 let mut out = vec![0u32; n * m];

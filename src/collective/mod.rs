@@ -58,7 +58,7 @@ pub use options::{CommOptions, DataPath, ENV_DATA_PATH, ENV_RING_THRESHOLD, ENV_
 pub use stream_link::StreamLink;
 
 use crate::launch::{Bootstrap, Rendezvous};
-use algo::{doubling, ring, split, tree, Round, Signature};
+use algo::{direct, doubling, ring, split, tree, Round, Signature};
 use bytes::Bytes;
 use serde::{de::DeserializeOwned, Serialize};
 use std::ops::Range;
@@ -826,8 +826,13 @@ impl Communicator {
                     options.piece_bytes,
                     options.effective_window(),
                 );
+                let direct = std::mem::size_of_val(out) < options.gather_threshold;
                 self.on_mesh(sig, out.len() as u64, |round| {
-                    ring::run(round, out, &plan, ring::Phase::Allgather, &|_, _| {})
+                    if direct {
+                        direct::allgather(round, out, &plan.blocks)
+                    } else {
+                        ring::run(round, out, &plan, ring::Phase::Allgather, &|_, _| {})
+                    }
                 })
             }
         }

@@ -32,8 +32,15 @@ pub struct CommOptions {
     pub timeout: Duration,
     /// Buffers of at least this many bytes take the ring (allreduce) or the chain
     /// (broadcast); smaller ones recursive doubling or a binomial tree (default
-    /// 64 KiB; also [`ENV_RING_THRESHOLD`]).
+    /// 1 MiB, the crossover `switchyard bench allreduce -n 4` measured on the project
+    /// machines: see `BENCHMARKS.md`; also [`ENV_RING_THRESHOLD`]).
     pub ring_threshold: usize,
+    /// Allgathers gathering fewer bytes than this send every block straight to every
+    /// rank (one hop); larger ones take the ring (default 64 MiB: on the project
+    /// machines the direct exchange won at every size measured, 8 B to 64 MiB at
+    /// n = 4; above that the ring is kept for networks where `n - 1` simultaneous
+    /// streams into one host hurt; `SWITCHYARD_GATHER_THRESHOLD`).
+    pub gather_threshold: usize,
     /// Largest piece the ring and chain send at once (default 256 KiB).
     pub piece_bytes: usize,
     /// Most pieces a rank keeps in flight ahead of what it received (default 16; kept
@@ -73,7 +80,8 @@ impl Default for CommOptions {
     fn default() -> Self {
         CommOptions {
             timeout: Duration::from_secs(300),
-            ring_threshold: 64 << 10,
+            ring_threshold: 1 << 20,
+            gather_threshold: 64 << 20,
             piece_bytes: 256 << 10,
             window: 16,
             socket: SocketOptions::default(),
@@ -85,50 +93,49 @@ impl Default for CommOptions {
 }
 
 impl CommOptions {
-    /// The defaults, with [`ENV_RING_THRESHOLD`] and [`ENV_TIMEOUT`] applied when set.
-    /// A value that does not parse is ignored with a warning.
+    /// The defaults, with these environment variables applied when set (a value that
+    /// does not parse is ignored with a warning):
+    ///
+    /// | variable | field |
+    /// |---|---|
+    /// | `SWITCHYARD_COLLECTIVE_TIMEOUT` ([`ENV_TIMEOUT`]) | `timeout`, seconds |
+    /// | `SWITCHYARD_RING_THRESHOLD` ([`ENV_RING_THRESHOLD`]) | `ring_threshold`, bytes |
+    /// | `SWITCHYARD_GATHER_THRESHOLD` | `gather_threshold`, bytes |
+    /// | `SWITCHYARD_PIECE_BYTES` | `piece_bytes` |
+    /// | `SWITCHYARD_SPIN_US` | `spin`, microseconds |
+    /// | `SWITCHYARD_DATA_PATH` ([`ENV_DATA_PATH`]) | `data_path`: `tcp` or `zmq` |
     pub fn from_env() -> CommOptions {
-        let mut options = CommOptions::default();
-        if let Ok(v) = std::env::var(ENV_RING_THRESHOLD) {
-            match v.trim().parse() {
-                Ok(bytes) => options.ring_threshold = bytes,
-                Err(_) => {
-                    tracing::warn!(var = ENV_RING_THRESHOLD, value = %v, "not a byte count; ignored")
-                }
-            }
-        }
-        if let Ok(v) = std::env::var("SWITCHYARD_PIECE_BYTES") {
-            if let Ok(b) = v.trim().parse::<usize>() {
-                options.piece_bytes = b.max(1);
-            }
-        }
-        if let Ok(v) = std::env::var("SWITCHYARD_SPIN_US") {
-            if let Ok(us) = v.trim().parse::<u64>() {
-                options.spin = Duration::from_micros(us);
-            }
-        }
+        let mut o = CommOptions::default();
+        env_number(ENV_TIMEOUT, |secs: f64| {
+            Duration::try_from_secs_f64(secs)
+                .map(|t| o.timeout = t)
+                .is_ok()
+        });
+        env_number(ENV_RING_THRESHOLD, |bytes| {
+            o.ring_threshold = bytes;
+            true
+        });
+        env_number("SWITCHYARD_GATHER_THRESHOLD", |bytes| {
+            o.gather_threshold = bytes;
+            true
+        });
+        env_number("SWITCHYARD_PIECE_BYTES", |bytes: usize| {
+            o.piece_bytes = bytes.max(1);
+            true
+        });
+        env_number("SWITCHYARD_SPIN_US", |us| {
+            o.spin = Duration::from_micros(us);
+            true
+        });
         match std::env::var(ENV_DATA_PATH).as_deref().map(str::trim) {
-            Ok("zmq") => options.data_path = DataPath::Zmq,
-            Ok("tcp") => options.data_path = DataPath::Tcp,
+            Ok("zmq") => o.data_path = DataPath::Zmq,
+            Ok("tcp") => o.data_path = DataPath::Tcp,
             Ok(other) => {
                 tracing::warn!(var = ENV_DATA_PATH, value = %other, "expected tcp or zmq; ignored")
             }
             Err(_) => {}
         }
-        if let Ok(v) = std::env::var(ENV_TIMEOUT) {
-            match v
-                .trim()
-                .parse::<f64>()
-                .ok()
-                .and_then(|s| Duration::try_from_secs_f64(s).ok())
-            {
-                Some(timeout) => options.timeout = timeout,
-                None => {
-                    tracing::warn!(var = ENV_TIMEOUT, value = %v, "not a number of seconds; ignored")
-                }
-            }
-        }
-        options
+        o
     }
 
     /// Sets [`CommOptions::timeout`].
@@ -182,5 +189,17 @@ impl CommOptions {
     /// The window actually used: never more than half the high-water mark.
     pub(crate) fn effective_window(&self) -> usize {
         self.window.min(self.socket.hwm / 2).max(1)
+    }
+}
+
+/// Applies the number in environment variable `var`, if set; warns when it does not
+/// parse or `apply` refuses it.
+fn env_number<T: std::str::FromStr>(var: &str, apply: impl FnOnce(T) -> bool) {
+    let Ok(value) = std::env::var(var) else {
+        return;
+    };
+    let accepted = value.trim().parse::<T>().ok().map(apply).unwrap_or(false);
+    if !accepted {
+        tracing::warn!(var, value = %value, "not a valid number; ignored");
     }
 }

@@ -6,6 +6,7 @@
 //! three, so that ranks calling with different lengths, operations, types or roots
 //! get an error naming the other rank instead of wrong numbers.
 
+pub(crate) mod direct;
 pub(crate) mod doubling;
 pub(crate) mod ring;
 pub(crate) mod tree;

@@ -166,7 +166,13 @@ type Engage<'a> = dyn FnMut(Step, &mut [f32], &mut [f32]) -> Result<()> + 'a;
 
 /// Times every selected size on one rank; rank 0 writes `size seconds` lines (the
 /// slowest rank's median time per call) to `out`.
-fn measure(common: &super::Common, rank: usize, n: usize, out: &Path, engine: &mut Engage<'_>) -> Result<()> {
+fn measure(
+    common: &super::Common,
+    rank: usize,
+    n: usize,
+    out: &Path,
+    engine: &mut Engage<'_>,
+) -> Result<()> {
     let quick = common.quick;
     let mut lines = String::new();
     for size in sizes(quick) {
@@ -217,27 +223,37 @@ mod raw_mpi {
         let comm: SimpleCommunicator = universe.world();
         let n = comm.size() as usize;
         let mut scratch = Vec::new();
-        measure(common, comm.rank() as usize, n, out, &mut |step, buf, out_buf| {
-            match step {
-                Step::Barrier => comm.barrier(),
-                Step::Max => {
-                    let mine = [buf[0]];
-                    comm.all_reduce_into(&mine[..], &mut buf[..1], SystemOperation::max());
+        measure(
+            common,
+            comm.rank() as usize,
+            n,
+            out,
+            &mut |step, buf, out_buf| {
+                match step {
+                    Step::Barrier => comm.barrier(),
+                    Step::Max => {
+                        let mine = [buf[0]];
+                        comm.all_reduce_into(&mine[..], &mut buf[..1], SystemOperation::max());
+                    }
+                    Step::Call => match op {
+                        Op::Allreduce => {
+                            scratch.resize(buf.len(), 0.0f32);
+                            comm.all_reduce_into(
+                                &buf[..],
+                                &mut scratch[..],
+                                SystemOperation::sum(),
+                            );
+                        }
+                        Op::Broadcast => comm.process_at_rank(0).broadcast_into(&mut buf[..]),
+                        Op::Allgather => {
+                            let part = buf.len() / n;
+                            comm.all_gather_into(&buf[..part], &mut out_buf[..part * n]);
+                        }
+                    },
                 }
-                Step::Call => match op {
-                    Op::Allreduce => {
-                        scratch.resize(buf.len(), 0.0f32);
-                        comm.all_reduce_into(&buf[..], &mut scratch[..], SystemOperation::sum());
-                    }
-                    Op::Broadcast => comm.process_at_rank(0).broadcast_into(&mut buf[..]),
-                    Op::Allgather => {
-                        let part = buf.len() / n;
-                        comm.all_gather_into(&buf[..part], &mut out_buf[..part * n]);
-                    }
-                },
-            }
-            Ok(())
-        })
+                Ok(())
+            },
+        )
     }
 }
 
