@@ -182,7 +182,8 @@ fn allreduce_every_op_and_dtype_large_buffers_take_the_ring() {
     // A tiny threshold and piece size send these lengths through the ring with many
     // pieces, blocks of unequal length, and (len < n) empty blocks.
     let ring = options()
-        .with_ring_threshold(0)
+        .with_large_threshold(0)
+        .with_direct_max_ranks(0)
         .with_piece_bytes(16)
         .with_window(3);
     for n in [2, 3, 4, 5, 7] {
@@ -193,8 +194,21 @@ fn allreduce_every_op_and_dtype_large_buffers_take_the_ring() {
 }
 
 #[test]
+fn allreduce_every_op_and_dtype_large_buffers_take_the_direct_exchange() {
+    let direct = options()
+        .with_large_threshold(0)
+        .with_direct_max_ranks(64)
+        .with_piece_bytes(16);
+    for n in [2, 3, 4, 5, 7] {
+        for len in [1, 4, 7, 100, 1001] {
+            check_every_dtype(n, len, direct.clone());
+        }
+    }
+}
+
+#[test]
 fn allreduce_over_zeromq_inproc_and_tcp() {
-    let ring = options().with_ring_threshold(1024);
+    let ring = options().with_large_threshold(1024);
     for scheme in ["inproc", "tcp"] {
         let n = 3;
         let len = 100_000;
@@ -220,7 +234,7 @@ fn broadcast_slices_bytes_and_values_from_every_root() {
                 let results = on_ranks(
                     n,
                     options()
-                        .with_ring_threshold(threshold)
+                        .with_large_threshold(threshold)
                         .with_piece_bytes(64),
                     move |comm| {
                         let r = comm.rank();
@@ -574,23 +588,28 @@ fn over_tcp_a_peer_that_leaves_is_lost_at_once_not_at_the_deadline() {
 #[test]
 fn over_tcp_every_collective_matches_the_reference() {
     for n in [2, 3, 4] {
-        let results = on_ranks_over("tcp", n, options().with_ring_threshold(4096), move |comm| {
-            let r = comm.rank();
-            let mut small = input::<i64>(r, 17, ReduceOp::Max);
-            comm.allreduce(&mut small, ReduceOp::Max)?;
-            let mut large = input::<f64>(r, 300_000, ReduceOp::Sum);
-            comm.allreduce(&mut large, ReduceOp::Sum)?;
-            let mut model = if r == n - 1 {
-                vec![7u8; 100_000]
-            } else {
-                Vec::new()
-            };
-            comm.broadcast_bytes(&mut model, n - 1)?;
-            let mut gathered = vec![0u32; n * 3];
-            comm.allgather(&[r as u32; 3], &mut gathered)?;
-            comm.barrier()?;
-            Ok((small, large, model, gathered))
-        });
+        let results = on_ranks_over(
+            "tcp",
+            n,
+            options().with_large_threshold(4096),
+            move |comm| {
+                let r = comm.rank();
+                let mut small = input::<i64>(r, 17, ReduceOp::Max);
+                comm.allreduce(&mut small, ReduceOp::Max)?;
+                let mut large = input::<f64>(r, 300_000, ReduceOp::Sum);
+                comm.allreduce(&mut large, ReduceOp::Sum)?;
+                let mut model = if r == n - 1 {
+                    vec![7u8; 100_000]
+                } else {
+                    Vec::new()
+                };
+                comm.broadcast_bytes(&mut model, n - 1)?;
+                let mut gathered = vec![0u32; n * 3];
+                comm.allgather(&[r as u32; 3], &mut gathered)?;
+                comm.barrier()?;
+                Ok((small, large, model, gathered))
+            },
+        );
         for (small, large, model, gathered) in results {
             assert_eq!(small, reference::<i64>(n, 17, ReduceOp::Max));
             assert!(large == reference::<f64>(n, 300_000, ReduceOp::Sum));

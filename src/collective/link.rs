@@ -246,6 +246,59 @@ impl SocketLink {
 }
 
 impl SocketLink {
+    /// Receives one message from the Router before `deadline`. Goodbyes and abort
+    /// notices are recorded and give `None`, as do messages that are not collective
+    /// traffic (dropped with a warning). `from` and `started` name the wait in errors.
+    #[allow(clippy::type_complexity)]
+    fn receive_one(
+        &mut self,
+        from: usize,
+        started: Instant,
+        deadline: Instant,
+    ) -> Result<Option<(usize, switchyard_msg::Header, Vec<Bytes>, u32)>, LinkError> {
+        let (peer, msg) = match self.router.recv_from_deadline(Some(deadline)) {
+            Ok(received) => received,
+            Err(RecvError::Timeout) => {
+                return Err(LinkError::Timeout {
+                    rank: from,
+                    waited: started.elapsed(),
+                })
+            }
+            Err(e) => {
+                return Err(LinkError::Transport {
+                    rank: from,
+                    reason: e.to_string(),
+                })
+            }
+        };
+        let Some(sender) = self.rank_of(&peer) else {
+            tracing::warn!(%peer, "collective link: message from an unknown peer dropped");
+            return Ok(None);
+        };
+        let (header, frames) = msg.into_parts();
+        let step = match (header.kind, header.target) {
+            (Kind::Collective, Target::Param(step)) => step,
+            _ => {
+                tracing::warn!(rank = sender, kind = ?header.kind,
+                    "collective link: a message that is not collective traffic dropped");
+                return Ok(None);
+            }
+        };
+        if step == BYE_STEP {
+            self.byes[sender] = true;
+            return Ok(None);
+        }
+        if step == ABORT_STEP {
+            let reason = frames
+                .first()
+                .map(|f| String::from_utf8_lossy(f).into_owned())
+                .unwrap_or_default();
+            self.aborted = Some((sender, reason));
+            return Ok(None);
+        }
+        Ok(Some((sender, header, frames, step)))
+    }
+
     /// Whether dropping the link exchanges goodbyes (see the `Drop` impl). A link
     /// that carries only control traffic need not.
     pub(crate) fn set_close_handshake(&mut self, on: bool) {
@@ -325,46 +378,10 @@ impl Link for SocketLink {
                     return Ok(frames);
                 }
             }
-            let (peer, msg) = match self.router.recv_from_deadline(Some(deadline)) {
-                Ok(received) => received,
-                Err(RecvError::Timeout) => {
-                    return Err(LinkError::Timeout {
-                        rank: from,
-                        waited: started.elapsed(),
-                    })
-                }
-                Err(e) => {
-                    return Err(LinkError::Transport {
-                        rank: from,
-                        reason: e.to_string(),
-                    })
-                }
-            };
-            let Some(sender) = self.rank_of(&peer) else {
-                tracing::warn!(%peer, "collective link: message from an unknown peer dropped");
+            let Some((sender, header, frames, step)) = self.receive_one(from, started, deadline)?
+            else {
                 continue;
             };
-            let (header, frames) = msg.into_parts();
-            let step = match (header.kind, header.target) {
-                (Kind::Collective, Target::Param(step)) => step,
-                _ => {
-                    tracing::warn!(rank = sender, kind = ?header.kind,
-                        "collective link: a message that is not collective traffic dropped");
-                    continue;
-                }
-            };
-            if step == BYE_STEP {
-                self.byes[sender] = true;
-                continue;
-            }
-            if step == ABORT_STEP {
-                let reason = frames
-                    .first()
-                    .map(|f| String::from_utf8_lossy(f).into_owned())
-                    .unwrap_or_default();
-                self.aborted = Some((sender, reason));
-                continue;
-            }
             let got = Tag {
                 call: header.seq,
                 step,
@@ -416,22 +433,11 @@ impl Drop for SocketLink {
                 let _ = dealer.send_deadline(msg, deadline);
             }
         }
-        let never = Tag {
-            call: u64::MAX,
-            step: 0,
-        };
+        let started = Instant::now();
         while Instant::now() < deadline && (0..self.size).any(|p| p != self.rank && !self.byes[p]) {
-            let rank = self.rank;
-            if self
-                .recv(
-                    rank,
-                    never,
-                    deadline.min(Instant::now() + Duration::from_millis(50)),
-                )
-                .is_err()
-                && self.aborted.is_some()
-            {
-                self.aborted = None;
+            // Data still arriving for a call this rank gave up on is of no use now.
+            if self.receive_one(self.rank, started, deadline).is_err() {
+                break;
             }
         }
     }

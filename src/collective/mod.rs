@@ -54,7 +54,7 @@ mod stream_link;
 pub use element::{DType, ReduceOp, Reducible};
 pub use error::{Call, CollectiveError, LinkError};
 pub use link::{BoundLink, Link, SocketLink, Tag};
-pub use options::{CommOptions, DataPath, ENV_DATA_PATH, ENV_RING_THRESHOLD, ENV_TIMEOUT};
+pub use options::{CommOptions, DataPath, ENV_DATA_PATH, ENV_LARGE_THRESHOLD, ENV_TIMEOUT};
 pub use stream_link::StreamLink;
 
 use crate::launch::{Bootstrap, Rendezvous};
@@ -429,8 +429,10 @@ impl Communicator {
                 let n = self.size;
                 let options = self.options.clone();
                 self.on_mesh(sig, buf.len() as u64, |round| {
-                    if bytes < options.ring_threshold || buf.len() < n {
+                    if bytes < options.large_threshold || buf.len() < n {
                         doubling::allreduce(round, buf, &reduce)
+                    } else if n <= options.direct_max_ranks {
+                        direct::allreduce(round, buf, &reduce, options.piece_bytes)
                     } else {
                         let plan = ring::RingPlan::even::<T>(
                             buf.len(),
@@ -678,7 +680,7 @@ impl Communicator {
                 let options = self.options.clone();
                 let me = self.rank;
                 self.on_mesh(sig, buf.len() as u64, |round| {
-                    if std::mem::size_of_val(buf) >= options.ring_threshold {
+                    if std::mem::size_of_val(buf) >= options.large_threshold {
                         return tree::broadcast_chain(round, root, buf, options.piece_bytes);
                     }
                     let frame = (me == root).then(|| payload::frame_from_slice(buf));

@@ -3,8 +3,8 @@
 use std::time::Duration;
 use switchyard_transports::SocketOptions;
 
-/// Environment variable overriding [`CommOptions::ring_threshold`] (bytes).
-pub const ENV_RING_THRESHOLD: &str = "SWITCHYARD_RING_THRESHOLD";
+/// Environment variable overriding [`CommOptions::large_threshold`] (bytes).
+pub const ENV_LARGE_THRESHOLD: &str = "SWITCHYARD_LARGE_THRESHOLD";
 /// Environment variable overriding [`CommOptions::timeout`] (seconds, may be
 /// fractional).
 pub const ENV_TIMEOUT: &str = "SWITCHYARD_COLLECTIVE_TIMEOUT";
@@ -19,8 +19,8 @@ pub const ENV_TIMEOUT: &str = "SWITCHYARD_COLLECTIVE_TIMEOUT";
 /// use switchyard::collective::CommOptions;
 /// let options = CommOptions::default()
 ///     .with_timeout(Duration::from_secs(10))
-///     .with_ring_threshold(1 << 20);
-/// assert_eq!(options.ring_threshold, 1 << 20);
+///     .with_large_threshold(1 << 20);
+/// assert_eq!(options.large_threshold, 1 << 20);
 /// ```
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -30,11 +30,22 @@ pub struct CommOptions {
     /// only by this deadline on ZeroMQ links, so keep it as short as your slowest
     /// legitimate gap between ranks allows.
     pub timeout: Duration,
-    /// Buffers of at least this many bytes take the ring (allreduce) or the chain
-    /// (broadcast); smaller ones recursive doubling or a binomial tree (default
-    /// 1 MiB, the crossover `switchyard bench allreduce -n 4` measured on the project
-    /// machines: see `BENCHMARKS.md`; also [`ENV_RING_THRESHOLD`]).
-    pub ring_threshold: usize,
+    /// Allreduces and broadcasts of at least this many bytes take a bandwidth
+    /// algorithm (allreduce: the direct exchange up to [`CommOptions::direct_max_ranks`]
+    /// ranks, the pipelined ring beyond; broadcast: the pipelined chain); smaller ones
+    /// recursive doubling or a binomial tree. Default 512 KiB, between the sizes where
+    /// `switchyard bench allreduce -n 4` measured recursive doubling ahead (256 KiB) and
+    /// behind (1 MiB) on the project machines: see `BENCHMARKS.md`. Also
+    /// [`ENV_LARGE_THRESHOLD`].
+    pub large_threshold: usize,
+    /// Large allreduces in worlds of at most this many ranks exchange blocks directly
+    /// (every rank sends each block straight to its owner, then the owner's result to
+    /// everyone: two hops); larger worlds take the pipelined ring, whose messages stay
+    /// large and whose links per rank stay two however many ranks there are. Default
+    /// 8, the largest world measured (on 2 cores the direct exchange was 1.9x the ring's
+    /// speed at 4 MiB with 4 ranks, 1.2x with 8). 0 always takes the ring. Also
+    /// `SWITCHYARD_DIRECT_MAX_RANKS`.
+    pub direct_max_ranks: usize,
     /// Allgathers gathering fewer bytes than this send every block straight to every
     /// rank (one hop); larger ones take the ring (default 64 MiB: on the project
     /// machines the direct exchange won at every size measured, 8 B to 64 MiB at
@@ -80,7 +91,8 @@ impl Default for CommOptions {
     fn default() -> Self {
         CommOptions {
             timeout: Duration::from_secs(300),
-            ring_threshold: 1 << 20,
+            large_threshold: 512 << 10,
+            direct_max_ranks: 8,
             gather_threshold: 64 << 20,
             piece_bytes: 256 << 10,
             window: 16,
@@ -99,7 +111,8 @@ impl CommOptions {
     /// | variable | field |
     /// |---|---|
     /// | `SWITCHYARD_COLLECTIVE_TIMEOUT` ([`ENV_TIMEOUT`]) | `timeout`, seconds |
-    /// | `SWITCHYARD_RING_THRESHOLD` ([`ENV_RING_THRESHOLD`]) | `ring_threshold`, bytes |
+    /// | `SWITCHYARD_LARGE_THRESHOLD` ([`ENV_LARGE_THRESHOLD`]) | `large_threshold`, bytes |
+    /// | `SWITCHYARD_DIRECT_MAX_RANKS` | `direct_max_ranks` |
     /// | `SWITCHYARD_GATHER_THRESHOLD` | `gather_threshold`, bytes |
     /// | `SWITCHYARD_PIECE_BYTES` | `piece_bytes` |
     /// | `SWITCHYARD_SPIN_US` | `spin`, microseconds |
@@ -111,8 +124,12 @@ impl CommOptions {
                 .map(|t| o.timeout = t)
                 .is_ok()
         });
-        env_number(ENV_RING_THRESHOLD, |bytes| {
-            o.ring_threshold = bytes;
+        env_number(ENV_LARGE_THRESHOLD, |bytes| {
+            o.large_threshold = bytes;
+            true
+        });
+        env_number("SWITCHYARD_DIRECT_MAX_RANKS", |ranks| {
+            o.direct_max_ranks = ranks;
             true
         });
         env_number("SWITCHYARD_GATHER_THRESHOLD", |bytes| {
@@ -144,9 +161,21 @@ impl CommOptions {
         self
     }
 
-    /// Sets [`CommOptions::ring_threshold`].
-    pub fn with_ring_threshold(mut self, bytes: usize) -> Self {
-        self.ring_threshold = bytes;
+    /// Sets [`CommOptions::large_threshold`].
+    pub fn with_large_threshold(mut self, bytes: usize) -> Self {
+        self.large_threshold = bytes;
+        self
+    }
+
+    /// Sets [`CommOptions::direct_max_ranks`].
+    pub fn with_direct_max_ranks(mut self, ranks: usize) -> Self {
+        self.direct_max_ranks = ranks;
+        self
+    }
+
+    /// Sets [`CommOptions::gather_threshold`].
+    pub fn with_gather_threshold(mut self, bytes: usize) -> Self {
+        self.gather_threshold = bytes;
         self
     }
 

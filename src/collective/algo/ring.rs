@@ -64,7 +64,7 @@ impl RingPlan {
         }
     }
 
-    fn piece(&self, block: usize, j: usize) -> Range<usize> {
+    pub(crate) fn piece(&self, block: usize, j: usize) -> Range<usize> {
         let b = &self.blocks[block];
         let r = split(b.len(), self.pieces, j);
         b.start + r.start..b.start + r.end
