@@ -230,11 +230,20 @@ fn allreduce_over_zeromq_inproc_and_tcp() {
 fn broadcast_slices_bytes_and_values_from_every_root() {
     for n in [1, 2, 3, 5] {
         for root in 0..n {
-            for (len, threshold) in [(0usize, 64 << 10), (1, 64 << 10), (37, 64 << 10), (1000, 0)] {
+            // Tree; chain (direct_max_ranks 0); scatter + allgather (direct).
+            for (len, threshold, direct) in [
+                (0usize, 64 << 10, 8),
+                (1, 64 << 10, 8),
+                (37, 64 << 10, 8),
+                (1000, 0, 0),
+                (1000, 0, 8),
+                (3, 0, 8),
+            ] {
                 let results = on_ranks(
                     n,
                     options()
                         .with_large_threshold(threshold)
+                        .with_direct_max_ranks(direct)
                         .with_piece_bytes(64),
                     move |comm| {
                         let r = comm.rank();

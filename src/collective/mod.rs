@@ -681,6 +681,9 @@ impl Communicator {
                 let me = self.rank;
                 self.on_mesh(sig, buf.len() as u64, |round| {
                     if std::mem::size_of_val(buf) >= options.large_threshold {
+                        if round.size() <= options.direct_max_ranks {
+                            return direct::broadcast(round, root, buf, options.piece_bytes);
+                        }
                         return tree::broadcast_chain(round, root, buf, options.piece_bytes);
                     }
                     let frame = (me == root).then(|| payload::frame_from_slice(buf));
