@@ -20,6 +20,28 @@ pub struct Tag {
     pub step: u32,
 }
 
+/// Messages that arrived before anyone asked for them, by sender and tag, each
+/// queue in arrival order.
+#[derive(Debug, Default)]
+pub(crate) struct Pending(HashMap<(usize, Tag), VecDeque<Vec<Bytes>>>);
+
+impl Pending {
+    /// Files a message from `from` with `tag`.
+    pub(crate) fn push(&mut self, from: usize, tag: Tag, frames: Vec<Bytes>) {
+        self.0.entry((from, tag)).or_default().push_back(frames);
+    }
+
+    /// The oldest message from `from` with `tag`, if one is filed.
+    pub(crate) fn pop(&mut self, from: usize, tag: Tag) -> Option<Vec<Bytes>> {
+        let queue = self.0.get_mut(&(from, tag))?;
+        let frames = queue.pop_front();
+        if queue.is_empty() {
+            self.0.remove(&(from, tag));
+        }
+        frames
+    }
+}
+
 /// The step number reserved for abort notices.
 const ABORT_STEP: u32 = u32::MAX;
 /// The step number of the goodbye a [`SocketLink`] sends when it closes.
@@ -83,7 +105,7 @@ pub struct SocketLink {
     dealers: Vec<Option<DealerSocket>>,
     endpoints: Vec<String>,
     peer_ranks: HashMap<PeerId, usize>,
-    pending: HashMap<(usize, Tag), VecDeque<Vec<Bytes>>>,
+    pending: Pending,
     aborted: Option<(usize, String)>,
     byes: Vec<bool>,
     close_handshake: bool,
@@ -180,7 +202,7 @@ impl BoundLink {
             dealers,
             endpoints: endpoints.to_vec(),
             peer_ranks: HashMap::new(),
-            pending: HashMap::new(),
+            pending: Pending::default(),
             aborted: None,
             byes: vec![false; size],
             close_handshake: true,
@@ -370,13 +392,8 @@ impl Link for SocketLink {
                     reason: reason.clone(),
                 });
             }
-            if let Some(queue) = self.pending.get_mut(&(from, tag)) {
-                if let Some(frames) = queue.pop_front() {
-                    if queue.is_empty() {
-                        self.pending.remove(&(from, tag));
-                    }
-                    return Ok(frames);
-                }
+            if let Some(frames) = self.pending.pop(from, tag) {
+                return Ok(frames);
             }
             let Some((sender, header, frames, step)) = self.receive_one(from, started, deadline)?
             else {
@@ -389,10 +406,7 @@ impl Link for SocketLink {
             if sender == from && got == tag {
                 return Ok(frames);
             }
-            self.pending
-                .entry((sender, got))
-                .or_default()
-                .push_back(frames);
+            self.pending.push(sender, got, frames);
         }
     }
 

@@ -18,9 +18,9 @@
 //! `"SYH1"`, the connecting rank `u32`, the world size `u32`.
 
 use super::error::LinkError;
-use super::link::{Link, SocketLink, Tag};
+use super::link::{Link, Pending, SocketLink, Tag};
 use bytes::Bytes;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -130,7 +130,7 @@ pub struct StreamLink {
     rank: usize,
     size: usize,
     peers: Vec<Option<Peer>>,
-    pending: HashMap<(usize, Tag), VecDeque<Vec<Bytes>>>,
+    pending: Pending,
     max_frame_bytes: usize,
     spin: Duration,
     pool: Pool,
@@ -263,7 +263,7 @@ impl StreamLink {
             rank,
             size,
             peers,
-            pending: HashMap::new(),
+            pending: Pending::default(),
             max_frame_bytes,
             spin,
             pool: Pool::default(),
@@ -461,10 +461,7 @@ impl StreamLink {
                         frames.push(Bytes::from(cur));
                     }
                     if frames.len() == lens.len() {
-                        self.pending
-                            .entry((rank, tag))
-                            .or_default()
-                            .push_back(frames);
+                        self.pending.push(rank, tag, frames);
                         Inbound::start()
                     } else {
                         let len = lens[frames.len()];
@@ -639,13 +636,8 @@ impl Link for StreamLink {
     fn recv(&mut self, from: usize, tag: Tag, deadline: Instant) -> Result<Vec<Bytes>, LinkError> {
         let started = Instant::now();
         loop {
-            if let Some(queue) = self.pending.get_mut(&(from, tag)) {
-                if let Some(frames) = queue.pop_front() {
-                    if queue.is_empty() {
-                        self.pending.remove(&(from, tag));
-                    }
-                    return Ok(frames);
-                }
+            if let Some(frames) = self.pending.pop(from, tag) {
+                return Ok(frames);
             }
             if let Some(Some(peer)) = self.peers.get(from) {
                 if let Some(reason) = &peer.closed {

@@ -13,18 +13,37 @@ pub(crate) fn allgather<T: Element>(
     out: &mut [T],
     blocks: &[Range<usize>],
 ) -> Result<(), CollectiveError> {
+    share(round, out, &|p| blocks[p].clone(), 0, None)
+}
+
+/// Sends this rank's part of `buf` (`part(rank)`) to every other rank but `skip`, then
+/// copies every other rank's part into `buf` as it arrives (`skip` sends too, but
+/// receives nothing).
+fn share<T: Element>(
+    round: &mut Round<'_>,
+    buf: &mut [T],
+    part: &dyn Fn(usize) -> Range<usize>,
+    step: u32,
+    skip: Option<usize>,
+) -> Result<(), CollectiveError> {
     let n = round.size();
     let r = round.rank();
-    let mine = blocks[r].clone();
-    let frame = round.frame_of(&out[mine.clone()]);
+    let mine = part(r);
+    let frame = round.frame_of(&buf[mine.clone()]);
     for k in 1..n {
-        round.send((r + k) % n, 0, mine.start as u64, frame.clone())?;
+        let to = (r + k) % n;
+        if Some(to) != skip {
+            round.send(to, step, mine.start as u64, frame.clone())?;
+        }
+    }
+    if Some(r) == skip {
+        return Ok(());
     }
     for k in 1..n {
         let from = (r + n - k) % n;
-        let block = blocks[from].clone();
-        let target = &mut out[block.clone()];
-        round.recv_elements::<T>(from, 0, block.start as u64, block.len(), |piece, _| {
+        let range = part(from);
+        let target = &mut buf[range.clone()];
+        round.recv_elements::<T>(from, step, range.start as u64, range.len(), |piece, _| {
             target.copy_from_slice(piece)
         })?;
     }
@@ -65,19 +84,7 @@ pub(crate) fn allreduce<T: Element>(
     }
     // Allgather of the finished blocks.
     for j in 0..plan.pieces {
-        let mine = plan.piece(r, j);
-        let frame = round.frame_of(&buf[mine.clone()]);
-        for k in 1..n {
-            round.send((r + k) % n, 1, mine.start as u64, frame.clone())?;
-        }
-        for k in 1..n {
-            let from = (r + n - k) % n;
-            let range = plan.piece(from, j);
-            let target = &mut buf[range.clone()];
-            round.recv_elements::<T>(from, 1, range.start as u64, range.len(), |piece, _| {
-                target.copy_from_slice(piece)
-            })?;
-        }
+        share(round, buf, &|p| plan.piece(p, j), 1, None)?;
     }
     Ok(())
 }
@@ -114,25 +121,7 @@ pub(crate) fn broadcast<T: Element>(
     }
     // Every rank's block, the root's included, goes to every rank but the root.
     for j in 0..plan.pieces {
-        let mine = plan.piece(r, j);
-        let frame = round.frame_of(&buf[mine.clone()]);
-        for k in 1..n {
-            let to = (r + k) % n;
-            if to != root {
-                round.send(to, 1, mine.start as u64, frame.clone())?;
-            }
-        }
-        if r == root {
-            continue;
-        }
-        for k in 1..n {
-            let from = (r + n - k) % n;
-            let range = plan.piece(from, j);
-            let target = &mut buf[range.clone()];
-            round.recv_elements::<T>(from, 1, range.start as u64, range.len(), |piece, _| {
-                target.copy_from_slice(piece)
-            })?;
-        }
+        share(round, buf, &|p| plan.piece(p, j), 1, Some(root))?;
     }
     Ok(())
 }
