@@ -3,9 +3,13 @@ use std::fmt;
 
 /// What a thread is: Singa's flag 0 (server), 1 (worker) or 2 (stub).
 ///
-/// On the wire a role is a little-endian `u32` holding the discriminant below
-/// (`msg/WIRE.md`, "Addr").
+/// On the wire a role is a little-endian `u32` tag, given with each variant below
+/// (`msg/WIRE.md`, "Addr"). The enum is `#[non_exhaustive]` so that a scheduler role
+/// (the parameter server's) can be added with the next free tag without breaking a
+/// `match` downstream; a build that does not know a tag refuses the message with
+/// [`crate::DecodeError::UnknownTag`] instead of guessing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum Role {
     /// A server thread holding parameter shards (wire value 0).
     Server,

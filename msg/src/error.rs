@@ -34,7 +34,7 @@ pub enum DecodeError {
         supported: u8,
     },
     /// The reserved flags byte is not zero.
-    #[error("reserved flags byte is {found:#04x}, must be 0 in wire version 1")]
+    #[error("reserved flags byte is {found:#04x}, must be 0 in this wire version")]
     ReservedFlags {
         /// Byte found.
         found: u8,
@@ -59,7 +59,20 @@ pub enum DecodeError {
         /// Bytes left over.
         extra: usize,
     },
-    /// A field holds a value outside its range, such as an unknown kind tag.
+    /// A role, kind or target tag this build does not know. Tags are only ever
+    /// appended, so this is what a peer with a newer switchyard gets for a variant
+    /// added since; messages that use only known variants still interoperate.
+    #[error("malformed header: unknown {field} variant {tag} (sent by a newer switchyard?)")]
+    UnknownTag {
+        /// The field holding the tag: `"src.role"`, `"dst.role"`, `"kind"` or
+        /// `"target"`.
+        field: &'static str,
+        /// The tag found.
+        tag: u32,
+    },
+    /// A field holds a value outside its range. The header decoder of wire version 2
+    /// reports unknown tags as [`DecodeError::UnknownTag`] and produces no other
+    /// malformed field; the variant stays for code that matches on it.
     #[error("malformed header: {reason}")]
     Malformed {
         /// What the decoder found wrong.

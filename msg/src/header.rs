@@ -5,8 +5,10 @@ use serde::{Deserialize, Serialize};
 ///
 /// The first six are Singa's: four about parameters and two about layer data. The
 /// framework's own control kinds follow, and [`Kind::User`] leaves room for an
-/// application's kinds. The wire value of each variant is its position in this list
-/// (`msg/WIRE.md`, "Kind"); new variants are only ever appended.
+/// application's kinds. Each variant's wire tag is given below (`msg/WIRE.md`, "Kind");
+/// tags are never reused or renumbered, and a new kind is appended with the next free
+/// tag (declaration order follows the tags, so serde's variant index agrees). A build
+/// that does not know a tag refuses the message with [`crate::DecodeError::UnknownTag`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[non_exhaustive]
 pub enum Kind {
@@ -38,7 +40,14 @@ pub enum Kind {
 }
 
 /// What inside the receiver a message refers to.
+///
+/// On the wire a `u32` tag, given with each variant, followed by the variant's fields
+/// (`msg/WIRE.md`, "Target"). The enum is `#[non_exhaustive]` so that new targets (the
+/// parameter server's key ranges) can be appended with the next free tag; a build that
+/// does not know a tag cannot tell how many bytes its fields take, so it refuses the
+/// message with [`crate::DecodeError::UnknownTag`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum Target {
     /// Nothing in particular (wire 0).
     #[default]
@@ -63,6 +72,7 @@ pub enum Target {
 /// let h = Header::new(Addr::worker(0, 0), Addr::server(0, 0), Kind::Get);
 /// assert_eq!(h.target, Target::None);
 /// assert_eq!(h.seq, 0);
+/// assert_eq!(h.with_step(3).step, 3);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Header {
@@ -77,10 +87,15 @@ pub struct Header {
     /// A sequence number chosen by the sender; it wraps from `u64::MAX` to 0 and the
     /// framework never interprets it.
     pub seq: u64,
+    /// A step within the exchange that `seq` numbers, 0 when unused. Collectives send
+    /// (call number, step within the call) as (`seq`, `step`), which leaves `target`
+    /// for what a message refers to. The transports never interpret it.
+    pub step: u32,
 }
 
 impl Header {
-    /// A header from `src` to `dst` of kind `kind`, with no target and sequence 0.
+    /// A header from `src` to `dst` of kind `kind`, with no target, sequence 0 and
+    /// step 0.
     pub const fn new(src: Addr, dst: Addr, kind: Kind) -> Self {
         Header {
             src,
@@ -88,6 +103,13 @@ impl Header {
             kind,
             target: Target::None,
             seq: 0,
+            step: 0,
         }
+    }
+
+    /// Sets the step and returns the header.
+    pub const fn with_step(mut self, step: u32) -> Self {
+        self.step = step;
+        self
     }
 }

@@ -8,7 +8,7 @@ use bytes::Bytes;
 /// only the header.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Msg {
-    /// Source, destination, kind, target and sequence number.
+    /// Source, destination, kind, target, sequence and step number.
     pub header: Header,
     frames: Vec<Bytes>,
 }
@@ -36,6 +36,12 @@ impl Msg {
     /// Sets the sequence number and returns the message.
     pub fn with_seq(mut self, seq: u64) -> Self {
         self.header.seq = seq;
+        self
+    }
+
+    /// Sets the step number and returns the message (see [`Header::step`]).
+    pub fn with_step(mut self, step: u32) -> Self {
+        self.header.step = step;
         self
     }
 
@@ -70,8 +76,8 @@ impl Msg {
         (self.header, self.frames)
     }
 
-    /// A reply skeleton: source and destination swapped, same target and sequence
-    /// number, kind `kind`, no frames.
+    /// A reply skeleton: source and destination swapped, same target, sequence and
+    /// step number, kind `kind`, no frames.
     ///
     /// ```
     /// use switchyard_msg::{Addr, Kind, Msg};

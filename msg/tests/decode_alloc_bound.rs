@@ -171,7 +171,7 @@ fn random_frames_stay_within_the_header_limit() {
 fn one_mebibyte_header_frame_is_refused_without_allocating() {
     let limits = Limits::default();
     let mut big = vec![0u8; 1 << 20];
-    big[..4].copy_from_slice(b"SY\x01\x00");
+    big[..4].copy_from_slice(b"SY\x02\x00");
     let big = Bytes::from(big);
     let wire = vec![big.clone(), Bytes::from_static(b"x")];
     let mut result = None;

@@ -77,7 +77,7 @@ fn garbage() -> Vec<(&'static str, Vec<Vec<u8>>)> {
         ("empty frame", vec![Vec::new()]),
         ("3 random bytes", vec![vec![0x9c, 0x01, 0xfe]]),
         ("wrong magic", patched(0, b'X')),
-        ("version 2", patched(2, 2)),
+        ("version 1 (an older peer)", patched(2, 1)),
         ("non-zero flags", patched(3, 0x80)),
         ("role tag 3", patched(12, 3)),
         (
