@@ -22,7 +22,7 @@ crate::cfg_zmq! {
     mod zmq_frame;
 }
 
-#[cfg(feature = "mpi")]
+// Always built: its wire codec is pure Rust; the rest is behind the `mpi` feature.
 pub(crate) mod mpi;
 
 use std::sync::atomic::{AtomicU64, Ordering};
