@@ -42,6 +42,8 @@
 #![doc(test(attr(deny(warnings))))]
 
 pub mod collective;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod launch;
 
 /// The README's Rust examples, compiled and run as doc tests so that they stay true.

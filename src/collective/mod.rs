@@ -45,17 +45,15 @@
 mod algo;
 mod element;
 mod error;
-mod link;
+pub(crate) mod link;
 #[cfg(feature = "mpi")]
 mod mpi_engine;
 mod options;
-mod stream_link;
 
 pub use element::{DType, ReduceOp, Reducible};
 pub use error::{Call, CollectiveError, LinkError};
-pub use link::{BoundLink, Link, SocketLink, Tag};
+pub use link::{BoundLink, Link, SocketLink, StreamLink, Tag};
 pub use options::{CommOptions, DataPath, ENV_DATA_PATH, ENV_LARGE_THRESHOLD, ENV_TIMEOUT};
-pub use stream_link::StreamLink;
 
 use crate::launch::{Bootstrap, Rendezvous};
 use algo::{direct, doubling, ring, split, tree, Round, Signature};

@@ -1,0 +1,97 @@
+//! The [`Link`] trait the mesh algorithms run over, and its implementations.
+//!
+//! | file | what it holds |
+//! |---|---|
+//! | `socket.rs` | [`SocketLink`] and [`BoundLink`]: the link over the Dealer/Router transports, with its goodbye handshake |
+//! | `stream.rs` | [`StreamLink`]: the TCP data path beside a [`SocketLink`] |
+//! | `setup.rs` | opening the [`StreamLink`]'s connections |
+//! | `framing.rs` | the stream wire format, as a pure encoder and decoder |
+//! | `pool.rs` | frame buffers for reuse |
+
+pub(crate) mod framing;
+mod pool;
+mod setup;
+mod socket;
+mod stream;
+
+pub use socket::{BoundLink, SocketLink};
+pub use stream::StreamLink;
+
+use super::error::LinkError;
+use bytes::Bytes;
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+/// Names one message stream of one collective call: the call's sequence number
+/// (every rank numbers its calls alike) and a step within the call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Tag {
+    /// The call's sequence number on this communicator.
+    pub call: u64,
+    /// The algorithm's step within the call.
+    pub step: u32,
+}
+
+/// What the mesh algorithms need from the network: ordered, tagged messages between
+/// ranks. Implementations move frames; they never look inside them.
+///
+/// Messages from one rank with one tag arrive in the order they were sent. A link
+/// never opens sockets on its own initiative after it is built.
+pub trait Link: Send {
+    /// This rank.
+    fn rank(&self) -> usize;
+
+    /// Number of ranks.
+    fn world_size(&self) -> usize;
+
+    /// Queues `frames` for rank `to`, waiting at most until `deadline` for room.
+    fn send(
+        &mut self,
+        to: usize,
+        tag: Tag,
+        frames: Vec<Bytes>,
+        deadline: Instant,
+    ) -> Result<(), LinkError>;
+
+    /// The next message from rank `from` with `tag`, waiting at most until
+    /// `deadline`. Messages with other tags that arrive meanwhile are kept for later.
+    /// An abort notice from any rank ends the wait with [`LinkError::Aborted`].
+    fn recv(&mut self, from: usize, tag: Tag, deadline: Instant) -> Result<Vec<Bytes>, LinkError>;
+
+    /// Tells every other rank, best effort and without blocking for long, that this
+    /// rank gave up on call `call` and why.
+    fn abort(&mut self, call: u64, reason: &str);
+
+    /// A buffer of `len` bytes for a frame about to be filled and sent. Links that
+    /// recycle memory hand back one that was used before.
+    fn buffer(&mut self, len: usize) -> Vec<u8> {
+        vec![0; len]
+    }
+
+    /// Gives a frame this rank is done with back to the link for reuse.
+    fn recycle(&mut self, frame: Bytes) {
+        drop(frame);
+    }
+}
+
+/// Messages that arrived before anyone asked for them, by sender and tag, each
+/// queue in arrival order.
+#[derive(Debug, Default)]
+pub(crate) struct Pending(HashMap<(usize, Tag), VecDeque<Vec<Bytes>>>);
+
+impl Pending {
+    /// Files a message from `from` with `tag`.
+    pub(crate) fn push(&mut self, from: usize, tag: Tag, frames: Vec<Bytes>) {
+        self.0.entry((from, tag)).or_default().push_back(frames);
+    }
+
+    /// The oldest message from `from` with `tag`, if one is filed.
+    pub(crate) fn pop(&mut self, from: usize, tag: Tag) -> Option<Vec<Bytes>> {
+        let queue = self.0.get_mut(&(from, tag))?;
+        let frames = queue.pop_front();
+        if queue.is_empty() {
+            self.0.remove(&(from, tag));
+        }
+        frames
+    }
+}
