@@ -2,8 +2,12 @@
 //! walk.
 
 mod header;
+mod mpi;
+mod stream;
 
 pub use header::decode_header;
+pub use mpi::mpi_wire;
+pub use stream::stream_frames;
 
 /// One fuzz target.
 #[derive(Clone, Copy, Debug)]
@@ -22,18 +26,43 @@ pub struct Target {
 }
 
 /// Every target.
-pub const TARGETS: &[Target] = &[Target {
-    name: "decode_header",
-    run: decode_header,
-    seeds: header::seeds,
-    max_len: 300,
-}];
+pub const TARGETS: &[Target] = &[
+    Target {
+        name: "decode_header",
+        run: decode_header,
+        seeds: header::seeds,
+        max_len: 300,
+    },
+    Target {
+        name: "mpi_wire",
+        run: mpi_wire,
+        seeds: mpi::seeds,
+        max_len: 2048,
+    },
+    Target {
+        name: "stream_frames",
+        run: stream_frames,
+        seeds: stream::seeds,
+        max_len: 8192,
+    },
+];
 
 /// What the allocator may hand out beyond a limit: error values and their text.
 pub(crate) const SLACK: usize = 256;
 
-/// `text` without its digits, so that errors differing only in a length or a tag
-/// value share one label.
+/// `text` without its digits and without what stands in brackets (bytes shown as
+/// lists), so that errors differing only in a length, a tag or the bytes found share
+/// one label.
 pub(crate) fn label(text: &str) -> String {
-    text.chars().filter(|c| !c.is_ascii_digit()).collect()
+    let mut depth = 0usize;
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.saturating_sub(1),
+            _ if depth > 0 || c.is_ascii_digit() => {}
+            _ => out.push(c),
+        }
+    }
+    out
 }
