@@ -35,11 +35,13 @@ mod addr;
 mod codec;
 mod error;
 mod header;
+mod limits;
 mod message;
 pub mod payload;
 
 pub use addr::{Addr, Role};
-pub use codec::{decode_header, encode_header, Limits, MAGIC, WIRE_PREFIX_LEN, WIRE_VERSION};
+pub use codec::{decode_header, encode_header, MAGIC, WIRE_PREFIX_LEN, WIRE_VERSION};
 pub use error::{DecodeError, PayloadError};
 pub use header::{Header, Kind, Target};
+pub use limits::Limits;
 pub use message::Msg;
