@@ -14,7 +14,6 @@ use super::{median, Row};
 use clap::{Args, ValueEnum};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 use switchyard::collective::{CommOptions, Communicator, ReduceOp};
 use switchyard::launch::{run_local, LaunchOptions};
@@ -306,20 +305,11 @@ fn run_mpi(
     out: &Path,
 ) -> Result<BTreeMap<usize, f64>> {
     let exe = std::env::current_exe()?;
-    let mut command = Command::new("mpirun");
-    // OpenMPI refuses root and more ranks than cores without these; loopback only,
-    // as BASELINES.md advises for its TCP transport.
-    command
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
-        .env("OMPI_MCA_btl_tcp_if_include", "lo")
-        .env("OMPI_MCA_oob_tcp_if_include", "lo");
+    let mut command = switchyard_mpirun::command(n);
     if tcp_only {
         command.env("OMPI_MCA_btl", "tcp,self");
     }
     let status = command
-        .args(["-np", &n.to_string()])
         .arg(exe)
         .args(worker_args(op, Engine::Mpi, common, out))
         .status()
