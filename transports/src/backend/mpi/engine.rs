@@ -29,7 +29,7 @@
 
 use super::ffi::{self, MpiError, Request, ThreadLevel};
 use super::wire::{self, Control, Encoded};
-use crate::backend::inbox::Inbound;
+use crate::backend::{Deadline, Inbound};
 use crate::{PeerId, TransportError};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::collections::HashMap;
@@ -93,26 +93,28 @@ impl Credits {
         })
     }
 
-    /// Takes a credit, waiting until `deadline` (or not at all for `None`).
-    pub(crate) fn acquire(&self, deadline: Option<Instant>) -> bool {
+    /// Takes a credit, waiting until `deadline` for one to be freed.
+    pub(crate) fn acquire(&self, deadline: Deadline) -> bool {
         let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             if *used < self.limit {
                 *used += 1;
                 return true;
             }
-            let Some(deadline) = deadline else {
-                return false;
+            used = match deadline {
+                Deadline::Now => return false,
+                Deadline::Forever => self.freed.wait(used).unwrap_or_else(|p| p.into_inner()),
+                Deadline::At(deadline) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return false;
+                    }
+                    self.freed
+                        .wait_timeout(used, deadline - now)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                }
             };
-            let now = Instant::now();
-            if now >= deadline {
-                return false;
-            }
-            used = self
-                .freed
-                .wait_timeout(used, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
         }
     }
 

@@ -26,8 +26,6 @@ mod run;
 mod sockets;
 
 #[cfg(feature = "mpi")]
-pub(crate) use engine::MpiInbound;
-#[cfg(feature = "mpi")]
 pub use engine::{MpiWorld, ENV_FINALIZE_TIMEOUT};
 #[cfg(feature = "mpi")]
 pub use ffi::ThreadLevel;
