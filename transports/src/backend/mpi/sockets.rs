@@ -1,7 +1,8 @@
 //! The mpi backend's sockets: a dealer talking to one rank's router, and this rank's
 //! router. Both only queue commands for the progress thread ([`super::engine`]).
 
-use super::engine::{Command, Credits, Engine, MpiRoute, ROUTER_TAG};
+use super::credits::{Credits, MpiRoute};
+use super::engine::{Command, Engine, ROUTER_TAG};
 use super::wire;
 use crate::backend::{send_error, BackendDealer, BackendSocket, Deadline, Delivery, InboxRouter};
 use crate::poller::Watch;
