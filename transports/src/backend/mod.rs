@@ -219,3 +219,43 @@ pub(crate) fn send_error(msg: Msg, kind: SendErrorKind, endpoint: &str) -> SendE
         endpoint: endpoint.to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossbeam_channel::bounded;
+
+    // What each deadline makes of a full, an empty and a closed channel: the errors
+    // the conformance suite expects from every backend start here for two of them.
+    #[test]
+    fn deadlines_on_channels() {
+        let (tx, rx) = bounded::<u8>(1);
+        assert_eq!(Deadline::Now.send(&tx, 1), Ok(()));
+        assert_eq!(Deadline::Now.send(&tx, 2), Err((2, SendErrorKind::Full)));
+        let past = Deadline::At(Instant::now());
+        assert_eq!(past.send(&tx, 3), Err((3, SendErrorKind::Timeout)));
+        assert_eq!(Deadline::Forever.recv(&rx, "e"), Ok(1));
+        assert_eq!(Deadline::Now.recv(&rx, "e"), Err(RecvError::Empty));
+        assert_eq!(past.recv(&rx, "e"), Err(RecvError::Timeout));
+        drop(rx);
+        let closed = Err((4, SendErrorKind::Disconnected));
+        assert_eq!(Deadline::Now.send(&tx, 4), closed);
+        assert_eq!(Deadline::Forever.send(&tx, 4), closed);
+        let (tx, rx) = bounded::<u8>(1);
+        drop(tx);
+        // A try reports a closed channel as empty, as every backend's try_recv does.
+        assert_eq!(Deadline::Now.recv(&rx, "e"), Err(RecvError::Empty));
+        let gone = Err(RecvError::Disconnected {
+            endpoint: "e".into(),
+        });
+        assert_eq!(past.recv(&rx, "e"), gone);
+        assert_eq!(Deadline::Forever.recv(&rx, "e"), gone);
+    }
+
+    #[test]
+    fn a_receive_without_a_deadline_waits_forever() {
+        assert_eq!(Deadline::or_forever(None), Deadline::Forever);
+        let at = Instant::now();
+        assert_eq!(Deadline::or_forever(Some(at)), Deadline::At(at));
+    }
+}
