@@ -1,4 +1,4 @@
-//! A libzmq DEALER: connects to one router, and says HELLO until it answers READY.
+//! A libzmq DEALER: connects to one router, sends it a HELLO and waits for its READY.
 
 use super::{backend_error, decode_parts, hello, timeout_ms, tried, OverRaw, Parts, Raw};
 use crate::backend::{BackendDealer, Deadline};
