@@ -33,9 +33,8 @@
 //! # }
 //! ```
 #![doc(test(attr(deny(warnings))))]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
-#[macro_use]
-mod macros;
 mod backend;
 mod dispatch;
 mod endpoint;
@@ -49,6 +48,7 @@ pub use dispatch::{DealerSocket, RouterSocket};
 
 /// The MPI job this process belongs to (feature `mpi`).
 #[cfg(feature = "mpi")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]
 pub mod mpi {
     pub use crate::backend::mpi::{
         error_string, run_on_progress_thread, world, MpiWorld, ThreadLevel, ENV_FINALIZE_TIMEOUT,

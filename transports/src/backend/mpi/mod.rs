@@ -17,18 +17,24 @@
 pub(crate) mod wire;
 
 #[cfg(feature = "mpi")]
+mod credits;
+#[cfg(feature = "mpi")]
 mod engine;
 #[cfg(feature = "mpi")]
+mod exit;
+#[cfg(feature = "mpi")]
 mod ffi;
+#[cfg(feature = "mpi")]
+mod progress;
 #[cfg(feature = "mpi")]
 mod run;
 #[cfg(feature = "mpi")]
 mod sockets;
 
 #[cfg(feature = "mpi")]
-pub(crate) use engine::MpiInbound;
+pub use engine::MpiWorld;
 #[cfg(feature = "mpi")]
-pub use engine::{MpiWorld, ENV_FINALIZE_TIMEOUT};
+pub use exit::ENV_FINALIZE_TIMEOUT;
 #[cfg(feature = "mpi")]
 pub use ffi::ThreadLevel;
 #[cfg(feature = "mpi")]

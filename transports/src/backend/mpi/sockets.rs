@@ -1,23 +1,17 @@
 //! The mpi backend's sockets: a dealer talking to one rank's router, and this rank's
 //! router. Both only queue commands for the progress thread ([`super::engine`]).
 
-use super::engine::{self, Command, Credits, Engine, ROUTER_TAG};
+use super::credits::{Credits, MpiRoute};
+use super::engine::{Command, Engine, ROUTER_TAG};
 use super::wire;
-use crate::backend::inbox::RouterInbox;
+use crate::backend::{send_error, BackendDealer, BackendSocket, Deadline, Delivery, InboxRouter};
+use crate::poller::Watch;
 use crate::{PeerId, RecvError, SendError, SendErrorKind, SocketOptions, TransportError};
 use crossbeam_channel::{unbounded, Receiver};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use switchyard_msg::Msg;
-
-fn send_error(msg: Msg, kind: SendErrorKind, endpoint: &str) -> SendError {
-    SendError {
-        msg,
-        kind,
-        endpoint: endpoint.to_string(),
-    }
-}
 
 /// Where a send goes: the destination rank and socket tag, and the sender's own tag.
 struct Hop {
@@ -26,26 +20,21 @@ struct Hop {
     source_tag: i32,
 }
 
-/// Encodes, takes a credit (waiting until `deadline`, or not at all), and queues.
+/// Encodes, takes a credit (waiting until `deadline`), and queues; or hands `msg`
+/// back with why not.
 fn queue_send(
     engine: &Engine,
     msg: Msg,
     hop: Hop,
     credits: &Arc<Credits>,
-    deadline: Option<Instant>,
-    endpoint: &str,
-) -> Result<(), SendError> {
+    deadline: Deadline,
+) -> Result<(), (Msg, SendErrorKind)> {
     let encoded = match wire::encode(&msg, hop.source_tag) {
         Ok(encoded) => encoded,
-        Err(reason) => return Err(send_error(msg, SendErrorKind::Backend(reason), endpoint)),
+        Err(reason) => return Err((msg, SendErrorKind::Backend(reason))),
     };
     if !credits.acquire(deadline) {
-        let kind = if deadline.is_some() {
-            SendErrorKind::Timeout
-        } else {
-            SendErrorKind::Full
-        };
-        return Err(send_error(msg, kind, endpoint));
+        return Err((msg, deadline.no_room()));
     }
     let command = Command::Send {
         dest: hop.rank,
@@ -55,7 +44,7 @@ fn queue_send(
     };
     engine
         .submit(command)
-        .map_err(|reason| send_error(msg, SendErrorKind::Backend(reason), endpoint))
+        .map_err(|reason| (msg, SendErrorKind::Backend(reason)))
 }
 
 fn target_rank(engine: &Engine, rank: u32, endpoint: &str) -> Result<i32, TransportError> {
@@ -149,37 +138,6 @@ impl MpiDealer {
         Ok(dealer)
     }
 
-    pub(crate) fn identity(&self) -> &PeerId {
-        &self.identity
-    }
-
-    pub(crate) fn options(&self) -> &SocketOptions {
-        &self.options
-    }
-
-    pub(crate) fn endpoint(&self) -> &str {
-        &self.endpoint
-    }
-
-    pub(crate) fn send_deadline(
-        &mut self,
-        msg: Msg,
-        deadline: Option<Instant>,
-    ) -> Result<(), SendError> {
-        queue_send(
-            self.engine,
-            msg,
-            Hop {
-                rank: self.router,
-                tag: ROUTER_TAG,
-                source_tag: self.tag,
-            },
-            &self.credits,
-            deadline,
-            &self.endpoint,
-        )
-    }
-
     fn closed(&self) -> RecvError {
         match self.engine.failure() {
             Some(reason) => RecvError::Backend {
@@ -191,17 +149,41 @@ impl MpiDealer {
             },
         }
     }
+}
 
-    pub(crate) fn recv_deadline(&mut self, deadline: Option<Instant>) -> Result<Msg, RecvError> {
-        let received = match deadline {
-            Some(deadline) => self.inbox.recv_deadline(deadline).map_err(|e| match e {
-                crossbeam_channel::RecvTimeoutError::Timeout => RecvError::Timeout,
-                crossbeam_channel::RecvTimeoutError::Disconnected => self.closed(),
-            }),
-            None => self.inbox.recv().map_err(|_| self.closed()),
+impl BackendSocket for MpiDealer {
+    fn options(&self) -> &SocketOptions {
+        &self.options
+    }
+
+    fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    fn watch(&self) -> Watch<'_> {
+        Watch::channel(&self.inbox)
+    }
+}
+
+impl BackendDealer for MpiDealer {
+    fn identity(&self) -> &PeerId {
+        &self.identity
+    }
+
+    fn send(&mut self, msg: Msg, deadline: Deadline) -> Result<(), SendError> {
+        let hop = Hop {
+            rank: self.router,
+            tag: ROUTER_TAG,
+            source_tag: self.tag,
         };
-        // A dead progress thread never fills the inbox again: say why, not "timeout".
-        match received {
+        queue_send(self.engine, msg, hop, &self.credits, deadline)
+            .map_err(|(msg, kind)| send_error(msg, kind, &self.endpoint))
+    }
+
+    fn recv(&mut self, deadline: Deadline) -> Result<Msg, RecvError> {
+        match deadline.recv(&self.inbox, &self.endpoint) {
+            Err(RecvError::Disconnected { .. }) => Err(self.closed()),
+            // A dead progress thread never fills the inbox again: say why, not "timeout".
             Err(RecvError::Timeout) => {
                 Err(self
                     .engine
@@ -213,18 +195,6 @@ impl MpiDealer {
             }
             other => other,
         }
-    }
-
-    pub(crate) fn try_recv(&mut self) -> Result<Msg, RecvError> {
-        self.inbox.try_recv().map_err(|_| RecvError::Empty)
-    }
-
-    pub(crate) fn receiver(&self) -> &Receiver<Msg> {
-        &self.inbox
-    }
-
-    pub(crate) fn has_pending(&self) -> bool {
-        !self.inbox.is_empty()
     }
 }
 
@@ -238,18 +208,19 @@ impl Drop for MpiDealer {
 }
 
 /// This rank's router.
-pub(crate) struct MpiRouter {
+pub(crate) type MpiRouter = InboxRouter<MpiDelivery>;
+
+/// How this rank's router reaches its dealers: through the progress thread, with each
+/// dealer's own credits. It holds the rank's router slot, and frees it when dropped.
+pub(crate) struct MpiDelivery {
     engine: &'static Engine,
     generation: u64,
-    options: SocketOptions,
-    inbox: RouterInbox<engine::MpiRoute>,
 }
 
-impl std::fmt::Debug for MpiRouter {
+impl std::fmt::Debug for MpiDelivery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MpiRouter")
-            .field("endpoint", &self.inbox.endpoint())
-            .field("peers", &self.inbox.peers().len())
+        f.debug_struct("MpiDelivery")
+            .field("generation", &self.generation)
             .finish()
     }
 }
@@ -289,98 +260,39 @@ impl MpiRouter {
             });
         }
         engine.note_linger(options.linger);
-        Ok(MpiRouter {
-            engine,
-            generation,
-            inbox: RouterInbox::new(endpoint, options.hwm, inbound),
-            options,
-        })
-    }
-
-    pub(crate) fn options(&self) -> &SocketOptions {
-        &self.options
-    }
-
-    pub(crate) fn endpoint(&self) -> &str {
-        self.inbox.endpoint()
-    }
-
-    pub(crate) fn await_peers(
-        &mut self,
-        expected: usize,
-        timeout: Duration,
-    ) -> Result<usize, TransportError> {
-        self.inbox.await_peers(expected, timeout)
-    }
-
-    pub(crate) fn recv_from_deadline(
-        &mut self,
-        deadline: Option<Instant>,
-    ) -> Result<(PeerId, Msg), RecvError> {
-        match self.inbox.recv_from_deadline(deadline) {
-            Err(RecvError::Timeout) => {
-                Err(self
-                    .engine
-                    .failure()
-                    .map_or(RecvError::Timeout, |reason| RecvError::Backend {
-                        endpoint: self.inbox.endpoint().to_string(),
-                        reason,
-                    }))
-            }
-            other => other,
-        }
-    }
-
-    pub(crate) fn try_recv_from(&mut self) -> Result<(PeerId, Msg), RecvError> {
-        self.inbox.try_recv_from()
-    }
-
-    pub(crate) fn send_to_deadline(
-        &mut self,
-        peer: &PeerId,
-        msg: Msg,
-        deadline: Option<Instant>,
-    ) -> Result<(), SendError> {
-        let Some(route) = self.inbox.route(peer).cloned() else {
-            return Err(send_error(
-                msg,
-                SendErrorKind::UnknownPeer(peer.clone()),
-                self.inbox.endpoint(),
-            ));
-        };
-        queue_send(
-            self.engine,
-            msg,
-            Hop {
-                rank: route.rank,
-                tag: route.tag,
-                source_tag: ROUTER_TAG,
-            },
-            &route.credits,
-            deadline,
-            self.inbox.endpoint(),
-        )
-    }
-
-    pub(crate) fn peers(&self) -> Vec<PeerId> {
-        self.inbox.peers()
-    }
-
-    /// Malformed messages this process's progress thread dropped (all mpi sockets).
-    pub(crate) fn dropped_malformed(&self) -> u64 {
-        self.engine.malformed.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn receiver(&self) -> &Receiver<engine::MpiInbound> {
-        self.inbox.receiver()
-    }
-
-    pub(crate) fn has_pending(&self) -> bool {
-        self.inbox.has_pending()
+        let delivery = MpiDelivery { engine, generation };
+        Ok(InboxRouter::new(endpoint, options, inbound, delivery))
     }
 }
 
-impl Drop for MpiRouter {
+impl Delivery for MpiDelivery {
+    type Route = MpiRoute;
+
+    fn deliver(
+        &self,
+        route: &MpiRoute,
+        msg: Msg,
+        deadline: Deadline,
+    ) -> Result<(), (Msg, SendErrorKind)> {
+        let hop = Hop {
+            rank: route.rank,
+            tag: route.tag,
+            source_tag: ROUTER_TAG,
+        };
+        queue_send(self.engine, msg, hop, &route.credits, deadline)
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.engine.failure()
+    }
+
+    /// Malformed messages this process's progress thread dropped (all mpi sockets).
+    fn dropped_malformed(&self) -> u64 {
+        self.engine.malformed.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for MpiDelivery {
     fn drop(&mut self) {
         self.engine.release_router(self.generation);
     }

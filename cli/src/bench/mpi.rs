@@ -10,7 +10,6 @@ use super::report::header;
 use super::{median, Common, Row};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
-use std::process::Command;
 use std::time::{Duration, Instant};
 use switchyard::prelude::*;
 use switchyard::transports::mpi::{world, ThreadLevel};
@@ -28,15 +27,7 @@ const LAUNCHER_VARS: [&str; 3] = ["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK
 /// Starts `mpirun -np 2` on this same command line and waits for it.
 fn relaunch() -> Result<()> {
     let exe = std::env::current_exe()?;
-    let status = Command::new("mpirun")
-        // OpenMPI refuses root and more ranks than cores without these; MPICH
-        // ignores them. Loopback only, as BASELINES.md advises.
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
-        .env("OMPI_MCA_btl_tcp_if_include", "lo")
-        .env("OMPI_MCA_oob_tcp_if_include", "lo")
-        .args(["-np", "2"])
+    let status = switchyard_mpirun::command(2)
         .arg(exe)
         .args(std::env::args().skip(1))
         .status()

@@ -7,11 +7,11 @@
 mod support;
 
 use std::time::Duration;
-use support::{example, mpirun::mpirun_command, run_bounded};
+use support::{example, mpirun, run_bounded};
 
 #[test]
 fn param_server_runs_under_mpirun() {
-    let mut cmd = mpirun_command(3);
+    let mut cmd = mpirun::command(3);
     cmd.arg(example("param_server"))
         .args(["--steps", "10", "--dim", "512"]);
     let (out, _) = run_bounded(cmd, Duration::from_secs(180));
@@ -35,7 +35,7 @@ fn param_server_runs_under_mpirun() {
 
 #[test]
 fn the_wrong_number_of_ranks_is_named() {
-    let mut cmd = mpirun_command(2);
+    let mut cmd = mpirun::command(2);
     cmd.arg(example("param_server"));
     let (out, waited) = run_bounded(cmd, Duration::from_secs(120));
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -1,0 +1,105 @@
+//! Runs this test binary's ignored `in_mpi_job` tests under `mpirun`, bounded by a
+//! timeout, and hands back what every rank printed.
+
+// A test harness: a failure to spawn or wait is a failed test, reported by panicking.
+#![allow(clippy::expect_used)]
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What an `mpirun` run left behind.
+#[derive(Debug)]
+pub struct JobOutput {
+    /// Whether mpirun exited with status 0.
+    pub success: bool,
+    /// mpirun's exit code (`None` if a signal ended it).
+    pub code: Option<i32>,
+    /// Every rank's stdout, then every rank's stderr, as mpirun forwarded them.
+    pub output: String,
+    /// How long the job ran.
+    pub elapsed: Duration,
+}
+
+/// Runs `mpirun -np N <this test binary> --ignored --test-threads=1 FILTER` and waits
+/// at most `timeout`; on timeout mpirun is terminated (which ends its ranks).
+pub fn run_ranks(np: usize, filter: &str, timeout: Duration) -> JobOutput {
+    let exe = std::env::current_exe().expect("test binary path");
+    let mut command = crate::command(np);
+    command
+        .arg(exe)
+        .args(["--ignored", "--test-threads=1", "--nocapture", filter])
+        .env("RUST_BACKTRACE", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let started = Instant::now();
+    let mut child = command
+        .spawn()
+        .expect("mpirun must be installed for the mpi feature's tests (apt install openmpi-bin)");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for mpirun") {
+            break Some(status);
+        }
+        if started.elapsed() > timeout {
+            // SIGTERM lets mpirun take its ranks down; SIGKILL if it does not.
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            std::thread::sleep(Duration::from_secs(3));
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let output = format!(
+        "{}{}",
+        out_reader.join().unwrap_or_default(),
+        err_reader.join().unwrap_or_default()
+    );
+    let elapsed = started.elapsed();
+    match status {
+        Some(status) => JobOutput {
+            success: status.success(),
+            code: status.code(),
+            output,
+            elapsed,
+        },
+        None => panic!("mpirun -np {np} {filter} ran past {timeout:?}; output:\n{output}"),
+    }
+}
+
+/// Runs the filter under mpirun and fails the test with every rank's output if the
+/// job failed or ran no test.
+pub fn expect_ranks_pass(np: usize, filter: &str, timeout: Duration) {
+    let job = run_ranks(np, filter, timeout);
+    assert!(
+        job.success,
+        "mpirun -np {np} {filter} failed ({:?}):\n{}",
+        job.code, job.output
+    );
+    let passed = job.output.matches("test result: ok").count();
+    assert_eq!(
+        passed, np,
+        "expected one passing test run per rank:\n{}",
+        job.output
+    );
+    assert!(
+        !job.output.contains(" 0 passed"),
+        "the filter {filter} matched no test:\n{}",
+        job.output
+    );
+}
