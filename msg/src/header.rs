@@ -87,9 +87,9 @@ pub struct Header {
     /// A sequence number chosen by the sender; it wraps from `u64::MAX` to 0 and the
     /// framework never interprets it.
     pub seq: u64,
-    /// A step within the exchange that `seq` numbers, 0 when unused. Collectives send
-    /// (call number, step within the call) as (`seq`, `step`), which leaves `target`
-    /// for what a message refers to. The transports never interpret it.
+    /// A step within the exchange that `seq` numbers, such as a collective's step
+    /// within one call, so that `target` is left for what a message refers to; 0 when
+    /// unused. The transports never interpret it.
     pub step: u32,
 }
 
