@@ -8,6 +8,8 @@
 
 pub(crate) mod direct;
 pub(crate) mod doubling;
+#[cfg(test)]
+mod in_memory_tests;
 pub(crate) mod ring;
 pub(crate) mod tree;
 
