@@ -52,7 +52,7 @@ mod options;
 
 pub use element::{DType, ReduceOp, Reducible};
 pub use error::{Call, CollectiveError, LinkError};
-pub use link::{BoundLink, Link, MemoryLink, Schedule, SocketLink, StreamLink, Tag};
+pub use link::{BoundLink, Link, MemoryLink, MemorySchedule, SocketLink, StreamLink, Tag};
 pub use options::{CommOptions, DataPath, ENV_DATA_PATH, ENV_LARGE_THRESHOLD, ENV_TIMEOUT};
 
 use crate::launch::{Bootstrap, Rendezvous};

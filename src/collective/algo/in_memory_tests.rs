@@ -6,7 +6,7 @@
 
 use super::{direct, doubling, ring, split, tree, Round, Signature};
 use crate::collective::error::{Call, CollectiveError};
-use crate::collective::link::{Link, MemoryLink, Schedule};
+use crate::collective::link::{Link, MemoryLink, MemorySchedule};
 use bytes::Bytes;
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 const WORLDS: std::ops::RangeInclusive<usize> = 1..=8;
 /// Long enough for several pieces per block in every world above.
 const LARGE: usize = 4099;
-const SCHEDULES: [Schedule; 3] = [
-    Schedule::RoundRobin,
-    Schedule::Seeded(1),
-    Schedule::Seeded(0x5eed),
+const SCHEDULES: [MemorySchedule; 3] = [
+    MemorySchedule::RoundRobin,
+    MemorySchedule::Seeded(1),
+    MemorySchedule::Seeded(0x5eed),
 ];
 
 /// The element counts every algorithm is tried with in a world of `n`.
@@ -56,7 +56,7 @@ fn round(link: &mut dyn Link, total: usize) -> Round<'_> {
 /// its own thread; returns the results in rank order, failing on any rank's error.
 fn on_world<R: Send + 'static>(
     n: usize,
-    schedule: Schedule,
+    schedule: MemorySchedule,
     body: impl Fn(&mut dyn Link) -> Result<R, CollectiveError> + Send + Sync + Clone + 'static,
 ) -> Vec<R> {
     let handles: Vec<_> = MemoryLink::world_with(n, schedule)
@@ -97,7 +97,7 @@ fn reference_sum(n: usize, len: usize) -> Vec<i64> {
 }
 
 /// Every world, length and schedule; `check(n, len, schedule)` runs one world.
-fn sweep(check: impl Fn(usize, usize, Schedule)) {
+fn sweep(check: impl Fn(usize, usize, MemorySchedule)) {
     for n in WORLDS {
         for len in lengths(n) {
             for schedule in SCHEDULES {
@@ -125,7 +125,7 @@ fn recursive_doubling_allreduces() {
 #[test]
 fn recursive_doubling_gives_every_rank_the_same_bits_in_floating_point() {
     for n in WORLDS {
-        let results = on_world(n, Schedule::Seeded(3), move |link| {
+        let results = on_world(n, MemorySchedule::Seeded(3), move |link| {
             let r = link.rank() as f64;
             let mut buf: Vec<f64> = (0..9).map(|i| 0.1 * r + 1.0 / (i as f64 + 3.0)).collect();
             doubling::allreduce(&mut round(link, 9), &mut buf, &|acc, other| {

@@ -1,10 +1,10 @@
 //! [`MemoryLink`]: every rank of a world in one process, with no sockets, run one
-//! rank at a time in an order fixed by a [`Schedule`].
+//! rank at a time in an order fixed by a [`MemorySchedule`].
 //!
 //! The algorithms are blocking functions, so each rank still needs a thread of its
 //! own; what makes the world deterministic is a turn that only one rank holds at a
 //! time. A rank runs until it waits for a message that has not been sent (or, under
-//! [`Schedule::Seeded`], until the schedule preempts it at a link call), then hands
+//! [`MemorySchedule::Seeded`], until the schedule preempts it at a link call), then hands
 //! the turn to the next ready rank. Since nothing else decides who runs, the same
 //! program on the same schedule makes the same calls in the same order every time.
 //!
@@ -22,7 +22,7 @@ use std::time::Instant;
 /// In which order the ranks of a [`MemoryLink`] world take turns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Schedule {
+pub enum MemorySchedule {
     /// Rank 0 starts; a rank that waits hands the turn to the next ready rank above
     /// it (wrapping around). Nobody is preempted.
     #[default]
@@ -56,7 +56,7 @@ struct State {
     inboxes: Vec<Pending>,
     /// The first abort notice each rank got: who sent it and why.
     aborts: Vec<Option<(usize, String)>>,
-    schedule: Schedule,
+    schedule: MemorySchedule,
     /// The seeded schedule's generator state.
     random: u64,
     /// A digest of every send, receive and hand-over, in order.
@@ -91,8 +91,8 @@ impl State {
             return None;
         }
         let at = match self.schedule {
-            Schedule::RoundRobin => 0,
-            Schedule::Seeded(_) => (self.next_random() % candidates.len() as u64) as usize,
+            MemorySchedule::RoundRobin => 0,
+            MemorySchedule::Seeded(_) => (self.next_random() % candidates.len() as u64) as usize,
         };
         Some(candidates[at])
     }
@@ -165,7 +165,7 @@ impl World {
         me: usize,
         deadline: Instant,
     ) -> Result<MutexGuard<'a, State>, MutexGuard<'a, State>> {
-        if !matches!(state.schedule, Schedule::Seeded(_)) || state.next_random() % 2 == 0 {
+        if !matches!(state.schedule, MemorySchedule::Seeded(_)) || state.next_random() % 2 == 0 {
             return Ok(state);
         }
         let Some(next) = state.choose(me, |p| p == Phase::Ready) else {
@@ -179,7 +179,7 @@ impl World {
 }
 
 /// A [`Link`] between threads of one process: messages move through shared queues,
-/// and only one rank runs at a time, in the order a [`Schedule`] fixes. For tests of
+/// and only one rank runs at a time, in the order a [`MemorySchedule`] fixes. For tests of
 /// code above the link (the collectives, and programs using them) that must not
 /// depend on sockets, ports or timing.
 ///
@@ -226,11 +226,11 @@ impl MemoryLink {
     /// The links of a world of `size` ranks (rank `r`'s at index `r`), taking turns
     /// round-robin.
     pub fn world(size: usize) -> Vec<MemoryLink> {
-        MemoryLink::world_with(size, Schedule::RoundRobin)
+        MemoryLink::world_with(size, MemorySchedule::RoundRobin)
     }
 
     /// The links of a world of `size` ranks, taking turns as `schedule` says.
-    pub fn world_with(size: usize, schedule: Schedule) -> Vec<MemoryLink> {
+    pub fn world_with(size: usize, schedule: MemorySchedule) -> Vec<MemoryLink> {
         let mut state = State {
             turn: None,
             phases: vec![Phase::Ready; size],
@@ -238,8 +238,8 @@ impl MemoryLink {
             aborts: vec![None; size],
             schedule,
             random: match schedule {
-                Schedule::Seeded(seed) => seed,
-                Schedule::RoundRobin => 0,
+                MemorySchedule::Seeded(seed) => seed,
+                MemorySchedule::RoundRobin => 0,
             },
             fingerprint: 0xcbf2_9ce4_8422_2325,
         };

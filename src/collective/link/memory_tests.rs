@@ -129,7 +129,7 @@ fn sends_to_itself_or_outside_the_world_are_refused() {
 /// Every rank sends to every other, then receives from every other in an order of
 /// its own, several calls in a row. Returns the world's fingerprint as each rank saw
 /// it after its last receive, while it still held the turn.
-fn all_to_all(schedule: Schedule) -> Vec<u64> {
+fn all_to_all(schedule: MemorySchedule) -> Vec<u64> {
     let n = 5;
     let links = MemoryLink::world_with(n, schedule);
     let results = run(links, move |link| {
@@ -154,9 +154,9 @@ fn all_to_all(schedule: Schedule) -> Vec<u64> {
 #[test]
 fn the_same_schedule_runs_the_same_way_every_time() {
     for schedule in [
-        Schedule::RoundRobin,
-        Schedule::Seeded(7),
-        Schedule::Seeded(8),
+        MemorySchedule::RoundRobin,
+        MemorySchedule::Seeded(7),
+        MemorySchedule::Seeded(8),
     ] {
         let first = all_to_all(schedule);
         for _ in 0..3 {
@@ -164,7 +164,7 @@ fn the_same_schedule_runs_the_same_way_every_time() {
         }
     }
     assert_ne!(
-        all_to_all(Schedule::Seeded(7)),
-        all_to_all(Schedule::RoundRobin)
+        all_to_all(MemorySchedule::Seeded(7)),
+        all_to_all(MemorySchedule::RoundRobin)
     );
 }

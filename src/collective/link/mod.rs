@@ -16,7 +16,7 @@ mod setup;
 mod socket;
 mod stream;
 
-pub use memory::{MemoryLink, Schedule};
+pub use memory::{MemoryLink, MemorySchedule};
 pub use socket::{BoundLink, SocketLink};
 pub use stream::StreamLink;
 
