@@ -3,8 +3,9 @@
 //!
 //! - The **mesh** engine runs over the Dealer/Router transports (ZeroMQ tcp between
 //!   processes, or any other backend): recursive doubling for small allreduces, a
-//!   pipelined ring (reduce-scatter, then allgather) for large ones, binomial trees
-//!   and a pipelined chain for broadcast. The algorithms only see the [`Link`] trait.
+//!   direct exchange or a pipelined ring (reduce-scatter, then allgather) for large
+//!   ones, binomial trees, scatter + allgather or a pipelined chain for broadcast.
+//!   The algorithms only see the [`Link`] trait.
 //! - The **MPI** engine (feature `mpi`, under `mpirun`) calls MPI's own collectives.
 //! - A world of one process needs no network at all ([`Communicator::solo`]).
 //!

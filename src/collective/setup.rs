@@ -3,11 +3,10 @@
 
 use super::engine::{Engine, Solo};
 use super::error::{Call, CollectiveError};
-use super::link::{BoundLink, Link};
 use super::mesh::MeshEngine;
 use super::options::{CommOptions, DataPath};
-use super::stream_link::StreamLink;
-use super::Communicator;
+// Through the re-exports, which stay whatever files the links live in.
+use super::{BoundLink, Communicator, Link, StreamLink};
 use crate::launch::{Bootstrap, Rendezvous};
 
 /// A mesh communicator whose endpoint is bound but whose peers are not connected:
