@@ -298,14 +298,13 @@ fn the_ordered_reduce_combines_in_rank_order_onto_rank_0() {
     for n in WORLDS {
         for schedule in SCHEDULES {
             let results = on_world(n, schedule, move |link| {
-                let mine = format!("<{}>", link.rank()).into_bytes();
-                tree::ordered_reduce(
-                    &mut round(link, 1),
-                    mine,
-                    &|v: &Vec<u8>| Ok(Bytes::copy_from_slice(v)),
-                    &|frame: Bytes, _| Ok(frame.to_vec()),
-                    &|acc: &mut Vec<u8>, next: Vec<u8>| acc.extend(next),
-                )
+                let mut acc = format!("<{}>", link.rank()).into_bytes();
+                let holds =
+                    tree::ordered_reduce(&mut round(link, 1), &mut acc, &|acc, next, _| {
+                        acc.extend_from_slice(next);
+                        Ok(())
+                    })?;
+                Ok(holds.then_some(acc))
             });
             let want: String = (0..n).map(|r| format!("<{r}>")).collect();
             assert_eq!(results[0].as_deref(), Some(want.as_bytes()), "n={n}");

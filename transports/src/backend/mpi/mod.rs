@@ -11,10 +11,12 @@
 //! How it works and why is in [`engine`]'s documentation: one progress thread per
 //! process makes every MPI call.
 
+mod collective;
 mod engine;
 mod ffi;
 mod wire;
 
+pub use collective::{with_collectives, CallError, Collectives, Datatype, Operation};
 pub use engine::{MpiWorld, ENV_FINALIZE_TIMEOUT};
 pub use ffi::ThreadLevel;
 
