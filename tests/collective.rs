@@ -398,3 +398,48 @@ fn over_tcp_a_peer_that_leaves_is_lost_at_once_not_at_the_deadline() {
         "{results:?}"
     );
 }
+
+#[test]
+fn over_memory_waits_no_rank_can_satisfy_end_at_once_on_every_schedule() {
+    for schedule in [
+        MemorySchedule::RoundRobin,
+        MemorySchedule::Seeded(1),
+        MemorySchedule::Seeded(2),
+    ] {
+        // Rank 2 waits for rank 1, which (rooted elsewhere) never sends: with every
+        // other rank done, the in-memory link knows nothing can come, long before the
+        // 20 s deadline.
+        let started = std::time::Instant::now();
+        let results = Memory(schedule).run(3, options(), |comm| {
+            let mut buf = [0u8; 4];
+            let root = if comm.rank() == 2 { 1 } else { 0 };
+            Ok(comm.broadcast(&mut buf, root))
+        });
+        assert!(started.elapsed() < Duration::from_secs(5), "{schedule:?}");
+        assert!(results[..2].iter().all(Result::is_ok), "{results:?}");
+        assert!(
+            matches!(
+                results[2],
+                Err(CollectiveError::PeerTimeout { rank: 1, .. })
+            ),
+            "{schedule:?}: {results:?}"
+        );
+
+        // Mismatched lengths: every rank fails, one of them naming rank 2's 9 elements.
+        let results = Memory(schedule).run(4, options(), |comm| {
+            let len = if comm.rank() == 2 { 9 } else { 8 };
+            let mut buf = vec![1.0f32; len];
+            Ok(comm.allreduce(&mut buf, ReduceOp::Sum))
+        });
+        assert!(started.elapsed() < Duration::from_secs(10), "{schedule:?}");
+        assert!(results.iter().all(Result::is_err), "{results:?}");
+        assert!(
+            results.iter().any(|r| matches!(
+                r,
+                Err(CollectiveError::SizeMismatch { rank: 2, .. })
+                    | Err(CollectiveError::SizeMismatch { me: 2, .. })
+            )),
+            "{schedule:?}: {results:?}"
+        );
+    }
+}

@@ -337,3 +337,120 @@ fn ranks_that_pass_different_lengths_get_an_error_not_a_hang() {
         "{results:?}"
     );
 }
+
+/// Runs `body` on a world of `n` where a rank may queue at most `capacity` messages
+/// for another; `Err` names the first rank that failed.
+fn on_bounded_world<R: Send + 'static>(
+    n: usize,
+    schedule: MemorySchedule,
+    capacity: usize,
+    body: impl Fn(&mut dyn Link) -> Result<R, CollectiveError> + Send + Sync + Clone + 'static,
+) -> Result<Vec<R>, String> {
+    let handles: Vec<_> = MemoryLink::world_bounded(n, schedule, Some(capacity))
+        .into_iter()
+        .map(|mut link| {
+            let body = body.clone();
+            std::thread::spawn(move || body(&mut link))
+        })
+        .collect();
+    handles
+        .into_iter()
+        .enumerate()
+        .map(|(rank, h)| match h.join() {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(e)) => Err(format!("rank {rank}: {e}")),
+            Err(_) => Err(format!("rank {rank} panicked")),
+        })
+        .collect()
+}
+
+/// The ring keeps at most `window` pieces in flight to its successor, as its module
+/// documentation says: with room for exactly `window` messages per pair, and sends
+/// that wait without receiving (as into a full ZeroMQ queue), it completes.
+#[test]
+fn the_ring_needs_room_for_its_window_and_no_more() {
+    for n in [2, 3, 4, 5, 8] {
+        for len in [n + 1, LARGE] {
+            for window in [1, 2, 3] {
+                for schedule in SCHEDULES {
+                    let result = on_bounded_world(n, schedule, window, move |link| {
+                        let mut buf = input(link.rank(), len);
+                        let plan = ring::RingPlan::even::<i64>(len, n, piece_bytes(len), window);
+                        let phase = ring::Phase::Both;
+                        ring::run(&mut round(link, len), &mut buf, &plan, phase, &sum)?;
+                        Ok(buf)
+                    });
+                    let what = format!("n={n} len={len} window={window} {schedule:?}");
+                    let results = result.unwrap_or_else(|e| panic!("{what}: {e}"));
+                    assert!(
+                        results.iter().all(|r| r == &reference_sum(n, len)),
+                        "{what}"
+                    );
+                }
+            }
+        }
+    }
+    // The bound is real: with room for fewer messages than the window, some
+    // interleaving runs out of room (and ends at once, in a timeout).
+    let starved = SCHEDULES.iter().any(|&schedule| {
+        on_bounded_world(3, schedule, 1, |link| {
+            let mut buf = input(link.rank(), LARGE);
+            let plan = ring::RingPlan::even::<i64>(LARGE, 3, 256, 3);
+            ring::run(
+                &mut round(link, LARGE),
+                &mut buf,
+                &plan,
+                ring::Phase::Both,
+                &sum,
+            )
+        })
+        .is_err()
+    });
+    assert!(starved);
+}
+
+/// Every other algorithm completes with room for a single message per pair.
+#[test]
+fn the_other_algorithms_need_room_for_one_message_per_pair() {
+    for n in [2, 3, 4, 5, 8] {
+        for schedule in SCHEDULES {
+            let root = n / 2;
+            let result = on_bounded_world(n, schedule, 1, move |link| {
+                let r = link.rank();
+                let mut round = round(link, LARGE);
+                let mut buf = input(r, LARGE);
+                direct::allreduce(&mut round, &mut buf, &sum, 256)?;
+                let reduced = buf.clone();
+                round.seq += 1;
+                let mut chained = input(r, LARGE);
+                tree::broadcast_chain(&mut round, root, &mut chained, 256)?;
+                round.seq += 1;
+                let mut scattered = input(r, LARGE);
+                direct::broadcast(&mut round, root, &mut scattered, 256)?;
+                round.seq += 1;
+                let blocks: Vec<_> = (0..n).map(|p| split(LARGE, n, p)).collect();
+                let mut gathered = vec![0; LARGE];
+                gathered[blocks[r].clone()].copy_from_slice(&input(0, LARGE)[blocks[r].clone()]);
+                direct::allgather(&mut round, &mut gathered, &blocks)?;
+                round.seq += 1;
+                round.total = 33;
+                let mut small = input(r, 33);
+                doubling::allreduce(&mut round, &mut small, &sum)?;
+                Ok((reduced, chained, scattered, gathered, small))
+            });
+            let what = format!("n={n} {schedule:?}");
+            for (reduced, chained, scattered, gathered, small) in
+                result.unwrap_or_else(|e| panic!("{what}: {e}"))
+            {
+                assert!(
+                    reduced == reference_sum(n, LARGE),
+                    "direct allreduce {what}"
+                );
+                assert!(chained == input(root, LARGE), "chain {what}");
+                assert!(scattered == input(root, LARGE), "scatter {what}");
+                assert!(gathered == input(0, LARGE), "allgather {what}");
+                assert!(small == reference_sum(n, 33), "doubling {what}");
+            }
+        }
+    }
+}

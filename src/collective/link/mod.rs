@@ -7,7 +7,7 @@
 //! | `setup.rs` | opening the [`StreamLink`]'s connections |
 //! | `framing.rs` | the stream wire format, as a pure encoder and decoder |
 //! | `pool.rs` | frame buffers for reuse |
-//! | `memory.rs` | [`MemoryLink`]: ranks in one process, on a deterministic schedule |
+//! | `memory/` | [`MemoryLink`]: ranks in one process, taking turns on a deterministic schedule (`turn.rs`) |
 
 pub(crate) mod framing;
 mod memory;

@@ -168,3 +168,45 @@ fn the_same_schedule_runs_the_same_way_every_time() {
         all_to_all(MemorySchedule::RoundRobin)
     );
 }
+
+#[test]
+fn in_a_bounded_world_a_full_queue_holds_the_sender_until_the_receiver_takes_one() {
+    let links = MemoryLink::world_bounded(2, MemorySchedule::RoundRobin, Some(1));
+    let results = run(links, |link| {
+        let deadline = Instant::now() + DEADLINE;
+        if link.rank() == 0 {
+            for text in ["a", "b", "c"] {
+                link.send(1, tag(1, 0), frame(text), deadline)?;
+            }
+            return Ok(Vec::new());
+        }
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            got.extend(link.recv(0, tag(1, 0), deadline)?);
+        }
+        Ok::<_, LinkError>(got)
+    });
+    assert_eq!(results[0], Ok(Vec::new()));
+    assert_eq!(
+        results[1],
+        Ok([frame("a"), frame("b"), frame("c")].concat())
+    );
+
+    // Two ranks that both send twice before receiving, with room for one message
+    // each: a deadlock, found at once.
+    let started = Instant::now();
+    let links = MemoryLink::world_bounded(2, MemorySchedule::RoundRobin, Some(1));
+    let results = run(links, |link| {
+        let (peer, deadline) = (1 - link.rank(), Instant::now() + DEADLINE);
+        link.send(peer, tag(1, 0), frame("x"), deadline)?;
+        link.send(peer, tag(1, 0), frame("y"), deadline)?;
+        link.recv(peer, tag(1, 0), deadline)
+    });
+    assert!(started.elapsed() < DEADLINE / 4, "{:?}", started.elapsed());
+    assert!(
+        results
+            .iter()
+            .any(|r| matches!(r, Err(LinkError::Timeout { .. }))),
+        "{results:?}"
+    );
+}
