@@ -2,6 +2,44 @@
 
 use switchyard_msg::payload::Element;
 
+/// Runs `$body` with `$t` naming the Rust type of `$dtype`: the one place a
+/// [`DType`] becomes a type parameter.
+macro_rules! with_dtype {
+    ($dtype:expr, $t:ident => $body:expr) => {
+        match $dtype {
+            DType::F32 => {
+                type $t = f32;
+                $body
+            }
+            DType::F64 => {
+                type $t = f64;
+                $body
+            }
+            DType::I32 => {
+                type $t = i32;
+                $body
+            }
+            DType::I64 => {
+                type $t = i64;
+                $body
+            }
+            DType::U32 => {
+                type $t = u32;
+                $body
+            }
+            DType::U64 => {
+                type $t = u64;
+                $body
+            }
+            DType::U8 => {
+                type $t = u8;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use with_dtype;
+
 /// A built-in reduction, applied element by element.
 ///
 /// Every built-in operation is associative and commutative, so the mesh engine may
@@ -33,6 +71,19 @@ impl ReduceOp {
             ReduceOp::Min => 4,
             ReduceOp::BitOr => 5,
         }
+    }
+
+    /// The operation with wire code `code`, if there is one.
+    pub(crate) fn from_code(code: u8) -> Option<ReduceOp> {
+        [
+            ReduceOp::Sum,
+            ReduceOp::Prod,
+            ReduceOp::Max,
+            ReduceOp::Min,
+            ReduceOp::BitOr,
+        ]
+        .into_iter()
+        .find(|o| o.code() == code)
     }
 }
 
@@ -69,9 +120,48 @@ impl DType {
         }
     }
 
+    /// The type with wire code `code`, if there is one.
+    pub(crate) fn from_code(code: u8) -> Option<DType> {
+        DType::ALL.into_iter().find(|d| d.code() == code)
+    }
+
+    /// Every element type.
+    pub(crate) const ALL: [DType; 7] = [
+        DType::F32,
+        DType::F64,
+        DType::I32,
+        DType::I64,
+        DType::U32,
+        DType::U64,
+        DType::U8,
+    ];
+
     /// Whether this is a floating-point type.
     pub fn is_float(self) -> bool {
         matches!(self, DType::F32 | DType::F64)
+    }
+
+    /// Bytes per element (also its alignment).
+    ///
+    /// ```
+    /// use switchyard::collective::DType;
+    /// assert_eq!(DType::F64.size(), 8);
+    /// assert_eq!(DType::U8.size(), 1);
+    /// ```
+    pub fn size(self) -> usize {
+        with_dtype!(self, T => size_of::<T>())
+    }
+
+    /// Whether `op` is defined for this type (`BitOr` is not for floats), as
+    /// [`Reducible::supports`] says for the type itself.
+    ///
+    /// ```
+    /// use switchyard::collective::{DType, ReduceOp};
+    /// assert!(DType::I32.supports(ReduceOp::BitOr));
+    /// assert!(!DType::F32.supports(ReduceOp::BitOr));
+    /// ```
+    pub fn supports(self, op: ReduceOp) -> bool {
+        with_dtype!(self, T => <T as Reducible>::supports(op))
     }
 }
 

@@ -32,6 +32,20 @@ impl Call {
             Call::Setup => 6,
         }
     }
+
+    /// The call with code `code`, if there is one.
+    pub(crate) fn from_code(code: u8) -> Option<Call> {
+        [
+            Call::Allreduce,
+            Call::Broadcast,
+            Call::Allgather,
+            Call::ReduceScatter,
+            Call::Barrier,
+            Call::Setup,
+        ]
+        .into_iter()
+        .find(|c| c.code() == code)
+    }
 }
 
 impl std::fmt::Display for Call {

@@ -219,6 +219,32 @@ impl CommOptions {
     pub(crate) fn effective_window(&self) -> usize {
         self.window.min(self.socket.hwm / 2).max(1)
     }
+
+    /// The scalars the mesh engine's algorithms use, copied once when the engine is
+    /// built (a communicator's options never change afterwards).
+    pub(crate) fn tuning(&self) -> Tuning {
+        Tuning {
+            timeout: self.timeout,
+            large_threshold: self.large_threshold,
+            direct_max_ranks: self.direct_max_ranks,
+            gather_threshold: self.gather_threshold,
+            piece_bytes: self.piece_bytes.max(1),
+            window: self.effective_window(),
+        }
+    }
+}
+
+/// The part of [`CommOptions`] the mesh algorithms and their choice read: see the
+/// fields of the same names there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Tuning {
+    pub(crate) timeout: Duration,
+    pub(crate) large_threshold: usize,
+    pub(crate) direct_max_ranks: usize,
+    pub(crate) gather_threshold: usize,
+    pub(crate) piece_bytes: usize,
+    /// [`CommOptions::effective_window`].
+    pub(crate) window: usize,
 }
 
 /// Applies the number in environment variable `var`, if set; warns when it does not

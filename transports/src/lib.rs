@@ -53,6 +53,7 @@ pub mod mpi {
     pub use crate::backend::mpi::{
         error_string, run_on_progress_thread, world, MpiWorld, ThreadLevel, ENV_FINALIZE_TIMEOUT,
     };
+    pub use crate::backend::mpi::{with_collectives, CallError, Collectives, Datatype, Operation};
 }
 pub use endpoint::Endpoint;
 

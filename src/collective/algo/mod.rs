@@ -1,54 +1,27 @@
-//! The mesh engine's algorithms, generic over [`Link`].
+//! The mesh engine's algorithms, generic over [`Link`], and [`choice::choose`], which
+//! picks one for a call.
 //!
-//! Every message of a call carries a 24-byte meta frame before its payload: the
-//! call's total element count (`u64`), the call's signature (call, operation, element type, root) and the
-//! element offset of the payload within the call's buffer. A receiver checks all
-//! three, so that ranks calling with different lengths, operations, types or roots
-//! get an error naming the other rank instead of wrong numbers.
+//! Every message of a call carries a [`Meta`] frame before its payload: the call's
+//! total element count, the call's [`Signature`] and the offset of the payload within
+//! the call's buffer. A receiver checks all three, so that ranks calling with
+//! different lengths, operations, types or roots get an error naming the other rank
+//! instead of wrong numbers.
 
+pub(crate) mod choice;
 pub(crate) mod direct;
 pub(crate) mod doubling;
+#[cfg(test)]
+mod in_memory_tests;
 pub(crate) mod ring;
 pub(crate) mod tree;
 
-use super::error::{Call, CollectiveError, LinkError};
+use super::error::{CollectiveError, LinkError};
 use super::link::{Link, Tag};
+use super::signature::{Meta, Signature};
 use bytes::Bytes;
 use std::ops::Range;
 use std::time::Instant;
 use switchyard_msg::payload::{self, Element};
-
-const META_LEN: usize = 24;
-
-/// What every rank of one call must agree on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Signature {
-    pub(crate) call: Call,
-    /// Operation code (0 for none, 0xff for a user reducer).
-    pub(crate) op: u8,
-    /// Element type code (0 for bytes or serde values).
-    pub(crate) dtype: u8,
-    pub(crate) root: u32,
-}
-
-impl Signature {
-    fn encode(self) -> u64 {
-        u64::from(self.call.code())
-            | u64::from(self.op) << 8
-            | u64::from(self.dtype) << 16
-            | u64::from(self.root) << 32
-    }
-
-    fn describe(bits: u64) -> String {
-        format!(
-            "call {} op {} dtype {} root {}",
-            bits & 0xff,
-            (bits >> 8) & 0xff,
-            (bits >> 16) & 0xff,
-            bits >> 32
-        )
-    }
-}
 
 /// One collective call in progress on one rank.
 pub(crate) struct Round<'a> {
@@ -80,10 +53,12 @@ impl Round<'_> {
         offset: u64,
         payload: Bytes,
     ) -> Result<(), CollectiveError> {
-        let mut meta = [0u8; META_LEN];
-        meta[..8].copy_from_slice(&self.total.to_le_bytes());
-        meta[8..16].copy_from_slice(&self.sig.encode().to_le_bytes());
-        meta[16..].copy_from_slice(&offset.to_le_bytes());
+        let meta = Meta {
+            total: self.total,
+            sig: self.sig.encode(),
+            offset,
+        }
+        .encode();
         let tag = Tag {
             call: self.seq,
             step,
@@ -123,36 +98,15 @@ impl Round<'_> {
         let [meta, payload]: [Bytes; 2] = frames
             .try_into()
             .map_err(|f: Vec<Bytes>| malformed(format!("{} frames, expected 2", f.len())))?;
-        if meta.len() != META_LEN {
-            return Err(malformed(format!("meta frame of {} bytes", meta.len())));
-        }
-        let word = |i: usize| {
-            let mut bytes = [0u8; 8];
-            bytes.copy_from_slice(&meta[i * 8..i * 8 + 8]);
-            u64::from_le_bytes(bytes)
-        };
-        let (total, sig, at) = (word(0), word(1), word(2));
-        if sig != self.sig.encode() {
-            return Err(CollectiveError::CallMismatch {
-                call,
-                rank: from,
-                ours: Signature::describe(self.sig.encode()),
-                theirs: Signature::describe(sig),
-            });
-        }
-        if total != self.total {
-            return Err(CollectiveError::SizeMismatch {
-                call,
-                rank: from,
-                me: self.rank(),
-                ours: self.total,
-                theirs: total,
-            });
-        }
+        let meta = Meta::decode(&meta)
+            .ok_or_else(|| malformed(format!("meta frame of {} bytes", meta.len())))?;
+        self.sig
+            .agree(self.total, self.rank(), from, meta.sig, Some(meta.total))?;
         if let Some(offset) = offset {
-            if at != offset {
+            if meta.offset != offset {
                 return Err(malformed(format!(
-                    "payload at element {at}, expected {offset}"
+                    "payload at offset {}, expected {offset}",
+                    meta.offset
                 )));
             }
         }

@@ -2,42 +2,42 @@
 //! broadcast for large buffers.
 
 use super::{split, Round};
+use crate::collective::engine::Combine;
 use crate::collective::error::CollectiveError;
 use bytes::Bytes;
 use switchyard_msg::payload::Element;
 
-/// Reduces every rank's value onto rank 0 in rank order: the result is
-/// `((v0 * v1) * v2) * ...` for `combine(acc, next)` = `acc * next`, so the operation
-/// need only be associative. Returns the result on rank 0 and `None` elsewhere.
+/// Reduces every rank's `acc` onto rank 0 in rank order: the result is
+/// `((v0 * v1) * v2) * ...` for `combine(acc, next, from)` = `acc * next`, so the
+/// operation need only be associative. Returns whether this rank holds the result
+/// (rank 0); elsewhere `acc` ends holding a partial result.
 ///
 /// In round `k` a rank whose bit `k` is set sends what it holds (the combination of
 /// ranks `r .. r + 2^k`) to `r - 2^k`, which appends it after its own.
-pub(crate) fn ordered_reduce<V>(
+pub(crate) fn ordered_reduce(
     round: &mut Round<'_>,
-    mut mine: V,
-    encode: &dyn Fn(&V) -> Result<Bytes, CollectiveError>,
-    decode: &dyn Fn(Bytes, usize) -> Result<V, CollectiveError>,
-    combine: &dyn Fn(&mut V, V),
-) -> Result<Option<V>, CollectiveError> {
+    acc: &mut Vec<u8>,
+    combine: &Combine<'_>,
+) -> Result<bool, CollectiveError> {
     let n = round.size();
     let r = round.rank();
     let mut mask = 1usize;
     let mut step = 0u32;
     while mask < n {
         if r & mask != 0 {
-            let frame = encode(&mine)?;
+            let frame = round.frame_of::<u8>(acc);
             round.send(r - mask, step, 0, frame)?;
-            return Ok(None);
+            return Ok(false);
         }
         if r + mask < n {
             let frame = round.recv(r + mask, step, Some(0))?;
-            let theirs = decode(frame, r + mask)?;
-            combine(&mut mine, theirs);
+            combine(acc, &frame, r + mask)?;
+            round.link.recycle(frame);
         }
         mask <<= 1;
         step += 1;
     }
-    Ok(Some(mine))
+    Ok(true)
 }
 
 /// Broadcasts one frame from `root` down a binomial tree; `frame` must be `Some` on

@@ -7,13 +7,16 @@
 //! | `setup.rs` | opening the [`StreamLink`]'s connections |
 //! | `framing.rs` | the stream wire format, as a pure encoder and decoder |
 //! | `pool.rs` | frame buffers for reuse |
+//! | `memory/` | [`MemoryLink`]: ranks in one process, taking turns on a deterministic schedule (`turn.rs`) |
 
 pub(crate) mod framing;
+mod memory;
 mod pool;
 mod setup;
 mod socket;
 mod stream;
 
+pub use memory::{MemoryLink, MemorySchedule};
 pub use socket::{BoundLink, SocketLink};
 pub use stream::StreamLink;
 

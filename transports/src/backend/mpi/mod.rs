@@ -17,6 +17,8 @@
 pub(crate) mod wire;
 
 #[cfg(feature = "mpi")]
+mod collective;
+#[cfg(feature = "mpi")]
 mod credits;
 #[cfg(feature = "mpi")]
 mod engine;
@@ -31,6 +33,8 @@ mod run;
 #[cfg(feature = "mpi")]
 mod sockets;
 
+#[cfg(feature = "mpi")]
+pub use collective::{with_collectives, CallError, Collectives, Datatype, Operation};
 #[cfg(feature = "mpi")]
 pub use engine::MpiWorld;
 #[cfg(feature = "mpi")]

@@ -1,0 +1,205 @@
+//! Forming a [`Communicator`]: a world of one, a mesh over any [`Link`] or over the
+//! transports, the launcher's rendezvous, or MPI.
+
+use super::engine::{Engine, Solo};
+use super::error::{Call, CollectiveError};
+use super::mesh::MeshEngine;
+use super::options::{CommOptions, DataPath};
+// Through the re-exports, which stay whatever files the links live in.
+use super::{BoundLink, Communicator, Link, StreamLink};
+use crate::launch::{Bootstrap, Rendezvous};
+
+/// A mesh communicator whose endpoint is bound but whose peers are not connected:
+/// hand [`MeshBuilder::endpoint`] to the other ranks, then [`MeshBuilder::connect`].
+#[derive(Debug)]
+pub struct MeshBuilder {
+    link: BoundLink,
+    options: CommOptions,
+}
+
+impl MeshBuilder {
+    /// Where the other ranks reach this one (the real port when bound to port 0).
+    pub fn endpoint(&self) -> &str {
+        self.link.endpoint()
+    }
+
+    /// Connects to every rank's endpoint (`endpoints[r]` is rank `r`'s), waiting at
+    /// most [`CommOptions::timeout`] for all of them.
+    pub fn connect(self, endpoints: &[String]) -> Result<Communicator, CollectiveError> {
+        let tcp_host = tcp_host(self.link.endpoint());
+        let link = self
+            .link
+            .connect(endpoints, self.options.timeout)
+            .map_err(|e| e.during(Call::Setup))?;
+        let link: Box<dyn Link> = match tcp_host {
+            Some(host) if self.options.data_path == DataPath::Tcp => Box::new(
+                StreamLink::connect(
+                    link,
+                    &host,
+                    self.options.timeout,
+                    self.options.socket.limits.max_frame_bytes,
+                    self.options.spin,
+                )
+                .map_err(|e| e.during(Call::Setup))?,
+            ),
+            _ => Box::new(link),
+        };
+        let mut comm = Communicator::over_link(link, self.options);
+        // Until every rank is connected both ways, none may start (and possibly finish
+        // and leave) its first call: a router counts only live peers.
+        comm.barrier().map_err(|e| match e {
+            CollectiveError::PeerTimeout { rank, waited, .. } => CollectiveError::PeerTimeout {
+                call: Call::Setup,
+                rank,
+                waited,
+            },
+            other => other,
+        })?;
+        Ok(comm)
+    }
+}
+
+/// The host of a `tcp://host:port` endpoint, where the TCP data path listens too.
+fn tcp_host(endpoint: &str) -> Option<String> {
+    let rest = endpoint.strip_prefix("tcp://")?;
+    let (host, _port) = rest.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Some(if host == "*" {
+        "0.0.0.0".into()
+    } else {
+        host.to_string()
+    })
+}
+
+fn this_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+impl Communicator {
+    /// A world of one rank: every collective returns at once, nothing touches the
+    /// network.
+    pub fn solo() -> Communicator {
+        Communicator::solo_with(CommOptions::default())
+    }
+
+    fn solo_with(options: CommOptions) -> Communicator {
+        Communicator::with_engine(Box::new(Solo), options, this_host())
+    }
+
+    /// A mesh communicator over any [`Link`].
+    pub fn over_link(link: Box<dyn Link>, options: CommOptions) -> Communicator {
+        let engine: Box<dyn Engine> = Box::new(MeshEngine::new(link, options.tuning()));
+        Communicator::with_engine(engine, options, this_host())
+    }
+
+    /// Binds rank `rank` of `size` at `endpoint` (`tcp://127.0.0.1:0` picks a port),
+    /// for peers to be connected later.
+    pub fn bind_mesh(
+        rank: usize,
+        size: usize,
+        endpoint: &str,
+        options: CommOptions,
+    ) -> Result<MeshBuilder, CollectiveError> {
+        if size == 0 || rank >= size {
+            return Err(CollectiveError::InvalidArgument {
+                call: Call::Setup,
+                reason: format!("rank {rank} is outside a world of {size}"),
+            });
+        }
+        let link = BoundLink::bind(rank, size, endpoint, options.socket.clone())
+            .map_err(|e| e.during(Call::Setup))?;
+        Ok(MeshBuilder { link, options })
+    }
+
+    /// Rank `rank` of a mesh whose endpoints are all known in advance: binds
+    /// `endpoints[rank]` and connects to the others. A world of one is
+    /// [`solo`](Communicator::solo).
+    pub fn mesh(
+        rank: usize,
+        endpoints: &[String],
+        options: CommOptions,
+    ) -> Result<Communicator, CollectiveError> {
+        if endpoints.len() == 1 && rank == 0 {
+            return Ok(Communicator::solo_with(options));
+        }
+        let endpoint = endpoints
+            .get(rank)
+            .ok_or_else(|| CollectiveError::InvalidArgument {
+                call: Call::Setup,
+                reason: format!("rank {rank} has no endpoint among {}", endpoints.len()),
+            })?;
+        Communicator::bind_mesh(rank, endpoints.len(), endpoint, options)?.connect(endpoints)
+    }
+
+    /// The communicator of a process started by `switchyard launch` (a mesh on
+    /// loopback, endpoints exchanged through the launcher's rendezvous) or by
+    /// `mpirun` (the MPI engine; needs the `mpi` feature).
+    pub fn from_bootstrap(
+        boot: &Bootstrap,
+        options: CommOptions,
+    ) -> Result<Communicator, CollectiveError> {
+        let setup = |reason: String| CollectiveError::InvalidArgument {
+            call: Call::Setup,
+            reason,
+        };
+        match &boot.rendezvous {
+            Rendezvous::Mpi => {
+                #[cfg(feature = "mpi")]
+                return Communicator::mpi(options);
+                #[cfg(not(feature = "mpi"))]
+                return Err(setup(
+                    "started by mpirun, but this build has no MPI engine: \
+                                  rebuild with `--features mpi`"
+                        .into(),
+                ));
+            }
+            Rendezvous::Launcher(_) => {
+                let (rank, size) = (boot.rank as usize, boot.world_size as usize);
+                if size == 1 {
+                    return Ok(Communicator::solo_with(options));
+                }
+                let builder = Communicator::bind_mesh(rank, size, "tcp://127.0.0.1:0", options)?;
+                let endpoints = boot
+                    .exchange(builder.endpoint(), builder.options.timeout)
+                    .map_err(|e| setup(format!("endpoint exchange: {e}")))?;
+                builder.connect(&endpoints)
+            }
+        }
+    }
+
+    /// The communicator for however this process was started: see
+    /// [`from_bootstrap`](Communicator::from_bootstrap); a process started by hand is
+    /// a world of one. Options come from [`CommOptions::from_env`].
+    pub fn from_env() -> Result<Communicator, CollectiveError> {
+        Communicator::from_env_with(CommOptions::from_env())
+    }
+
+    /// [`from_env`](Communicator::from_env) with the given options.
+    pub fn from_env_with(options: CommOptions) -> Result<Communicator, CollectiveError> {
+        match Bootstrap::from_env() {
+            Ok(Some(boot)) => Communicator::from_bootstrap(&boot, options),
+            Ok(None) => Ok(Communicator::solo_with(options)),
+            Err(e) => Err(CollectiveError::InvalidArgument {
+                call: Call::Setup,
+                reason: e.to_string(),
+            }),
+        }
+    }
+
+    /// The MPI engine on `MPI_COMM_WORLD` (the process must run under `mpirun`).
+    #[cfg(feature = "mpi")]
+    pub fn mpi(options: CommOptions) -> Result<Communicator, CollectiveError> {
+        let engine = super::mpi_engine::MpiEngine::new(options.timeout, options.mpi_arg_checks)?;
+        let processor_name = engine.processor_name().to_string();
+        Ok(Communicator::with_engine(
+            Box::new(engine),
+            options,
+            processor_name,
+        ))
+    }
+}
