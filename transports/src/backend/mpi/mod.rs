@@ -11,11 +11,13 @@
 //! How it works and why is in [`engine`]'s documentation: one progress thread per
 //! process makes every MPI call.
 
+#[cfg(feature = "mpi")]
 mod collective;
 mod engine;
 mod ffi;
 mod wire;
 
+#[cfg(feature = "mpi")]
 pub use collective::{with_collectives, CallError, Collectives, Datatype, Operation};
 pub use engine::{MpiWorld, ENV_FINALIZE_TIMEOUT};
 pub use ffi::ThreadLevel;
