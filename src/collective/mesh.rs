@@ -26,6 +26,7 @@ pub(crate) struct MeshEngine {
 }
 
 impl MeshEngine {
+    /// The engine over `link`, whose calls all run with `tuning`.
     pub(crate) fn new(link: Box<dyn Link>, tuning: Tuning) -> MeshEngine {
         MeshEngine {
             link,
@@ -61,6 +62,7 @@ impl MeshEngine {
         result
     }
 
+    /// [`choose`] for this world and tuning.
     fn choose(&self, kind: Kind, bytes: usize, count: u64) -> Algorithm {
         let count = usize::try_from(count).unwrap_or(usize::MAX);
         choose(kind, bytes, count, self.link.world_size(), &self.tuning)
@@ -119,7 +121,7 @@ impl MeshEngine {
                 }
                 Ok(())
             }
-            other => Err(not_for(Call::Broadcast, other)),
+            other => Err(not_for(sig.call, other)),
         })
     }
 
