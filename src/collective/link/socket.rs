@@ -7,7 +7,7 @@ use crate::collective::error::LinkError;
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
-use switchyard_msg::{Addr, Kind, Msg, Target};
+use switchyard_msg::{Addr, Kind, Msg};
 use switchyard_transports::{
     Dealer, DealerSocket, PeerId, RecvError, Router, RouterSocket, Socket, SocketOptions,
 };
@@ -191,7 +191,7 @@ impl SocketLink {
         );
         Msg::from_parts(header, frames)
             .with_seq(tag.call)
-            .with_target(Target::Param(tag.step))
+            .with_step(tag.step)
     }
 }
 
@@ -226,8 +226,8 @@ impl SocketLink {
             return Ok(None);
         };
         let (header, frames) = msg.into_parts();
-        let step = match (header.kind, header.target) {
-            (Kind::Collective, Target::Param(step)) => step,
+        let step = match header.kind {
+            Kind::Collective => header.step,
             _ => {
                 tracing::warn!(rank = sender, kind = ?header.kind,
                     "collective link: a message that is not collective traffic dropped");
