@@ -25,6 +25,9 @@ crate::cfg_zmq! {
 #[cfg(feature = "mpi")]
 pub(crate) mod mpi;
 
+#[cfg(any(feature = "zmq", feature = "mpi"))]
+mod warn_limit;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A process-unique identity for a dealer that was given none.

@@ -4,8 +4,12 @@
 //! `SNDHWM`/`RCVHWM` = hwm, `LINGER` = linger, `MAXMSGSIZE` = the largest frame the
 //! limits allow (libzmq drops a peer that sends more), and on routers
 //! `ROUTER_MANDATORY` = 1 (a send to an unknown peer is `EHOSTUNREACH`, to a full one
-//! blocks until `SNDTIMEO` and then `EAGAIN`, never a silent drop) and
-//! `ROUTER_HANDOVER` = 1 (a reconnecting dealer with the same identity takes over).
+//! `EAGAIN`, never a silent drop; routers send with `DONTWAIT`, so a full peer is
+//! `Full` at once and never stalls the others) and `ROUTER_HANDOVER` = 1 (a
+//! reconnecting dealer with the same identity takes over; without authentication any
+//! peer can claim any identity, see WIRE.md). `ZAP_DOMAIN` is set so that libzmq
+//! refuses legacy ZMTP 1.0/2.0 greetings; the mechanism is NULL (no authentication,
+//! no encryption).
 //!
 //! Deadlines become `SNDTIMEO`/`RCVTIMEO`, set only when they change. A dealer's
 //! `connect` sends a HELLO and waits for the router's READY, because libzmq connects
@@ -17,6 +21,7 @@
 //! same identity, if the router should see the same peer).
 
 use super::zmq_frame::{into_bytes, send_frame};
+use super::warn_limit::PeerWarnings;
 use crate::{PeerId, RecvError, SendError, SendErrorKind, SocketOptions, TransportError};
 use bytes::Bytes;
 use std::collections::{HashSet, VecDeque};
@@ -51,6 +56,9 @@ fn timeout_ms(deadline: Option<Instant>) -> i32 {
     }
 }
 
+/// The ZAP domain every socket sets; see `Raw::new`.
+const ZAP_DOMAIN: &str = "switchyard";
+
 /// One libzmq socket with the options switchyard sets, and cached timeouts.
 struct Raw {
     socket: zmq::Socket,
@@ -74,6 +82,10 @@ impl Raw {
         let max = i64::try_from(options.limits.max_frame_bytes.max(options.limits.max_header_bytes))
             .unwrap_or(i64::MAX);
         socket.set_maxmsgsize(max).map_err(err)?;
+        // With a ZAP domain set, libzmq refuses ZMTP 1.0/2.0 greetings (raw bytes would
+        // otherwise become messages from made-up identities). No ZAP handler is bound
+        // in this context, so the NULL mechanism still accepts every ZMTP 3 peer.
+        socket.set_zap_domain(ZAP_DOMAIN).map_err(err)?;
         Ok(Raw {
             socket,
             endpoint: endpoint.to_string(),
@@ -147,9 +159,11 @@ impl Raw {
     }
 
     /// Receives all parts of one multipart message. Parts past the most a valid message
-    /// can have (identity, header and `max_frames` payloads) are read and discarded as
-    /// they arrive, so a peer sending a million empty frames costs no memory; the
-    /// truncated message then fails to decode and is dropped as malformed.
+    /// can have (identity, header and `max_frames` payloads) are discarded as they are
+    /// read, so this socket keeps no more than that; libzmq itself has buffered the
+    /// whole message before its first part arrives here (no option of libzmq bounds
+    /// the parts of a message). The truncated message then fails to decode and is
+    /// dropped as malformed.
     fn recv_parts(&mut self, deadline: Option<Instant>) -> Result<Parts, RecvError> {
         let max_parts = self.options.limits.max_frames.saturating_add(3);
         let endpoint = &self.endpoint;
@@ -223,6 +237,7 @@ pub(crate) struct ZmqDealer {
     identity: PeerId,
     pending: VecDeque<Msg>,
     dropped: u64,
+    warnings: PeerWarnings<&'static str>,
 }
 
 impl std::fmt::Debug for ZmqDealer {
@@ -249,6 +264,7 @@ impl ZmqDealer {
             identity,
             pending: VecDeque::new(),
             dropped: 0,
+            warnings: PeerWarnings::new(address),
         };
         let unreachable = || TransportError::Unreachable {
             endpoint: address.to_string(),
@@ -309,8 +325,10 @@ impl ZmqDealer {
                 Ok(msg) => return Ok(msg),
                 Err(reason) => {
                     self.dropped += 1;
-                    tracing::warn!(endpoint = %self.raw.endpoint, peer = "router", %reason,
-                        "dropped malformed message");
+                    if self.warnings.admit(&"router") {
+                        tracing::warn!(endpoint = %self.raw.endpoint, peer = "router", %reason,
+                            "dropped malformed message");
+                    }
                 }
             }
         }
@@ -345,12 +363,14 @@ impl ZmqDealer {
     }
 }
 
-/// A libzmq ROUTER with `ROUTER_MANDATORY` and `ROUTER_HANDOVER` on.
+/// A libzmq ROUTER with `ROUTER_MANDATORY` and `ROUTER_HANDOVER` on, whose sends never
+/// wait on a peer.
 pub(crate) struct ZmqRouter {
     raw: Raw,
     peers: HashSet<PeerId>,
     pending: VecDeque<(PeerId, Msg)>,
     dropped: u64,
+    warnings: PeerWarnings<PeerId>,
 }
 
 impl std::fmt::Debug for ZmqRouter {
@@ -380,6 +400,7 @@ impl ZmqRouter {
             raw.endpoint = actual;
         }
         Ok(ZmqRouter {
+            warnings: PeerWarnings::new(&raw.endpoint),
             raw,
             peers: HashSet::new(),
             pending: VecDeque::new(),
@@ -429,18 +450,23 @@ impl ZmqRouter {
             Ok(msg) => msg,
             Err(reason) => {
                 self.dropped += 1;
-                tracing::warn!(endpoint = %self.raw.endpoint, %peer, %reason,
-                    "dropped malformed message");
+                if self.warnings.admit(&peer) {
+                    tracing::warn!(endpoint = %self.raw.endpoint, %peer, %reason,
+                        "dropped malformed message");
+                }
                 return Ok(None);
             }
         };
         self.peers.insert(peer.clone());
         if msg.header.kind == Kind::Hello {
+            // Without waiting, like every router send: a peer that sends HELLOs and
+            // never reads must not hold up this receive.
             let ready = msg.reply(Kind::Ready);
-            let ms = timeout_ms(Some(Instant::now() + self.raw.options.send_timeout));
-            if let Err(e) = self.raw.send_msg(Some(peer.bytes()), ready, ms) {
-                tracing::warn!(endpoint = %self.raw.endpoint, %peer, error = %e.kind,
-                    "could not answer HELLO");
+            if let Err(e) = self.raw.send_msg(Some(peer.bytes()), ready, 0) {
+                if self.warnings.admit(&peer) {
+                    tracing::warn!(endpoint = %self.raw.endpoint, %peer, error = %e.kind,
+                        "could not answer HELLO");
+                }
             }
             return Ok(None);
         }
@@ -497,12 +523,13 @@ impl ZmqRouter {
         }
     }
 
-    pub(crate) fn send_to_deadline(&mut self, peer: &PeerId, msg: Msg, deadline: Option<Instant>) -> Result<(), SendError> {
-        let ms = match deadline {
-            Some(_) => timeout_ms(deadline),
-            None => 0,
-        };
-        let result = self.raw.send_msg(Some(peer.bytes()), msg, ms);
+    /// Sends to one peer without ever waiting on it, whatever the deadline: a peer
+    /// whose queue is full gets `Full` and the message back at once. One thread serves
+    /// every peer of a router, so a wait on a peer that does not read (slow, stopped or
+    /// hostile) would stall all the others; the caller decides what to do with the
+    /// message (retry later, drop it, give up on the peer).
+    pub(crate) fn send_to_deadline(&mut self, peer: &PeerId, msg: Msg, _deadline: Option<Instant>) -> Result<(), SendError> {
+        let result = self.raw.send_msg(Some(peer.bytes()), msg, 0);
         if let Err(SendError { kind: SendErrorKind::UnknownPeer(_), .. }) = &result {
             self.peers.remove(peer);
         }
