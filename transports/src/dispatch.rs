@@ -1,59 +1,38 @@
 //! [`DealerSocket`] and [`RouterSocket`]: one type each over every backend, chosen by
 //! the endpoint's scheme at run time.
+//!
+//! Every call goes to the backend through `with_backend!`, the one place that lists
+//! the backends; what a backend must offer is the [`BackendDealer`] /
+//! [`BackendRouter`] contract in `backend/mod.rs`.
 
 use crate::backend::local::{LocalDealer, LocalRouter};
-use crate::{
-    Dealer, Endpoint, PeerId, RecvError, Router, SendError, Socket, SocketOptions, TransportError,
-};
+use crate::backend::{route, BackendDealer, BackendRouter, BackendSocket, Deadline, Route, Side};
+use crate::poller::Watch;
+use crate::{Dealer, PeerId, RecvError, Router, SendError, Socket, SocketOptions, TransportError};
 use std::time::{Duration, Instant};
 use switchyard_msg::Msg;
 
-crate::cfg_zmq! {
-    use crate::backend::zmq::{ZmqDealer, ZmqRouter};
-}
 #[cfg(feature = "mpi")]
 use crate::backend::mpi::{MpiDealer, MpiRouter};
+#[cfg(feature = "zmq")]
+use crate::backend::zmq::{ZmqDealer, ZmqRouter};
 
-/// The libzmq address for an endpoint, or the error saying which feature is missing.
-#[cfg_attr(not(feature = "zmq"), allow(dead_code))]
-fn zmq_address(endpoint: &Endpoint, text: &str, binding: bool) -> Result<String, TransportError> {
-    match endpoint {
-        Endpoint::Inproc(name) => Ok(format!("inproc://{name}")),
-        Endpoint::Tcp { host, port } => {
-            let host = if host == "localhost" {
-                "127.0.0.1"
-            } else {
-                host
-            };
-            match (*port, binding) {
-                (0, true) => Ok(format!("tcp://{host}:*")),
-                (0, false) => Err(TransportError::InvalidEndpoint {
-                    endpoint: text.to_string(),
-                    reason:
-                        "port 0 only means 'any port' when binding; connect needs the router's port"
-                            .into(),
-                }),
-                (port, _) => Ok(format!("tcp://{host}:{port}")),
-            }
+/// Runs `$body` with `$s` bound to the backend socket inside `$kind` (a reference to a
+/// [`DealerKind`] or [`RouterKind`], shared or mutable).
+macro_rules! with_backend {
+    ($enum:ident, $kind:expr, $s:ident => $body:expr) => {
+        match $kind {
+            $enum::Local($s) => $body,
+            #[cfg(feature = "zmq")]
+            $enum::Zmq($s) => $body,
+            #[cfg(feature = "mpi")]
+            $enum::Mpi($s) => $body,
         }
-        _ => Err(TransportError::InvalidEndpoint {
-            endpoint: text.to_string(),
-            reason: "not a zmq endpoint".into(),
-        }),
-    }
-}
-
-#[cfg_attr(all(feature = "zmq", feature = "mpi"), allow(dead_code))]
-fn not_built(endpoint: &str, feature: &'static str) -> TransportError {
-    TransportError::FeatureNotBuilt {
-        endpoint: endpoint.to_string(),
-        feature,
-        built: Endpoint::built_backends(),
-    }
+    };
 }
 
 #[derive(Debug)]
-pub(crate) enum DealerKind {
+enum DealerKind {
     Local(LocalDealer),
     #[cfg(feature = "zmq")]
     Zmq(ZmqDealer),
@@ -88,11 +67,11 @@ pub(crate) enum DealerKind {
 /// ```
 #[derive(Debug)]
 pub struct DealerSocket {
-    pub(crate) kind: DealerKind,
+    kind: DealerKind,
 }
 
 #[derive(Debug)]
-pub(crate) enum RouterKind {
+enum RouterKind {
     Local(LocalRouter),
     #[cfg(feature = "zmq")]
     Zmq(ZmqRouter),
@@ -117,135 +96,57 @@ pub(crate) enum RouterKind {
 /// ```
 #[derive(Debug)]
 pub struct RouterSocket {
-    pub(crate) kind: RouterKind,
-}
-
-macro_rules! on_dealer {
-    ($self:expr, $s:ident => $body:expr) => {
-        match &mut $self.kind {
-            DealerKind::Local($s) => $body,
-            #[cfg(feature = "zmq")]
-            DealerKind::Zmq($s) => $body,
-            #[cfg(feature = "mpi")]
-            DealerKind::Mpi($s) => $body,
-        }
-    };
-}
-
-/// Like `on_dealer!` for the backends whose dealers share a send signature.
-macro_rules! on_dealer_other {
-    ($self:expr, $s:ident => $body:expr) => {
-        match &mut $self.kind {
-            DealerKind::Local($s) => $body,
-            #[cfg(feature = "zmq")]
-            DealerKind::Zmq($s) => $body,
-            #[cfg(feature = "mpi")]
-            DealerKind::Mpi(_) => unreachable!("handled by the caller"),
-        }
-    };
-}
-
-macro_rules! on_dealer_ref {
-    ($self:expr, $s:ident => $body:expr) => {
-        match &$self.kind {
-            DealerKind::Local($s) => $body,
-            #[cfg(feature = "zmq")]
-            DealerKind::Zmq($s) => $body,
-            #[cfg(feature = "mpi")]
-            DealerKind::Mpi($s) => $body,
-        }
-    };
-}
-
-macro_rules! on_router {
-    ($self:expr, $s:ident => $body:expr) => {
-        match &mut $self.kind {
-            RouterKind::Local($s) => $body,
-            #[cfg(feature = "zmq")]
-            RouterKind::Zmq($s) => $body,
-            #[cfg(feature = "mpi")]
-            RouterKind::Mpi($s) => $body,
-        }
-    };
-}
-
-macro_rules! on_router_ref {
-    ($self:expr, $s:ident => $body:expr) => {
-        match &$self.kind {
-            RouterKind::Local($s) => $body,
-            #[cfg(feature = "zmq")]
-            RouterKind::Zmq($s) => $body,
-            #[cfg(feature = "mpi")]
-            RouterKind::Mpi($s) => $body,
-        }
-    };
+    kind: RouterKind,
 }
 
 impl Socket for DealerSocket {
     fn recv_deadline(&mut self, deadline: Option<Instant>) -> Result<Msg, RecvError> {
-        on_dealer!(self, s => s.recv_deadline(deadline))
+        let deadline = Deadline::or_forever(deadline);
+        with_backend!(DealerKind, &mut self.kind, s => s.recv(deadline))
     }
 
     fn try_recv(&mut self) -> Result<Msg, RecvError> {
-        on_dealer!(self, s => s.try_recv())
+        with_backend!(DealerKind, &mut self.kind, s => s.recv(Deadline::Now))
     }
 
     fn send_deadline(&mut self, msg: Msg, deadline: Instant) -> Result<(), SendError> {
-        match &mut self.kind {
-            #[cfg(feature = "mpi")]
-            DealerKind::Mpi(s) => s.send_deadline(msg, Some(deadline)),
-            _ => on_dealer_other!(self, s => s.send_deadline(msg, deadline)),
-        }
+        with_backend!(DealerKind, &mut self.kind, s => s.send(msg, Deadline::At(deadline)))
     }
 
     fn try_send(&mut self, msg: Msg) -> Result<(), SendError> {
-        match &mut self.kind {
-            #[cfg(feature = "mpi")]
-            DealerKind::Mpi(s) => s.send_deadline(msg, None),
-            _ => on_dealer_other!(self, s => s.try_send(msg)),
-        }
+        with_backend!(DealerKind, &mut self.kind, s => s.send(msg, Deadline::Now))
     }
 
     fn options(&self) -> &SocketOptions {
-        on_dealer_ref!(self, s => s.options())
+        with_backend!(DealerKind, &self.kind, s => s.options())
     }
 
     fn endpoint(&self) -> &str {
-        on_dealer_ref!(self, s => s.endpoint())
+        with_backend!(DealerKind, &self.kind, s => s.endpoint())
     }
 }
 
 impl Dealer for DealerSocket {
     fn connect(endpoint: &str, options: SocketOptions) -> Result<Self, TransportError> {
-        let parsed = Endpoint::parse(endpoint)?;
-        let kind = match &parsed {
-            Endpoint::Local(name) => DealerKind::Local(LocalDealer::connect(name, options)?),
-            Endpoint::Inproc(_) | Endpoint::Tcp { .. } => {
-                #[cfg(feature = "zmq")]
-                {
-                    let address = zmq_address(&parsed, endpoint, false)?;
-                    DealerKind::Zmq(ZmqDealer::connect(&address, options)?)
-                }
-                #[cfg(not(feature = "zmq"))]
-                return Err(not_built(endpoint, "zmq"));
-            }
-            Endpoint::Mpi(rank) => {
-                #[cfg(feature = "mpi")]
-                {
-                    DealerKind::Mpi(MpiDealer::connect(*rank, options)?)
-                }
-                #[cfg(not(feature = "mpi"))]
-                {
-                    let _ = rank;
-                    return Err(not_built(endpoint, "mpi"));
-                }
-            }
+        let kind = match route(endpoint, Side::Connect)? {
+            Route::Local(name) => DealerKind::Local(LocalDealer::connect(&name, options)?),
+            #[cfg(feature = "zmq")]
+            Route::Zmq(address) => DealerKind::Zmq(ZmqDealer::connect(&address, options)?),
+            #[cfg(feature = "mpi")]
+            Route::Mpi(rank) => DealerKind::Mpi(MpiDealer::connect(rank, options)?),
         };
         Ok(DealerSocket { kind })
     }
 
     fn identity(&self) -> &PeerId {
-        on_dealer_ref!(self, s => s.identity())
+        with_backend!(DealerKind, &self.kind, s => s.identity())
+    }
+}
+
+impl DealerSocket {
+    /// What a [`crate::Poller`] waits on for this socket.
+    pub(crate) fn backend_watch(&self) -> Watch<'_> {
+        with_backend!(DealerKind, &self.kind, s => s.watch())
     }
 }
 
@@ -270,56 +171,40 @@ impl Socket for RouterSocket {
     }
 
     fn options(&self) -> &SocketOptions {
-        on_router_ref!(self, s => s.options())
+        with_backend!(RouterKind, &self.kind, s => s.options())
     }
 
     fn endpoint(&self) -> &str {
-        on_router_ref!(self, s => s.endpoint())
+        with_backend!(RouterKind, &self.kind, s => s.endpoint())
     }
 }
 
 impl Router for RouterSocket {
     fn bind(endpoint: &str, options: SocketOptions) -> Result<Self, TransportError> {
-        let parsed = Endpoint::parse(endpoint)?;
-        let kind = match &parsed {
-            Endpoint::Local(name) => RouterKind::Local(LocalRouter::bind(name, options)?),
-            Endpoint::Inproc(_) | Endpoint::Tcp { .. } => {
-                #[cfg(feature = "zmq")]
-                {
-                    let address = zmq_address(&parsed, endpoint, true)?;
-                    RouterKind::Zmq(ZmqRouter::bind(&address, options)?)
-                }
-                #[cfg(not(feature = "zmq"))]
-                return Err(not_built(endpoint, "zmq"));
-            }
-            Endpoint::Mpi(rank) => {
-                #[cfg(feature = "mpi")]
-                {
-                    RouterKind::Mpi(MpiRouter::bind(*rank, options)?)
-                }
-                #[cfg(not(feature = "mpi"))]
-                {
-                    let _ = rank;
-                    return Err(not_built(endpoint, "mpi"));
-                }
-            }
+        let kind = match route(endpoint, Side::Bind)? {
+            Route::Local(name) => RouterKind::Local(LocalRouter::bind(&name, options)?),
+            #[cfg(feature = "zmq")]
+            Route::Zmq(address) => RouterKind::Zmq(ZmqRouter::bind(&address, options)?),
+            #[cfg(feature = "mpi")]
+            Route::Mpi(rank) => RouterKind::Mpi(MpiRouter::bind(rank, options)?),
         };
         Ok(RouterSocket { kind })
     }
 
     fn await_peers(&mut self, expected: usize, timeout: Duration) -> Result<usize, TransportError> {
-        on_router!(self, s => s.await_peers(expected, timeout))
+        with_backend!(RouterKind, &mut self.kind, s => s.await_peers(expected, timeout))
     }
 
     fn recv_from_deadline(
         &mut self,
         deadline: Option<Instant>,
     ) -> Result<(PeerId, Msg), RecvError> {
-        on_router!(self, s => s.recv_from_deadline(deadline))
+        let deadline = Deadline::or_forever(deadline);
+        with_backend!(RouterKind, &mut self.kind, s => s.recv_from(deadline))
     }
 
     fn try_recv_from(&mut self) -> Result<(PeerId, Msg), RecvError> {
-        on_router!(self, s => s.try_recv_from())
+        with_backend!(RouterKind, &mut self.kind, s => s.recv_from(Deadline::Now))
     }
 
     fn send_to_deadline(
@@ -328,24 +213,26 @@ impl Router for RouterSocket {
         msg: Msg,
         deadline: Instant,
     ) -> Result<(), SendError> {
-        on_router!(self, s => s.send_to_deadline(peer, msg, Some(deadline)))
+        let deadline = Deadline::At(deadline);
+        with_backend!(RouterKind, &mut self.kind, s => s.send_to(peer, msg, deadline))
     }
 
     fn try_send_to(&mut self, peer: &PeerId, msg: Msg) -> Result<(), SendError> {
-        on_router!(self, s => s.send_to_deadline(peer, msg, None))
+        with_backend!(RouterKind, &mut self.kind, s => s.send_to(peer, msg, Deadline::Now))
     }
 
     fn peers(&self) -> Vec<PeerId> {
-        on_router_ref!(self, s => s.peers())
+        with_backend!(RouterKind, &self.kind, s => s.peers())
     }
 
     fn dropped_malformed(&self) -> u64 {
-        match &self.kind {
-            RouterKind::Local(_) => 0,
-            #[cfg(feature = "zmq")]
-            RouterKind::Zmq(s) => s.dropped_malformed(),
-            #[cfg(feature = "mpi")]
-            RouterKind::Mpi(s) => s.dropped_malformed(),
-        }
+        with_backend!(RouterKind, &self.kind, s => s.dropped_malformed())
+    }
+}
+
+impl RouterSocket {
+    /// What a [`crate::Poller`] waits on for this socket.
+    pub(crate) fn backend_watch(&self) -> Watch<'_> {
+        with_backend!(RouterKind, &self.kind, s => s.watch())
     }
 }

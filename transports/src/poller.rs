@@ -4,21 +4,45 @@
 // so that no one outside the crate can implement or call it.
 #![allow(private_interfaces)]
 
-use crate::backend::local::LocalReceiver;
-use crate::dispatch::{DealerKind, RouterKind};
 use crate::{DealerSocket, RouterSocket, TransportError};
+use crossbeam_channel::{Receiver, Select};
 use std::time::{Duration, Instant};
 
 /// How a socket is watched: a crossbeam receiver or a libzmq socket.
 pub(crate) enum Watch<'a> {
     /// A message is already buffered inside the socket.
     Ready,
-    Local(LocalReceiver<'a>),
+    /// A crossbeam channel (the `local` and `mpi` backends).
+    Channel(&'a dyn Selectable),
     #[cfg(feature = "zmq")]
     Zmq(&'a zmq::Socket),
 }
 
+impl<'a> Watch<'a> {
+    /// Watches `rx`, or is [`Watch::Ready`] if it holds a message already.
+    pub(crate) fn channel<T>(rx: &'a Receiver<T>) -> Watch<'a> {
+        if rx.is_empty() {
+            Watch::Channel(rx)
+        } else {
+            Watch::Ready
+        }
+    }
+}
+
+/// A crossbeam receiver of any message type, so that one [`Select`] can wait on the
+/// channels of every socket.
+pub(crate) trait Selectable {
+    fn register<'s>(&'s self, select: &mut Select<'s>) -> usize;
+}
+
+impl<T> Selectable for Receiver<T> {
+    fn register<'s>(&'s self, select: &mut Select<'s>) -> usize {
+        select.recv(self)
+    }
+}
+
 mod sealed {
+    /// Implemented by the sockets, which ask their backend (`BackendSocket::watch`).
     pub trait Sealed {
         fn watch(&self) -> super::Watch<'_>;
     }
@@ -29,36 +53,14 @@ pub trait Pollable: sealed::Sealed {}
 
 impl sealed::Sealed for DealerSocket {
     fn watch(&self) -> Watch<'_> {
-        match &self.kind {
-            DealerKind::Local(s) if s.has_pending() => Watch::Ready,
-            DealerKind::Local(s) => Watch::Local(LocalReceiver::Dealer(s.receiver())),
-            #[cfg(feature = "zmq")]
-            DealerKind::Zmq(s) if s.has_pending() => Watch::Ready,
-            #[cfg(feature = "zmq")]
-            DealerKind::Zmq(s) => Watch::Zmq(s.socket()),
-            #[cfg(feature = "mpi")]
-            DealerKind::Mpi(s) if s.has_pending() => Watch::Ready,
-            #[cfg(feature = "mpi")]
-            DealerKind::Mpi(s) => Watch::Local(LocalReceiver::Dealer(s.receiver())),
-        }
+        self.backend_watch()
     }
 }
 impl Pollable for DealerSocket {}
 
 impl sealed::Sealed for RouterSocket {
     fn watch(&self) -> Watch<'_> {
-        match &self.kind {
-            RouterKind::Local(s) if s.has_pending() => Watch::Ready,
-            RouterKind::Local(s) => Watch::Local(LocalReceiver::Router(s.receiver())),
-            #[cfg(feature = "zmq")]
-            RouterKind::Zmq(s) if s.has_pending() => Watch::Ready,
-            #[cfg(feature = "zmq")]
-            RouterKind::Zmq(s) => Watch::Zmq(s.socket()),
-            #[cfg(feature = "mpi")]
-            RouterKind::Mpi(s) if s.has_pending() => Watch::Ready,
-            #[cfg(feature = "mpi")]
-            RouterKind::Mpi(s) => Watch::Local(LocalReceiver::MpiRouter(s.receiver())),
-        }
+        self.backend_watch()
     }
 }
 impl Pollable for RouterSocket {}
@@ -112,7 +114,7 @@ impl Poller {
         if let Some(i) = watches.iter().position(|w| matches!(w, Watch::Ready)) {
             return Ok(Some(i));
         }
-        let has_local = watches.iter().any(|w| matches!(w, Watch::Local(_)));
+        let has_local = watches.iter().any(|w| matches!(w, Watch::Channel(_)));
         let has_zmq = watches.len() > usize::from(has_local) * count_local(&watches);
         loop {
             let now = Instant::now();
@@ -144,15 +146,15 @@ impl Poller {
 fn count_local(watches: &[Watch<'_>]) -> usize {
     watches
         .iter()
-        .filter(|w| matches!(w, Watch::Local(_)))
+        .filter(|w| matches!(w, Watch::Channel(_)))
         .count()
 }
 
 fn poll_local(watches: &[Watch<'_>], wait: Duration) -> Option<usize> {
-    let mut select = crossbeam_channel::Select::new();
+    let mut select = Select::new();
     let mut index_of = Vec::new();
     for (i, watch) in watches.iter().enumerate() {
-        if let Watch::Local(rx) = watch {
+        if let Watch::Channel(rx) = watch {
             rx.register(&mut select);
             index_of.push(i);
         }

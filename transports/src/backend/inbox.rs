@@ -1,13 +1,15 @@
-//! The receiving half every router shares: one ordered channel of connect, data and
-//! disconnect events, the table of connected peers it builds, and the data parked
-//! while control events are applied early.
+//! The router every channel-fed backend shares: one ordered channel of connect, data
+//! and disconnect events, the table of connected peers it builds, the data parked
+//! while control events are applied early, and every [`BackendRouter`] call on top.
 //!
-//! A backend's router owns a [`RouterInbox`] and adds only how it reaches a peer (the
-//! route `R`): a crossbeam sender for `local`, a rank and tag for `mpi`. Control events
-//! travel in the same channel as data, so a peer is known before its first message.
+//! A backend adds only how it reaches a peer, as a [`Delivery`]: a crossbeam sender
+//! for `local`, a rank, tag and credits for `mpi`. Control events travel in the same
+//! channel as data, so a peer is known before its first message.
 
-use crate::{PeerId, RecvError, TransportError};
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use super::{send_error, BackendRouter, BackendSocket, Deadline};
+use crate::poller::Watch;
+use crate::{PeerId, RecvError, SendError, SendErrorKind, SocketOptions, TransportError};
+use crossbeam_channel::Receiver;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 use switchyard_msg::Msg;
@@ -19,41 +21,70 @@ pub(crate) enum Inbound<R> {
     Disconnect { peer: PeerId },
 }
 
-/// A router's inbound channel and peer table.
-pub(crate) struct RouterInbox<R> {
+/// What a backend adds to an [`InboxRouter`]: how to reach a peer. Dropping it
+/// unbinds the router's endpoint.
+pub(crate) trait Delivery: std::fmt::Debug {
+    /// How to reach one peer; a `Connect` event carries it.
+    type Route: Clone + 'static;
+
+    /// Sends `msg` on `route` within `deadline`, or hands it back with why not.
+    /// `Disconnected` makes the router forget the peer.
+    fn deliver(
+        &self,
+        route: &Self::Route,
+        msg: Msg,
+        deadline: Deadline,
+    ) -> Result<(), (Msg, SendErrorKind)>;
+
+    /// Why the backend stopped for good, if it did: a receive that would time out
+    /// reports this instead, since nothing will ever arrive.
+    fn failure(&self) -> Option<String>;
+
+    /// How many malformed messages the backend has dropped.
+    fn dropped_malformed(&self) -> u64;
+}
+
+/// A router fed by a channel of [`Inbound`] events.
+pub(crate) struct InboxRouter<D: Delivery> {
+    // First, so that it is dropped first: the endpoint is unbound before the channel
+    // closes, and a dealer never finds a bound name whose router is gone.
+    delivery: D,
+    options: SocketOptions,
     endpoint: String,
-    hwm: usize,
-    inbound: Receiver<Inbound<R>>,
-    peers: HashMap<PeerId, R>,
+    inbound: Receiver<Inbound<D::Route>>,
+    peers: HashMap<PeerId, D::Route>,
     pending: VecDeque<(PeerId, Msg)>,
 }
 
-pub(crate) fn recv_error(err: RecvTimeoutError, endpoint: &str) -> RecvError {
-    match err {
-        RecvTimeoutError::Timeout => RecvError::Timeout,
-        RecvTimeoutError::Disconnected => RecvError::Disconnected {
-            endpoint: endpoint.to_string(),
-        },
+impl<D: Delivery> std::fmt::Debug for InboxRouter<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InboxRouter")
+            .field("endpoint", &self.endpoint)
+            .field("peers", &self.peers.len())
+            .field("delivery", &self.delivery)
+            .finish()
     }
 }
 
-impl<R> RouterInbox<R> {
-    pub(crate) fn new(endpoint: String, hwm: usize, inbound: Receiver<Inbound<R>>) -> Self {
-        RouterInbox {
+impl<D: Delivery> InboxRouter<D> {
+    pub(crate) fn new(
+        endpoint: String,
+        options: SocketOptions,
+        inbound: Receiver<Inbound<D::Route>>,
+        delivery: D,
+    ) -> Self {
+        InboxRouter {
+            delivery,
+            options,
             endpoint,
-            hwm,
             inbound,
             peers: HashMap::new(),
             pending: VecDeque::new(),
         }
     }
 
-    pub(crate) fn endpoint(&self) -> &str {
-        &self.endpoint
-    }
-
     /// Applies a control event, or returns the data it carries.
-    fn absorb(&mut self, event: Inbound<R>) -> Option<(PeerId, Msg)> {
+    fn absorb(&mut self, event: Inbound<D::Route>) -> Option<(PeerId, Msg)> {
         match event {
             Inbound::Connect { peer, route } => {
                 tracing::debug!(endpoint = %self.endpoint, %peer, "peer connected");
@@ -70,7 +101,7 @@ impl<R> RouterInbox<R> {
 
     /// Applies queued control events, parking data behind them, up to the HWM.
     fn drain_control(&mut self) {
-        while self.pending.len() < self.hwm {
+        while self.pending.len() < self.options.hwm {
             match self.inbound.try_recv() {
                 Ok(event) => {
                     if let Some(data) = self.absorb(event) {
@@ -81,12 +112,28 @@ impl<R> RouterInbox<R> {
             }
         }
     }
+}
 
-    pub(crate) fn await_peers(
-        &mut self,
-        expected: usize,
-        timeout: Duration,
-    ) -> Result<usize, TransportError> {
+impl<D: Delivery> BackendSocket for InboxRouter<D> {
+    fn options(&self) -> &SocketOptions {
+        &self.options
+    }
+
+    fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    fn watch(&self) -> Watch<'_> {
+        if self.pending.is_empty() {
+            Watch::channel(&self.inbound)
+        } else {
+            Watch::Ready
+        }
+    }
+}
+
+impl<D: Delivery> BackendRouter for InboxRouter<D> {
+    fn await_peers(&mut self, expected: usize, timeout: Duration) -> Result<usize, TransportError> {
         let started = Instant::now();
         let deadline = started + timeout;
         self.drain_control();
@@ -110,22 +157,24 @@ impl<R> RouterInbox<R> {
         Ok(self.peers.len())
     }
 
-    pub(crate) fn recv_from_deadline(
-        &mut self,
-        deadline: Option<Instant>,
-    ) -> Result<(PeerId, Msg), RecvError> {
+    fn recv_from(&mut self, deadline: Deadline) -> Result<(PeerId, Msg), RecvError> {
         if let Some(data) = self.pending.pop_front() {
             return Ok(data);
         }
         loop {
-            let event = match deadline {
-                Some(deadline) => self
-                    .inbound
-                    .recv_deadline(deadline)
-                    .map_err(|e| recv_error(e, &self.endpoint))?,
-                None => self.inbound.recv().map_err(|_| RecvError::Disconnected {
-                    endpoint: self.endpoint.clone(),
-                })?,
+            let event = match deadline.recv(&self.inbound, &self.endpoint) {
+                Ok(event) => event,
+                // A backend that stopped never fills the channel again: say why.
+                Err(RecvError::Timeout) => {
+                    return Err(self
+                        .delivery
+                        .failure()
+                        .map_or(RecvError::Timeout, |reason| RecvError::Backend {
+                            endpoint: self.endpoint.clone(),
+                            reason,
+                        }))
+                }
+                Err(e) => return Err(e),
             };
             if let Some(data) = self.absorb(event) {
                 return Ok(data);
@@ -133,42 +182,32 @@ impl<R> RouterInbox<R> {
         }
     }
 
-    pub(crate) fn try_recv_from(&mut self) -> Result<(PeerId, Msg), RecvError> {
-        if let Some(data) = self.pending.pop_front() {
-            return Ok(data);
-        }
-        loop {
-            let event = self.inbound.try_recv().map_err(|_| RecvError::Empty)?;
-            if let Some(data) = self.absorb(event) {
-                return Ok(data);
-            }
-        }
-    }
-
-    /// How to reach `peer`, applying any connect events still queued first.
-    pub(crate) fn route(&mut self, peer: &PeerId) -> Option<&R> {
+    fn send_to(&mut self, peer: &PeerId, msg: Msg, deadline: Deadline) -> Result<(), SendError> {
         if !self.peers.contains_key(peer) {
+            // A dealer's connect event may still be queued behind data.
             self.drain_control();
         }
-        self.peers.get(peer)
+        let Some(route) = self.peers.get(peer).cloned() else {
+            let kind = SendErrorKind::UnknownPeer(peer.clone());
+            return Err(send_error(msg, kind, &self.endpoint));
+        };
+        self.delivery
+            .deliver(&route, msg, deadline)
+            .map_err(|(msg, kind)| {
+                if kind == SendErrorKind::Disconnected {
+                    self.peers.remove(peer);
+                }
+                send_error(msg, kind, &self.endpoint)
+            })
     }
 
-    /// Forgets a peer whose route turned out to be dead.
-    pub(crate) fn forget(&mut self, peer: &PeerId) {
-        self.peers.remove(peer);
-    }
-
-    pub(crate) fn peers(&self) -> Vec<PeerId> {
+    fn peers(&self) -> Vec<PeerId> {
         let mut peers: Vec<PeerId> = self.peers.keys().cloned().collect();
         peers.sort();
         peers
     }
 
-    pub(crate) fn receiver(&self) -> &Receiver<Inbound<R>> {
-        &self.inbound
-    }
-
-    pub(crate) fn has_pending(&self) -> bool {
-        !self.pending.is_empty() || !self.inbound.is_empty()
+    fn dropped_malformed(&self) -> u64 {
+        self.delivery.dropped_malformed()
     }
 }

@@ -1,0 +1,303 @@
+//! The progress thread's loop: take commands, post sends, complete them, receive;
+//! then poll, yield or nap by the idle policy described in `engine`.
+
+mod receive;
+
+use super::credits::{Credits, MpiInbound};
+use super::engine::{Command, CONTROL_TAG};
+use super::ffi::{self, MpiError, Request};
+use super::wire::{Control, Encoded};
+use crate::backend::warn_limit::PeerWarnings;
+use crate::PeerId;
+use crossbeam_channel::{Receiver, Sender};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+use switchyard_msg::{Limits, Msg};
+
+/// How long the progress thread keeps polling after its last piece of work.
+pub(crate) const SPIN: Duration = Duration::from_micros(200);
+/// How long it keeps polling while sends are in flight (a receiver that stopped
+/// reading holds them; past this the thread naps and the sends wait).
+pub(crate) const SPIN_WITH_SENDS: Duration = Duration::from_millis(10);
+const FIRST_NAP: Duration = Duration::from_micros(50);
+/// The longest the progress thread sleeps between polls when idle.
+pub(crate) const MAX_NAP: Duration = Duration::from_millis(1);
+/// Messages taken from one socket's tag per loop, so that one busy socket cannot
+/// starve the others.
+const BATCH: usize = 64;
+
+struct InFlight {
+    /// Keeps the buffers MPI reads alive until the send completes.
+    _encoded: Encoded,
+    credits: Option<Arc<Credits>>,
+}
+
+struct DealerEnd {
+    router: i32,
+    inbox: Sender<Msg>,
+    hwm: usize,
+    limits: Limits,
+    connected: Option<Sender<()>>,
+}
+
+struct RouterEnd {
+    generation: u64,
+    events: Sender<MpiInbound>,
+    hwm: usize,
+    limits: Limits,
+}
+
+struct PeerState {
+    identity: PeerId,
+    readied: bool,
+    live: bool,
+    credits: Arc<Credits>,
+}
+
+pub(super) struct Progress {
+    comm: mpi::ffi::MPI_Comm,
+    owns_mpi: bool,
+    commands: Receiver<Command>,
+    sleeping: Arc<AtomicBool>,
+    failure: Arc<Mutex<Option<String>>>,
+    malformed: Arc<AtomicU64>,
+    /// Limits the malformed-message warnings per source rank (`malformed` stays exact).
+    warnings: PeerWarnings<i32>,
+    requests: Vec<Request>,
+    in_flight: Vec<InFlight>,
+    dealers: HashMap<i32, DealerEnd>,
+    router: Option<RouterEnd>,
+    peers: HashMap<(i32, i32), PeerState>,
+    shutdown: Option<(bool, Sender<()>)>,
+    /// The collectives' own duplicate of `MPI_COMM_WORLD`, made at the first
+    /// [`Command::Run`] (or why it could not be; never retried, because
+    /// `MPI_Comm_dup` is collective and the other ranks would not join a retry).
+    collective: Option<Result<mpi::ffi::MPI_Comm, String>>,
+}
+
+type Shared = (Arc<AtomicBool>, Arc<Mutex<Option<String>>>, Arc<AtomicU64>);
+
+impl Progress {
+    pub(super) fn new(
+        started: ffi::Started,
+        commands: Receiver<Command>,
+        shared: Shared,
+    ) -> Progress {
+        let (sleeping, failure, malformed) = shared;
+        Progress {
+            comm: started.comm,
+            owns_mpi: started.owns_mpi,
+            commands,
+            sleeping,
+            failure,
+            malformed,
+            warnings: PeerWarnings::new("mpi"),
+            requests: Vec::new(),
+            in_flight: Vec::new(),
+            dealers: HashMap::new(),
+            router: None,
+            peers: HashMap::new(),
+            shutdown: None,
+            collective: None,
+        }
+    }
+
+    /// Serves commands and MPI until shutdown or a fatal MPI error.
+    pub(super) fn run(mut self) {
+        let mut last_work = Instant::now();
+        let mut nap = FIRST_NAP;
+        loop {
+            let worked = match self.step() {
+                Ok(worked) => worked,
+                Err(e) => {
+                    tracing::error!("mpi progress thread stops: {e}");
+                    *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                    return;
+                }
+            };
+            if let Some((finalize, _)) = &self.shutdown {
+                if self.requests.is_empty() {
+                    let finalize = *finalize && self.owns_mpi;
+                    self.finish(finalize);
+                    return;
+                }
+            }
+            if worked {
+                last_work = Instant::now();
+                nap = FIRST_NAP;
+                continue;
+            }
+            // OpenMPI moves a rendezvous send's data only inside MPI calls, so a
+            // thread that naps with sends in flight stalls them: poll longer then.
+            let spin = if self.requests.is_empty() {
+                SPIN
+            } else {
+                SPIN_WITH_SENDS
+            };
+            if last_work.elapsed() < spin {
+                thread::yield_now();
+                continue;
+            }
+            self.sleeping.store(true, Ordering::SeqCst);
+            if self.commands.is_empty() {
+                thread::park_timeout(nap);
+            }
+            self.sleeping.store(false, Ordering::SeqCst);
+            nap = (nap * 2).min(MAX_NAP);
+        }
+    }
+
+    fn finish(&mut self, finalize: bool) {
+        if finalize {
+            if let Err(e) = ffi::finalize() {
+                eprintln!("switchyard: {e}");
+            }
+        }
+        *self.failure.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some("MPI was finalized at exit".into());
+        if let Some((_, done)) = self.shutdown.take() {
+            let _ = done.send(());
+        }
+    }
+
+    /// One pass over everything; `true` if anything happened.
+    fn step(&mut self) -> Result<bool, MpiError> {
+        let mut worked = self.take_commands()?;
+        worked |= self.complete_sends()?;
+        worked |= self.receive_control()?;
+        worked |= self.receive_for_router()?;
+        worked |= self.receive_for_dealers()?;
+        Ok(worked)
+    }
+
+    fn post(
+        &mut self,
+        dest: i32,
+        tag: i32,
+        encoded: Encoded,
+        credits: Option<Arc<Credits>>,
+    ) -> Result<(), MpiError> {
+        // SAFETY: `encoded` moves into `in_flight` next to its request and stays there
+        // (its heap buffers unmoved) until MPI_Testsome reports the send complete.
+        let request = unsafe { ffi::isend(self.comm, &encoded.blocks(), dest, tag) };
+        match request {
+            Ok(request) => {
+                self.requests.push(request);
+                self.in_flight.push(InFlight {
+                    _encoded: encoded,
+                    credits,
+                });
+                Ok(())
+            }
+            Err(e) => {
+                if let Some(c) = credits {
+                    c.release();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn send_control(&mut self, dest: i32, note: &Control) -> Result<(), MpiError> {
+        let encoded = Encoded {
+            head: note.encode(),
+            frames: Vec::new(),
+        };
+        self.post(dest, CONTROL_TAG, encoded, None)
+    }
+
+    fn take_commands(&mut self) -> Result<bool, MpiError> {
+        let mut worked = false;
+        while let Ok(command) = self.commands.try_recv() {
+            worked = true;
+            match command {
+                Command::Send {
+                    dest,
+                    tag,
+                    encoded,
+                    credits,
+                } => self.post(dest, tag, encoded, Some(credits))?,
+                Command::OpenDealer {
+                    tag,
+                    router,
+                    identity,
+                    inbox,
+                    hwm,
+                    limits,
+                    connected,
+                } => {
+                    self.dealers.insert(
+                        tag,
+                        DealerEnd {
+                            router,
+                            inbox,
+                            hwm,
+                            limits,
+                            connected: Some(connected),
+                        },
+                    );
+                    self.send_control(
+                        router,
+                        &Control::Hello {
+                            dealer: tag,
+                            identity: bytes::Bytes::copy_from_slice(identity.as_bytes()),
+                        },
+                    )?;
+                }
+                Command::CloseDealer { tag, router } => {
+                    self.dealers.remove(&tag);
+                    self.send_control(router, &Control::Bye { dealer: tag })?;
+                }
+                Command::BindRouter {
+                    generation,
+                    events,
+                    hwm,
+                    limits,
+                } => self.bind_router(RouterEnd {
+                    generation,
+                    events,
+                    hwm,
+                    limits,
+                })?,
+                Command::UnbindRouter { generation } => {
+                    if self.router.as_ref().map(|r| r.generation) == Some(generation) {
+                        self.router = None;
+                    }
+                }
+                Command::Shutdown { finalize, done } => {
+                    self.shutdown = Some((finalize, done));
+                }
+                Command::Run(job) => {
+                    // Separate from `self.comm`, so that a collective's messages can
+                    // never match the sockets' probes, nor theirs the collective's.
+                    let comm = self
+                        .collective
+                        .get_or_insert_with(|| ffi::dup_world().map_err(|e| e.to_string()))
+                        .clone();
+                    job(comm);
+                }
+            }
+        }
+        Ok(worked)
+    }
+
+    /// A new router inherits every dealer that said hello, as a restarted ZeroMQ
+    /// router is reconnected to by its dealers.
+    fn complete_sends(&mut self) -> Result<bool, MpiError> {
+        let mut done = ffi::test_some(&mut self.requests)?;
+        if done.is_empty() {
+            return Ok(false);
+        }
+        done.sort_unstable_by(|a, b| b.cmp(a));
+        for i in done {
+            self.requests.swap_remove(i);
+            if let Some(credits) = self.in_flight.swap_remove(i).credits {
+                credits.release();
+            }
+        }
+        Ok(true)
+    }
+}

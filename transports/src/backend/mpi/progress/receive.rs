@@ -1,0 +1,183 @@
+//! What the progress thread receives: control notes between ranks (which keep the
+//! table of peers), and data for this rank's router and dealers.
+
+use super::{PeerState, Progress, RouterEnd, BATCH};
+use crate::backend::mpi::credits::{Credits, MpiRoute};
+use crate::backend::mpi::engine::{CONTROL_TAG, ROUTER_TAG};
+use crate::backend::mpi::ffi::{self, MpiError};
+use crate::backend::mpi::wire::{self, Control};
+use crate::backend::Inbound;
+use crate::PeerId;
+use std::sync::atomic::Ordering;
+
+impl Progress {
+    pub(super) fn bind_router(&mut self, router: RouterEnd) -> Result<(), MpiError> {
+        let mut ready = Vec::new();
+        for (&(rank, tag), peer) in self.peers.iter_mut() {
+            if !peer.readied {
+                peer.readied = true;
+                ready.push((rank, tag));
+            }
+            if peer.live {
+                let _ = router.events.send(Inbound::Connect {
+                    peer: peer.identity.clone(),
+                    route: MpiRoute {
+                        rank,
+                        tag,
+                        credits: peer.credits.clone(),
+                    },
+                });
+            }
+        }
+        self.router = Some(router);
+        for (rank, tag) in ready {
+            self.send_control(rank, &Control::Ready { dealer: tag })?;
+        }
+        Ok(())
+    }
+
+    fn drop_malformed(&mut self, source: i32, reason: &dyn std::fmt::Display) {
+        self.malformed.fetch_add(1, Ordering::Relaxed);
+        if self.warnings.admit(&source) {
+            tracing::warn!(source_rank = source, %reason, "mpi: dropped a malformed message");
+        }
+    }
+
+    pub(super) fn receive_control(&mut self) -> Result<bool, MpiError> {
+        let mut worked = false;
+        while let Some(matched) = ffi::probe(self.comm, None, Some(CONTROL_TAG))? {
+            worked = true;
+            let source = matched.source;
+            let buffer = ffi::receive(matched)?;
+            match Control::decode(&buffer) {
+                Ok(note) => self.apply(source, note)?,
+                Err(reason) => self.drop_malformed(source, &reason),
+            }
+        }
+        Ok(worked)
+    }
+
+    fn apply(&mut self, source: i32, note: Control) -> Result<(), MpiError> {
+        match note {
+            Control::Hello { dealer, identity } => {
+                let Some(identity) = PeerId::new(identity) else {
+                    self.drop_malformed(source, &"hello with an invalid identity");
+                    return Ok(());
+                };
+                let hwm = self.router.as_ref().map_or(1000, |r| r.hwm);
+                let credits = Credits::new(hwm);
+                let readied = self.router.is_some();
+                if let Some(router) = &self.router {
+                    let _ = router.events.send(Inbound::Connect {
+                        peer: identity.clone(),
+                        route: MpiRoute {
+                            rank: source,
+                            tag: dealer,
+                            credits: credits.clone(),
+                        },
+                    });
+                }
+                self.peers.insert(
+                    (source, dealer),
+                    PeerState {
+                        identity,
+                        readied,
+                        live: true,
+                        credits,
+                    },
+                );
+                if readied {
+                    self.send_control(source, &Control::Ready { dealer })?;
+                }
+            }
+            Control::Ready { dealer } => {
+                if let Some(end) = self.dealers.get_mut(&dealer) {
+                    if end.router == source {
+                        if let Some(connected) = end.connected.take() {
+                            let _ = connected.send(());
+                        }
+                    }
+                }
+            }
+            Control::Bye { dealer } => {
+                let Some(peer) = self.peers.get_mut(&(source, dealer)) else {
+                    return Ok(());
+                };
+                peer.live = false;
+                let identity = peer.identity.clone();
+                // A dealer that reconnected under the same identity keeps its place.
+                let replaced = self
+                    .peers
+                    .values()
+                    .any(|p| p.live && p.identity == identity);
+                if let (Some(router), false) = (&self.router, replaced) {
+                    let _ = router.events.send(Inbound::Disconnect { peer: identity });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn receive_for_router(&mut self) -> Result<bool, MpiError> {
+        let mut worked = false;
+        for _ in 0..BATCH {
+            let Some(router) = &self.router else {
+                break;
+            };
+            if router.events.len() >= router.hwm {
+                break;
+            }
+            let Some(matched) = ffi::probe(self.comm, None, Some(ROUTER_TAG))? else {
+                break;
+            };
+            worked = true;
+            let source = matched.source;
+            let buffer = ffi::receive(matched)?;
+            let Some(router) = &self.router else {
+                break;
+            };
+            match wire::decode(buffer, &router.limits) {
+                Ok((dealer, msg)) => match self.peers.get(&(source, dealer)) {
+                    Some(peer) => {
+                        let _ = router.events.send(Inbound::Data {
+                            peer: peer.identity.clone(),
+                            msg,
+                        });
+                    }
+                    None => self.drop_malformed(
+                        source,
+                        &format_args!("data from dealer tag {dealer}, which never said hello"),
+                    ),
+                },
+                Err(reason) => self.drop_malformed(source, &reason),
+            }
+        }
+        Ok(worked)
+    }
+
+    pub(super) fn receive_for_dealers(&mut self) -> Result<bool, MpiError> {
+        let mut worked = false;
+        let mut malformed = Vec::new();
+        for (&tag, end) in &self.dealers {
+            for _ in 0..BATCH {
+                if end.inbox.len() >= end.hwm {
+                    break;
+                }
+                let Some(matched) = ffi::probe(self.comm, Some(end.router), Some(tag))? else {
+                    break;
+                };
+                worked = true;
+                match wire::decode(ffi::receive(matched)?, &end.limits) {
+                    Ok((_, msg)) => {
+                        let _ = end.inbox.send(msg);
+                    }
+                    Err(reason) => malformed.push((end.router, reason)),
+                }
+            }
+        }
+        for (source, reason) in malformed {
+            self.drop_malformed(source, &reason);
+        }
+        Ok(worked)
+    }
+}

@@ -1,0 +1,299 @@
+//! The mpi backend's sockets: a dealer talking to one rank's router, and this rank's
+//! router. Both only queue commands for the progress thread ([`super::engine`]).
+
+use super::credits::{Credits, MpiRoute};
+use super::engine::{Command, Engine, ROUTER_TAG};
+use super::wire;
+use crate::backend::{send_error, BackendDealer, BackendSocket, Deadline, Delivery, InboxRouter};
+use crate::poller::Watch;
+use crate::{PeerId, RecvError, SendError, SendErrorKind, SocketOptions, TransportError};
+use crossbeam_channel::{unbounded, Receiver};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+use switchyard_msg::Msg;
+
+/// Where a send goes: the destination rank and socket tag, and the sender's own tag.
+struct Hop {
+    rank: i32,
+    tag: i32,
+    source_tag: i32,
+}
+
+/// Encodes, takes a credit (waiting until `deadline`), and queues; or hands `msg`
+/// back with why not.
+fn queue_send(
+    engine: &Engine,
+    msg: Msg,
+    hop: Hop,
+    credits: &Arc<Credits>,
+    deadline: Deadline,
+) -> Result<(), (Msg, SendErrorKind)> {
+    let encoded = match wire::encode(&msg, hop.source_tag) {
+        Ok(encoded) => encoded,
+        Err(reason) => return Err((msg, SendErrorKind::Backend(reason))),
+    };
+    if !credits.acquire(deadline) {
+        return Err((msg, deadline.no_room()));
+    }
+    let command = Command::Send {
+        dest: hop.rank,
+        tag: hop.tag,
+        encoded,
+        credits: credits.clone(),
+    };
+    engine
+        .submit(command)
+        .map_err(|reason| (msg, SendErrorKind::Backend(reason)))
+}
+
+fn target_rank(engine: &Engine, rank: u32, endpoint: &str) -> Result<i32, TransportError> {
+    if rank >= engine.world.size {
+        return Err(TransportError::InvalidEndpoint {
+            endpoint: endpoint.to_string(),
+            reason: format!(
+                "rank {rank} is outside this MPI job of {} ranks",
+                engine.world.size
+            ),
+        });
+    }
+    Ok(rank as i32)
+}
+
+/// A dealer talking to one rank's router over MPI.
+pub(crate) struct MpiDealer {
+    engine: &'static Engine,
+    endpoint: String,
+    identity: PeerId,
+    options: SocketOptions,
+    router: i32,
+    tag: i32,
+    credits: Arc<Credits>,
+    inbox: Receiver<Msg>,
+}
+
+impl std::fmt::Debug for MpiDealer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MpiDealer")
+            .field("endpoint", &self.endpoint)
+            .field("identity", &self.identity)
+            .field("tag", &self.tag)
+            .finish()
+    }
+}
+
+impl MpiDealer {
+    pub(crate) fn connect(rank: u32, options: SocketOptions) -> Result<Self, TransportError> {
+        let endpoint = format!("mpi://{rank}");
+        let engine = Engine::get()?;
+        let router = target_rank(engine, rank, &endpoint)?;
+        let backend = |reason: String| TransportError::Backend {
+            backend: "mpi",
+            endpoint: endpoint.clone(),
+            reason,
+        };
+        let tag = engine.allocate_tag().map_err(backend)?;
+        let identity = options
+            .identity
+            .clone()
+            .unwrap_or_else(crate::backend::fresh_identity);
+        let (inbox_tx, inbox) = unbounded();
+        let (connected_tx, connected) = crossbeam_channel::bounded(1);
+        let started = Instant::now();
+        engine
+            .submit(Command::OpenDealer {
+                tag,
+                router,
+                identity: identity.clone(),
+                inbox: inbox_tx,
+                hwm: options.hwm,
+                limits: options.limits,
+                connected: connected_tx,
+            })
+            .map_err(backend)?;
+        engine.note_linger(options.linger);
+        let dealer = MpiDealer {
+            engine,
+            endpoint: endpoint.clone(),
+            identity,
+            credits: Credits::new(options.hwm),
+            router,
+            tag,
+            inbox,
+            options,
+        };
+        if connected
+            .recv_timeout(dealer.options.connect_timeout)
+            .is_err()
+        {
+            if let Some(reason) = engine.failure() {
+                return Err(backend(reason));
+            }
+            // Dropping the dealer says goodbye, so a router bound later forgets it.
+            return Err(TransportError::Unreachable {
+                endpoint,
+                waited: started.elapsed(),
+            });
+        }
+        Ok(dealer)
+    }
+
+    fn closed(&self) -> RecvError {
+        match self.engine.failure() {
+            Some(reason) => RecvError::Backend {
+                endpoint: self.endpoint.clone(),
+                reason,
+            },
+            None => RecvError::Disconnected {
+                endpoint: self.endpoint.clone(),
+            },
+        }
+    }
+}
+
+impl BackendSocket for MpiDealer {
+    fn options(&self) -> &SocketOptions {
+        &self.options
+    }
+
+    fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    fn watch(&self) -> Watch<'_> {
+        Watch::channel(&self.inbox)
+    }
+}
+
+impl BackendDealer for MpiDealer {
+    fn identity(&self) -> &PeerId {
+        &self.identity
+    }
+
+    fn send(&mut self, msg: Msg, deadline: Deadline) -> Result<(), SendError> {
+        let hop = Hop {
+            rank: self.router,
+            tag: ROUTER_TAG,
+            source_tag: self.tag,
+        };
+        queue_send(self.engine, msg, hop, &self.credits, deadline)
+            .map_err(|(msg, kind)| send_error(msg, kind, &self.endpoint))
+    }
+
+    fn recv(&mut self, deadline: Deadline) -> Result<Msg, RecvError> {
+        match deadline.recv(&self.inbox, &self.endpoint) {
+            Err(RecvError::Disconnected { .. }) => Err(self.closed()),
+            // A dead progress thread never fills the inbox again: say why, not "timeout".
+            Err(RecvError::Timeout) => {
+                Err(self
+                    .engine
+                    .failure()
+                    .map_or(RecvError::Timeout, |reason| RecvError::Backend {
+                        endpoint: self.endpoint.clone(),
+                        reason,
+                    }))
+            }
+            other => other,
+        }
+    }
+}
+
+impl Drop for MpiDealer {
+    fn drop(&mut self) {
+        let _ = self.engine.submit(Command::CloseDealer {
+            tag: self.tag,
+            router: self.router,
+        });
+    }
+}
+
+/// This rank's router.
+pub(crate) type MpiRouter = InboxRouter<MpiDelivery>;
+
+/// How this rank's router reaches its dealers: through the progress thread, with each
+/// dealer's own credits. It holds the rank's router slot, and frees it when dropped.
+pub(crate) struct MpiDelivery {
+    engine: &'static Engine,
+    generation: u64,
+}
+
+impl std::fmt::Debug for MpiDelivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MpiDelivery")
+            .field("generation", &self.generation)
+            .finish()
+    }
+}
+
+impl MpiRouter {
+    pub(crate) fn bind(rank: u32, options: SocketOptions) -> Result<Self, TransportError> {
+        let endpoint = format!("mpi://{rank}");
+        let engine = Engine::get()?;
+        target_rank(engine, rank, &endpoint)?;
+        if rank != engine.world.rank {
+            return Err(TransportError::InvalidEndpoint {
+                endpoint,
+                reason: format!(
+                    "this process is rank {}; a router binds its own rank's endpoint",
+                    engine.world.rank
+                ),
+            });
+        }
+        let Some(generation) = engine.claim_router() else {
+            return Err(TransportError::AddrInUse {
+                endpoint,
+                reason: "this rank already has an mpi router".into(),
+            });
+        };
+        let (events, inbound) = unbounded();
+        if let Err(reason) = engine.submit(Command::BindRouter {
+            generation,
+            events,
+            hwm: options.hwm,
+            limits: options.limits,
+        }) {
+            engine.release_router(generation);
+            return Err(TransportError::Backend {
+                backend: "mpi",
+                endpoint,
+                reason,
+            });
+        }
+        engine.note_linger(options.linger);
+        let delivery = MpiDelivery { engine, generation };
+        Ok(InboxRouter::new(endpoint, options, inbound, delivery))
+    }
+}
+
+impl Delivery for MpiDelivery {
+    type Route = MpiRoute;
+
+    fn deliver(
+        &self,
+        route: &MpiRoute,
+        msg: Msg,
+        deadline: Deadline,
+    ) -> Result<(), (Msg, SendErrorKind)> {
+        let hop = Hop {
+            rank: route.rank,
+            tag: route.tag,
+            source_tag: ROUTER_TAG,
+        };
+        queue_send(self.engine, msg, hop, &route.credits, deadline)
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.engine.failure()
+    }
+
+    /// Malformed messages this process's progress thread dropped (all mpi sockets).
+    fn dropped_malformed(&self) -> u64 {
+        self.engine.malformed.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for MpiDelivery {
+    fn drop(&mut self) {
+        self.engine.release_router(self.generation);
+    }
+}
