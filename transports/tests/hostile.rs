@@ -195,8 +195,9 @@ fn hello_flood_from_a_peer_that_never_reads_does_not_stall_receives() {
 
 /// `ROUTER_HANDOVER`: without authentication, a peer that presents another dealer's
 /// identity takes over its connection and receives what the router sends to that
-/// identity; the victim gets nothing. This test records the behaviour that the job
-/// secret of issue 11 is to end (see WIRE.md, "Security, trust and resource bounds").
+/// identity; the victim gets nothing, and what it sends is lost. This test records the
+/// behaviour that the job secret of issue 11 is to end (see WIRE.md, "Security, trust
+/// and resource bounds").
 #[test]
 fn identity_takeover_without_authentication() {
     let mut router = bind(options());
@@ -227,6 +228,16 @@ fn identity_takeover_without_authentication() {
         victim.recv_timeout(Duration::from_millis(500)),
         Err(RecvError::Timeout),
         "the victim got nothing"
+    );
+    // The victim is cut off both ways, and neither side is told: what it sends now is
+    // lost.
+    victim
+        .send(request(68))
+        .expect("the victim's send is accepted locally");
+    assert_eq!(
+        router.recv_from_timeout(Duration::from_millis(500)),
+        Err(RecvError::Timeout),
+        "the victim's message arrived"
     );
     good_client_is_served(&mut router, 11);
 }
