@@ -19,6 +19,10 @@ use switchyard_transports::{
     Dealer, DealerSocket, PeerId, RecvError, Router, RouterSocket, SendErrorKind, Socket,
 };
 
+/// Longer than any send that does not wait can take, even on a loaded machine, and far
+/// shorter than the 20 s `send_timeout` a waiting send would take.
+const PROMPT: Duration = Duration::from_secs(2);
+
 /// Receives on `router` until it has dropped `expected` malformed messages; nothing
 /// may reach the application meanwhile.
 fn drain_until_dropped(router: &mut RouterSocket, expected: u64) {
@@ -101,11 +105,7 @@ fn a_peer_that_never_reads_does_not_stall_the_others() {
             Err(e) => {
                 assert_eq!(e.kind, SendErrorKind::Full, "{e}");
                 assert_eq!(e.msg.header.seq, accepted, "the message comes back");
-                assert!(
-                    started.elapsed() < Duration::from_secs(1),
-                    "{:?}",
-                    started.elapsed()
-                );
+                assert!(started.elapsed() < PROMPT, "{:?}", started.elapsed());
                 break;
             }
         }
@@ -137,7 +137,11 @@ fn a_peer_that_never_reads_does_not_stall_the_others() {
         };
         let started = Instant::now();
         let result = router.send_to(&peer, msg.reply(Kind::Put).with_frame(big.clone()));
-        assert!(started.elapsed() < Duration::from_secs(1), "a send waited");
+        assert!(
+            started.elapsed() < PROMPT,
+            "a send waited {:?}",
+            started.elapsed()
+        );
         if peer == hostile_id {
             // libzmq keeps moving what it queued into the kernel's buffers, so now and
             // then a reply fits again; any that does not comes back as Full.
@@ -152,10 +156,7 @@ fn a_peer_that_never_reads_does_not_stall_the_others() {
         }
     }
     let slowest = good.join().expect("good client");
-    assert!(
-        slowest < Duration::from_secs(5),
-        "slowest round trip {slowest:?}"
-    );
+    assert!(slowest < slow_send / 2, "slowest round trip {slowest:?}");
     assert!(refused > 0, "the hostile peer kept asking meanwhile");
     good_client_is_served(&mut router, 9);
 }
