@@ -92,6 +92,9 @@ pub trait Router: Socket + Sized {
     fn try_recv_from(&mut self) -> Result<(PeerId, Msg), RecvError>;
 
     /// Sends `msg` to `peer`, waiting until `deadline` at most while its queue is full.
+    ///
+    /// A ZeroMQ router never waits: a full peer returns `Full` and the message at once,
+    /// so that a peer that stops reading cannot stall the others (WIRE.md, section 8).
     fn send_to_deadline(
         &mut self,
         peer: &PeerId,

@@ -30,6 +30,8 @@ mod inbox;
 pub(crate) mod local;
 // Always built: its wire codec is pure Rust; the rest is behind the `mpi` feature.
 pub(crate) mod mpi;
+#[cfg(any(feature = "zmq", feature = "mpi"))]
+mod warn_limit;
 #[cfg(feature = "zmq")]
 pub(crate) mod zmq;
 

@@ -7,6 +7,7 @@ use super::credits::{Credits, MpiInbound};
 use super::engine::{Command, CONTROL_TAG};
 use super::ffi::{self, MpiError, Request};
 use super::wire::{Control, Encoded};
+use crate::backend::warn_limit::PeerWarnings;
 use crate::PeerId;
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::HashMap;
@@ -63,6 +64,8 @@ pub(super) struct Progress {
     sleeping: Arc<AtomicBool>,
     failure: Arc<Mutex<Option<String>>>,
     malformed: Arc<AtomicU64>,
+    /// Limits the malformed-message warnings per source rank (`malformed` stays exact).
+    warnings: PeerWarnings<i32>,
     requests: Vec<Request>,
     in_flight: Vec<InFlight>,
     dealers: HashMap<i32, DealerEnd>,
@@ -91,6 +94,7 @@ impl Progress {
             sleeping,
             failure,
             malformed,
+            warnings: PeerWarnings::new("mpi"),
             requests: Vec::new(),
             in_flight: Vec::new(),
             dealers: HashMap::new(),

@@ -1,6 +1,7 @@
 //! A libzmq DEALER: connects to one router, sends it a HELLO and waits for its READY.
 
 use super::{backend_error, decode_parts, hello, timeout_ms, tried, OverRaw, Parts, Raw};
+use crate::backend::warn_limit::PeerWarnings;
 use crate::backend::{BackendDealer, Deadline};
 use crate::{PeerId, RecvError, SendError, SocketOptions, TransportError};
 use std::collections::VecDeque;
@@ -13,6 +14,7 @@ pub(crate) struct ZmqDealer {
     identity: PeerId,
     pending: VecDeque<Msg>,
     dropped: u64,
+    warnings: PeerWarnings<&'static str>,
 }
 
 impl std::fmt::Debug for ZmqDealer {
@@ -42,6 +44,7 @@ impl ZmqDealer {
             identity,
             pending: VecDeque::new(),
             dropped: 0,
+            warnings: PeerWarnings::new(address),
         };
         let unreachable = || TransportError::Unreachable {
             endpoint: address.to_string(),
@@ -81,8 +84,10 @@ impl ZmqDealer {
                 Ok(msg) => return Ok(msg),
                 Err(reason) => {
                     self.dropped += 1;
-                    tracing::warn!(endpoint = %self.raw.endpoint, peer = "router", %reason,
-                        "dropped malformed message");
+                    if self.warnings.admit(&"router") {
+                        tracing::warn!(endpoint = %self.raw.endpoint, peer = "router", %reason,
+                            "dropped malformed message");
+                    }
                 }
             }
         }

@@ -4,8 +4,12 @@
 //! `SNDHWM`/`RCVHWM` = hwm, `LINGER` = linger, `MAXMSGSIZE` = the largest frame the
 //! limits allow (libzmq drops a peer that sends more), and on routers
 //! `ROUTER_MANDATORY` = 1 (a send to an unknown peer is `EHOSTUNREACH`, to a full one
-//! blocks until `SNDTIMEO` and then `EAGAIN`, never a silent drop) and
-//! `ROUTER_HANDOVER` = 1 (a reconnecting dealer with the same identity takes over).
+//! `EAGAIN`, never a silent drop; routers send with `DONTWAIT`, so a full peer is
+//! `Full` at once and never stalls the others) and `ROUTER_HANDOVER` = 1 (a
+//! reconnecting dealer with the same identity takes over; without authentication any
+//! peer can claim any identity, see WIRE.md). `ZAP_DOMAIN` is set so that libzmq
+//! refuses legacy ZMTP 1.0/2.0 greetings; the mechanism is NULL (no authentication,
+//! no encryption).
 //!
 //! Deadlines become `SNDTIMEO`/`RCVTIMEO`, set only when they change. A dealer's
 //! `connect` sends a HELLO and waits for the router's READY, because libzmq connects
@@ -60,6 +64,9 @@ fn timeout_ms(deadline: Deadline) -> i32 {
     }
 }
 
+/// The ZAP domain every socket sets; see `Raw::new`.
+const ZAP_DOMAIN: &str = "switchyard";
+
 /// One libzmq socket with the options switchyard sets, and cached timeouts.
 struct Raw {
     socket: zmq::Socket,
@@ -92,6 +99,10 @@ impl Raw {
         )
         .unwrap_or(i64::MAX);
         socket.set_maxmsgsize(max).map_err(err)?;
+        // With a ZAP domain set, libzmq refuses ZMTP 1.0/2.0 greetings (raw bytes would
+        // otherwise become messages from made-up identities). No ZAP handler is bound
+        // in this context, so the NULL mechanism still accepts every ZMTP 3 peer.
+        socket.set_zap_domain(ZAP_DOMAIN).map_err(err)?;
         Ok(Raw {
             socket,
             endpoint: endpoint.to_string(),
@@ -186,9 +197,11 @@ impl Raw {
     }
 
     /// Receives all parts of one multipart message. Parts past the most a valid message
-    /// can have (identity, header and `max_frames` payloads) are read and discarded as
-    /// they arrive, so a peer sending a million empty frames costs no memory; the
-    /// truncated message then fails to decode and is dropped as malformed.
+    /// can have (identity, header and `max_frames` payloads) are discarded as they are
+    /// read, so this socket keeps no more than that; libzmq itself has buffered the
+    /// whole message before its first part arrives here (no option of libzmq bounds
+    /// the parts of a message). The truncated message then fails to decode and is
+    /// dropped as malformed.
     fn recv_parts(&mut self, deadline: Deadline) -> Result<Parts, RecvError> {
         let max_parts = self.options.limits.max_frames.saturating_add(3);
         let endpoint = &self.endpoint;

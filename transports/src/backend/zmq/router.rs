@@ -1,7 +1,10 @@
 //! A libzmq ROUTER with `ROUTER_MANDATORY` and `ROUTER_HANDOVER` on: it learns its
-//! peers from what they send, and answers each HELLO with READY.
+//! peers from what they send, answers each HELLO with READY, and never waits on a
+//! peer to send (one thread serves them all, so a wait on a peer that does not read
+//! would stall every other).
 
-use super::{backend_error, decode_parts, timeout_ms, tried, OverRaw, Parts, Raw};
+use super::{backend_error, decode_parts, tried, OverRaw, Parts, Raw};
+use crate::backend::warn_limit::PeerWarnings;
 use crate::backend::{BackendRouter, Deadline};
 use crate::{PeerId, RecvError, SendError, SendErrorKind, SocketOptions, TransportError};
 use bytes::Bytes;
@@ -9,12 +12,14 @@ use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 use switchyard_msg::{DecodeError, Kind, Msg};
 
-/// A libzmq ROUTER with `ROUTER_MANDATORY` and `ROUTER_HANDOVER` on.
+/// A libzmq ROUTER with `ROUTER_MANDATORY` and `ROUTER_HANDOVER` on, whose sends never
+/// wait on a peer.
 pub(crate) struct ZmqRouter {
     raw: Raw,
     peers: HashSet<PeerId>,
     pending: VecDeque<(PeerId, Msg)>,
     dropped: u64,
+    warnings: PeerWarnings<PeerId>,
 }
 
 impl std::fmt::Debug for ZmqRouter {
@@ -44,6 +49,7 @@ impl ZmqRouter {
             raw.endpoint = actual;
         }
         Ok(ZmqRouter {
+            warnings: PeerWarnings::new(&raw.endpoint),
             raw,
             peers: HashSet::new(),
             pending: VecDeque::new(),
@@ -84,18 +90,23 @@ impl ZmqRouter {
             Ok(msg) => msg,
             Err(reason) => {
                 self.dropped += 1;
-                tracing::warn!(endpoint = %self.raw.endpoint, %peer, %reason,
-                    "dropped malformed message");
+                if self.warnings.admit(&peer) {
+                    tracing::warn!(endpoint = %self.raw.endpoint, %peer, %reason,
+                        "dropped malformed message");
+                }
                 return Ok(None);
             }
         };
         self.peers.insert(peer.clone());
         if msg.header.kind == Kind::Hello {
+            // Without waiting, like every router send: a peer that sends HELLOs and
+            // never reads must not hold up this receive.
             let ready = msg.reply(Kind::Ready);
-            let ms = timeout_ms(Deadline::At(Instant::now() + self.raw.options.send_timeout));
-            if let Err(e) = self.raw.send_msg(Some(peer.bytes()), ready, ms) {
-                tracing::warn!(endpoint = %self.raw.endpoint, %peer, error = %e.kind,
-                    "could not answer HELLO");
+            if let Err(e) = self.raw.send_msg(Some(peer.bytes()), ready, 0) {
+                if self.warnings.admit(&peer) {
+                    tracing::warn!(endpoint = %self.raw.endpoint, %peer, error = %e.kind,
+                        "could not answer HELLO");
+                }
             }
             return Ok(None);
         }
@@ -162,9 +173,11 @@ impl BackendRouter for ZmqRouter {
         tried(deadline, self.recv_waiting(deadline))
     }
 
-    fn send_to(&mut self, peer: &PeerId, msg: Msg, deadline: Deadline) -> Result<(), SendError> {
-        let ms = timeout_ms(deadline);
-        let result = self.raw.send_msg(Some(peer.bytes()), msg, ms);
+    /// Sends without ever waiting on `peer`, whatever the deadline: a full peer gets
+    /// `Full` and the message back at once, and the caller decides what to do with it
+    /// (retry later, drop it, give up on the peer).
+    fn send_to(&mut self, peer: &PeerId, msg: Msg, _deadline: Deadline) -> Result<(), SendError> {
+        let result = self.raw.send_msg(Some(peer.bytes()), msg, 0);
         if let Err(SendError {
             kind: SendErrorKind::UnknownPeer(_),
             ..

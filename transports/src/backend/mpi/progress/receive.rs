@@ -36,9 +36,11 @@ impl Progress {
         Ok(())
     }
 
-    fn drop_malformed(&self, source: i32, reason: &dyn std::fmt::Display) {
+    fn drop_malformed(&mut self, source: i32, reason: &dyn std::fmt::Display) {
         self.malformed.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(source_rank = source, %reason, "mpi: dropped a malformed message");
+        if self.warnings.admit(&source) {
+            tracing::warn!(source_rank = source, %reason, "mpi: dropped a malformed message");
+        }
     }
 
     pub(super) fn receive_control(&mut self) -> Result<bool, MpiError> {
