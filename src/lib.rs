@@ -60,6 +60,7 @@ pub use switchyard_stub::{ClusterLayout, Stub, StubSocket};
 
 /// Everything a worker or server program usually needs, in one `use`.
 pub mod prelude {
+    pub use crate::collective::{CollectiveError, CommOptions, Communicator, ReduceOp};
     pub use switchyard_msg::{payload, Addr, Kind, Msg, Role, Target};
     pub use switchyard_stub::{ClusterLayout, Stub, StubSocket};
     pub use switchyard_transports::{

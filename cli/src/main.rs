@@ -29,7 +29,7 @@ enum Command {
     /// endpoints (SWITCHYARD_RANK, SWITCHYARD_WORLD_SIZE, SWITCHYARD_RENDEZVOUS).
     Launch {
         /// Number of processes.
-        #[arg(short = 'n', long = "processes")]
+        #[arg(short = 'n', long = "processes", value_parser = clap::value_parser!(u32).range(1..))]
         processes: u32,
         /// Stop every process if the job runs longer than this many seconds.
         #[arg(long, default_value_t = 3600)]

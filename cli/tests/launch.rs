@@ -149,3 +149,16 @@ fn mpirun_without_the_mpi_feature_is_a_clear_error() {
     assert!(!out.status.success());
     assert!(stderr.contains("rebuild with `--features mpi`"), "{stderr}");
 }
+
+/// Issue 16, item 7: `-n 0` is refused by the command line itself, naming the option,
+/// not a variable the user never set.
+#[test]
+fn launch_of_zero_processes_names_the_option() {
+    let mut cmd = switchyard();
+    cmd.args(["launch", "-n", "0", "--", "true"]);
+    let (out, _) = run_bounded(cmd, Duration::from_secs(30));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("--processes"), "{stderr}");
+    assert!(!stderr.contains("SWITCHYARD_WORLD_SIZE"), "{stderr}");
+}

@@ -174,7 +174,9 @@ impl Communicator {
 
     /// The communicator for however this process was started: see
     /// [`from_bootstrap`](Communicator::from_bootstrap); a process started by hand is
-    /// a world of one. Options come from [`CommOptions::from_env`].
+    /// a world of one, and says so once on stderr (a job started without its launcher
+    /// otherwise "works" with every rank alone). Options come from
+    /// [`CommOptions::from_env`].
     pub fn from_env() -> Result<Communicator, CollectiveError> {
         Communicator::from_env_with(CommOptions::from_env())
     }
@@ -183,7 +185,10 @@ impl Communicator {
     pub fn from_env_with(options: CommOptions) -> Result<Communicator, CollectiveError> {
         match Bootstrap::from_env() {
             Ok(Some(boot)) => Communicator::from_bootstrap(&boot, options),
-            Ok(None) => Ok(Communicator::solo_with(options)),
+            Ok(None) => {
+                announce_world_of_one();
+                Ok(Communicator::solo_with(options))
+            }
             Err(e) => Err(CollectiveError::InvalidArgument {
                 call: Call::Setup,
                 reason: e.to_string(),
@@ -202,4 +207,15 @@ impl Communicator {
             processor_name,
         ))
     }
+}
+
+/// One line on stderr, once per process, when no launcher environment was found.
+fn announce_world_of_one() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        eprintln!(
+            "switchyard: no launcher environment (switchyard launch, mpirun) found; \
+             running as a world of one rank"
+        );
+    });
 }

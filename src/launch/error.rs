@@ -15,6 +15,16 @@ pub enum LaunchError {
         /// What is wrong.
         reason: String,
     },
+    /// A launch option has a value that cannot work.
+    #[error("launch option {option} = {value}: {reason}")]
+    InvalidOption {
+        /// The option, as [`LaunchOptions`](super::LaunchOptions) names it.
+        option: &'static str,
+        /// Its value.
+        value: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The rendezvous could not be reached or failed.
     #[error("rendezvous at {addr}: {reason}")]
     Rendezvous {

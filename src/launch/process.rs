@@ -217,10 +217,10 @@ fn run_children(
 ) -> Result<(), LaunchError> {
     let world = options.processes;
     if world == 0 {
-        return Err(LaunchError::Env {
-            var: ENV_WORLD_SIZE,
+        return Err(LaunchError::InvalidOption {
+            option: "processes",
             value: "0".into(),
-            reason: "a job needs at least one process".into(),
+            reason: "a job needs at least one process (switchyard launch -n 1 or more)".into(),
         });
     }
     let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| LaunchError::Rendezvous {

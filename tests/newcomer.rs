@@ -1,0 +1,84 @@
+//! What a newcomer meets first (issue 16, item 7): the README's one `use` brings the
+//! collectives, a launch of zero processes names the option that is wrong, and a
+//! program started without a launcher says that it runs alone.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Set in the child that [`started_by_hand_says_it_is_a_world_of_one`] starts.
+const CHILD: &str = "SWITCHYARD_NEWCOMER_TEST_CHILD";
+
+#[test]
+fn prelude_brings_the_collectives() -> Result<(), Box<dyn std::error::Error>> {
+    use switchyard::prelude::*;
+    let mut comm = Communicator::solo();
+    let mut grad = [1.5f32, 2.5];
+    comm.allreduce(&mut grad, ReduceOp::Sum)?;
+    assert_eq!(grad, [1.5, 2.5]);
+    assert_eq!(comm.options().timeout, CommOptions::default().timeout);
+    let err: Result<(), CollectiveError> = comm.broadcast(&mut grad, 3);
+    assert!(matches!(err, Err(CollectiveError::InvalidArgument { .. })));
+    Ok(())
+}
+
+#[test]
+fn launching_zero_processes_names_the_option() {
+    let err = switchyard::launch::run_local(&switchyard::launch::LaunchOptions::new(0, "true"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("processes"), "{err}");
+    assert!(!err.contains("SWITCHYARD_WORLD_SIZE"), "{err}");
+}
+
+#[test]
+fn started_by_hand_says_it_is_a_world_of_one() {
+    if std::env::var_os(CHILD).is_some() {
+        let comm = switchyard::collective::Communicator::from_env().unwrap();
+        assert_eq!(comm.world_size(), 1);
+        // A second communicator does not repeat the notice.
+        let again = switchyard::collective::Communicator::from_env().unwrap();
+        assert_eq!(again.world_size(), 1);
+        return;
+    }
+    let mut child = Command::new(std::env::current_exe().unwrap());
+    child
+        .args([
+            "--exact",
+            "started_by_hand_says_it_is_a_world_of_one",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for var in std::env::vars_os().map(|(k, _)| k) {
+        let name = var.to_string_lossy();
+        if name.starts_with("SWITCHYARD_")
+            || name.starts_with("OMPI_")
+            || name.starts_with("PMI")
+            || name.starts_with("SLURM_")
+        {
+            child.env_remove(&var);
+        }
+    }
+    let mut child = child.spawn().unwrap();
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the child test ran past 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr.matches("running as a world of one rank").count(),
+        1,
+        "{stderr}"
+    );
+}
