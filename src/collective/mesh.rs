@@ -10,12 +10,44 @@ use super::algo::{direct, doubling, ring, tree, Round};
 use super::element::{with_dtype, DType, ReduceOp, Reducible};
 use super::engine::{Collective, Combine, Elem, Engine};
 use super::error::{Call, CollectiveError};
+use super::link::{Clock, Notice};
 use super::options::Tuning;
 use super::signature::Signature;
 use super::Link;
 use std::ops::Range;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use switchyard_msg::payload;
+
+/// How long a rank whose call failed because a peer went away or silent waits for
+/// abort notices that explain it: the peer's own, sent before its connections closed
+/// (a few milliseconds), or those of ranks that timed out at about the same time.
+const EXPLAIN_WAIT: Duration = Duration::from_millis(300);
+/// How often that wait looks at what arrived.
+const EXPLAIN_SLICE: Duration = Duration::from_millis(10);
+
+/// Where a failure began, seen from rank `me` that blames rank `blamed`: a notice
+/// from a rank that failed on its own (a mismatch, a bad argument) if there is one;
+/// else the end of the chain of blame from `blamed` (`blamed`'s notice blames `q`,
+/// `q`'s blames `s`, and `s` sent none: it died or stopped). `None` when no notice
+/// explains `blamed`, or the chain runs in a circle.
+pub(crate) fn origin(me: usize, blamed: usize, notices: &[Notice]) -> Option<Notice> {
+    if let Some(first) = notices.iter().find(|n| n.blames.is_none()) {
+        return Some(first.clone());
+    }
+    let mut seen = vec![me];
+    let mut at = blamed;
+    let mut found = None;
+    while let Some(notice) = notices.iter().find(|n| n.rank == at) {
+        seen.push(at);
+        found = Some(notice);
+        match notice.blames {
+            Some(next) if seen.contains(&next) => return None,
+            Some(next) => at = next,
+            None => break,
+        }
+    }
+    found.cloned()
+}
 
 /// Collectives over a [`Link`].
 pub(crate) struct MeshEngine {
@@ -45,21 +77,63 @@ impl MeshEngine {
     ) -> Result<R, CollectiveError> {
         self.seq += 1;
         let seq = self.seq;
-        let rank = self.link.rank();
+        let started = Instant::now();
+        let clock = Clock {
+            silence: self.tuning.timeout,
+            deadline: self.tuning.deadline.and_then(|d| started.checked_add(d)),
+        };
         let mut round = Round {
             link: self.link.as_mut(),
             sig,
             seq,
             total,
-            deadline: Instant::now() + self.tuning.timeout,
+            clock,
+            started,
+            algo: "",
         };
-        let result = body(&mut round);
-        if let Err(e) = &result {
-            if !matches!(e, CollectiveError::Aborted { .. }) {
-                self.link.abort(seq, &format!("rank {rank}: {e}"));
+        body(&mut round).map_err(|e| self.failed(seq, sig, e))
+    }
+
+    /// Tells the other ranks that call `seq` failed here with `e`, and returns the
+    /// error to report: `e`, unless `e` only blames a peer that went away or silent
+    /// and that peer's own abort notice explains why (see [`origin`]).
+    fn failed(&mut self, seq: u64, sig: Signature, e: CollectiveError) -> CollectiveError {
+        let me = self.link.rank();
+        let blamed = match &e {
+            CollectiveError::PeerTimeout { rank, .. } | CollectiveError::PeerLost { rank, .. } => {
+                *rank
+            }
+            CollectiveError::Aborted { rank, .. } => *rank,
+            _ => {
+                // The failure began here: say so, and report it as it is.
+                self.link
+                    .abort_blaming(seq, &format!("rank {me}: {e}"), None);
+                return e;
+            }
+        };
+        if !matches!(e, CollectiveError::Aborted { .. }) {
+            self.link
+                .abort_blaming(seq, &format!("rank {me}: {e}"), Some(blamed));
+        }
+        let until = Instant::now() + EXPLAIN_WAIT;
+        loop {
+            let slice = (Instant::now() + EXPLAIN_SLICE).min(until);
+            let Some(notices) = self.link.notices(slice) else {
+                return e;
+            };
+            let found = origin(me, blamed, &notices);
+            let settled = found.as_ref().is_some_and(|n| n.blames.is_none());
+            if settled || Instant::now() >= until {
+                return match found {
+                    Some(n) => CollectiveError::Aborted {
+                        call: sig.call,
+                        rank: n.rank,
+                        reason: n.reason,
+                    },
+                    None => e,
+                };
             }
         }
-        result
     }
 
     /// [`choose`] for this world and tuning.

@@ -2,7 +2,7 @@
 //! construction ([`BoundLink`]), and the goodbye handshake that lets a rank leave
 //! without taking its last messages with it.
 
-use super::{Link, Pending, Tag};
+use super::{Clock, Link, Notice, Pending, Tag};
 use crate::collective::error::LinkError;
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -18,6 +18,13 @@ const ABORT_STEP: u32 = u32::MAX;
 const BYE_STEP: u32 = u32::MAX - 1;
 /// How long a closing [`SocketLink`] waits for its peers' goodbyes.
 const BYE_WAIT: Duration = Duration::from_secs(2);
+/// The step number of the receipt a rank sends for an abort notice.
+const ACK_STEP: u32 = u32::MAX - 2;
+/// How long a closing [`SocketLink`] that sent abort notices waits for their
+/// receipts. ZeroMQ sends from its own I/O thread, and a process that exits right
+/// after its error (the `?` in `main`) would otherwise take its notice with it: the
+/// others would see a closed connection instead of the cause.
+const ABORT_FLUSH: Duration = Duration::from_millis(300);
 
 /// A [`Link`] over the transports: a Router bound at this rank's endpoint receives
 /// from everyone, and one Dealer per peer (identity `#RANK`) sends to that peer's
@@ -35,6 +42,11 @@ pub struct SocketLink {
     peer_ranks: HashMap<PeerId, usize>,
     pending: Pending,
     aborted: Option<(usize, String)>,
+    /// Every abort notice received, in arrival order.
+    notices: Vec<Notice>,
+    /// Whether this rank sent abort notices, and which peers sent receipts.
+    sent_abort: bool,
+    acks: Vec<bool>,
     byes: Vec<bool>,
     close_handshake: bool,
 }
@@ -132,6 +144,9 @@ impl BoundLink {
             peer_ranks: HashMap::new(),
             pending: Pending::default(),
             aborted: None,
+            notices: Vec::new(),
+            sent_abort: false,
+            acks: vec![false; size],
             byes: vec![false; size],
             close_handshake: true,
         })
@@ -243,7 +258,36 @@ impl SocketLink {
                 .first()
                 .map(|f| String::from_utf8_lossy(f).into_owned())
                 .unwrap_or_default();
-            self.aborted = Some((sender, reason));
+            // The second frame, when present, is the rank the sender blames.
+            let blames = frames
+                .get(1)
+                .and_then(|f| <[u8; 8]>::try_from(f.as_ref()).ok())
+                .map(u64::from_le_bytes)
+                .and_then(|r| usize::try_from(r).ok())
+                .filter(|&r| r < self.size);
+            if self.aborted.is_none() {
+                self.aborted = Some((sender, reason.clone()));
+            }
+            self.notices.push(Notice {
+                rank: sender,
+                reason,
+                blames,
+            });
+            let ack = self.message(
+                sender,
+                Tag {
+                    call: header.seq,
+                    step: ACK_STEP,
+                },
+                Vec::new(),
+            );
+            if let Some(Some(dealer)) = self.dealers.get_mut(sender) {
+                let _ = dealer.try_send(ack);
+            }
+            return Ok(None);
+        }
+        if step == ACK_STEP {
+            self.acks[sender] = true;
             return Ok(None);
         }
         Ok(Some((sender, header, frames, step)))
@@ -338,18 +382,97 @@ impl Link for SocketLink {
         }
     }
 
+    fn recv_within(
+        &mut self,
+        from: usize,
+        tag: Tag,
+        clock: Clock,
+    ) -> Result<Vec<Bytes>, LinkError> {
+        // Any message from `from`, whatever its tag, shows it is alive and sending.
+        let mut heard = Instant::now();
+        loop {
+            if let Some((rank, reason)) = &self.aborted {
+                return Err(LinkError::Aborted {
+                    rank: *rank,
+                    reason: reason.clone(),
+                });
+            }
+            if let Some(frames) = self.pending.pop(from, tag) {
+                return Ok(frames);
+            }
+            let received = self.receive_one(from, heard, clock.until(heard))?;
+            let Some((sender, header, frames, step)) = received else {
+                continue;
+            };
+            if sender == from {
+                heard = Instant::now();
+            }
+            let got = Tag {
+                call: header.seq,
+                step,
+            };
+            if sender == from && got == tag {
+                return Ok(frames);
+            }
+            self.pending.push(sender, got, frames);
+        }
+    }
+
     fn abort(&mut self, call: u64, reason: &str) {
+        self.abort_blaming(call, reason, None);
+    }
+
+    fn abort_blaming(&mut self, call: u64, reason: &str, blames: Option<usize>) {
         let tag = Tag {
             call,
             step: ABORT_STEP,
         };
+        let deadline = Instant::now() + ABORT_FLUSH;
+        self.sent_abort = true;
         for to in 0..self.size {
             if to == self.rank {
                 continue;
             }
-            let msg = self.message(to, tag, vec![Bytes::copy_from_slice(reason.as_bytes())]);
+            let mut frames = vec![Bytes::copy_from_slice(reason.as_bytes())];
+            if let Some(blamed) = blames {
+                frames.push(Bytes::copy_from_slice(&(blamed as u64).to_le_bytes()));
+            }
+            let msg = self.message(to, tag, frames);
             if let Some(Some(dealer)) = self.dealers.get_mut(to) {
-                let _ = dealer.try_send(msg);
+                // Bounded: a peer whose queue is full is not waited for long.
+                let _ = dealer.send_deadline(msg, deadline);
+            }
+        }
+    }
+
+    fn notices(&mut self, until: Instant) -> Option<Vec<Notice>> {
+        let started = Instant::now();
+        while Instant::now() < until {
+            match self.receive_one(self.rank, started, until) {
+                Ok(Some((sender, header, frames, step))) => {
+                    let tag = Tag {
+                        call: header.seq,
+                        step,
+                    };
+                    self.pending.push(sender, tag, frames);
+                }
+                Ok(None) => {}
+                Err(_) => break,
+            }
+        }
+        Some(self.notices.clone())
+    }
+}
+
+impl SocketLink {
+    /// Waits (at most [`ABORT_FLUSH`]) until every peer has acknowledged this rank's
+    /// abort notices, reading and dropping whatever else arrives.
+    fn flush_aborts(&mut self) {
+        let deadline = Instant::now() + ABORT_FLUSH;
+        let started = Instant::now();
+        while Instant::now() < deadline && (0..self.size).any(|p| p != self.rank && !self.acks[p]) {
+            if self.receive_one(self.rank, started, deadline).is_err() {
+                break;
             }
         }
     }
@@ -361,6 +484,9 @@ impl Drop for SocketLink {
     /// would otherwise take its last messages with it. A peer's goodbye comes after
     /// its last call, which needed every message this rank sent it.
     fn drop(&mut self) {
+        if self.sent_abort && self.size > 1 {
+            self.flush_aborts();
+        }
         if !self.close_handshake || self.size < 2 {
             return;
         }
