@@ -21,7 +21,7 @@ use switchyard_msg::payload;
 /// How long a rank whose call failed because a peer went away or silent waits for
 /// abort notices that explain it: the peer's own, sent before its connections closed
 /// (a few milliseconds), or those of ranks that timed out at about the same time.
-const EXPLAIN_WAIT: Duration = Duration::from_millis(300);
+const EXPLAIN_WAIT: Duration = Duration::from_millis(200);
 /// How often that wait looks at what arrived.
 const EXPLAIN_SLICE: Duration = Duration::from_millis(10);
 

@@ -299,6 +299,12 @@ impl SocketLink {
         self.close_handshake = on;
     }
 
+    /// Whether this link sent abort notices: the call failed, and data still queued
+    /// for the peers is of no use to them.
+    pub(crate) fn sent_abort(&self) -> bool {
+        self.sent_abort
+    }
+
     /// Reads whatever the Router holds without waiting, keeping data messages for
     /// later, and fails if some rank sent an abort notice.
     pub(crate) fn check_aborts(&mut self) -> Result<(), LinkError> {

@@ -470,8 +470,12 @@ impl Link for StreamLink {
 
 impl Drop for StreamLink {
     /// Writes out what is still queued (at most 5 s), so that a rank's last messages
-    /// reach its peers even when it leaves right after its last call.
+    /// reach its peers even when it leaves right after its last call. After a failed
+    /// call there is nothing worth waiting for: a stopped peer would hold the exit.
     fn drop(&mut self) {
+        if self.control.sent_abort() {
+            return;
+        }
         let deadline = Instant::now() + Duration::from_secs(5);
         while self.peers.iter().flatten().any(|p| !p.outbound.is_empty())
             && Instant::now() < deadline
