@@ -19,7 +19,10 @@ type Error = Box<dyn std::error::Error>;
 /// The number in environment variable `var`, or `default`.
 fn setting(var: &str, default: u64) -> Result<u64, Error> {
     match std::env::var(var) {
-        Ok(v) => Ok(v.trim().parse().map_err(|_| format!("{var}={v}: not a number"))?),
+        Ok(v) => Ok(v
+            .trim()
+            .parse()
+            .map_err(|_| format!("{var}={v}: not a number"))?),
         Err(_) => Ok(default),
     }
 }

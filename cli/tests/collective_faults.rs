@@ -49,7 +49,10 @@ impl Job {
                 .env(ENV_RANK, rank.to_string())
                 .env(ENV_WORLD_SIZE, n.to_string())
                 .env(ENV_RENDEZVOUS, &addr)
-                .env("SWITCHYARD_COLLECTIVE_TIMEOUT", TIMEOUT.as_secs_f64().to_string())
+                .env(
+                    "SWITCHYARD_COLLECTIVE_TIMEOUT",
+                    TIMEOUT.as_secs_f64().to_string(),
+                )
                 .env("DRILL_SECONDS", "60")
                 .envs(env.iter().copied())
                 .stdin(Stdio::null())
@@ -59,7 +62,10 @@ impl Job {
                 .expect("spawn fault_drill");
             let out = child.stdout.take().unwrap();
             let err = child.stderr.take().unwrap();
-            for stream in [Box::new(out) as Box<dyn std::io::Read + Send>, Box::new(err)] {
+            for stream in [
+                Box::new(out) as Box<dyn std::io::Read + Send>,
+                Box::new(err),
+            ] {
                 let tx = tx.clone();
                 std::thread::spawn(move || {
                     for text in BufReader::new(stream).lines().map_while(Result::ok) {

@@ -18,35 +18,41 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 use switchyard_msg::payload;
 
-/// How long a rank whose call failed because a peer went away or silent waits for
-/// abort notices that explain it: the peer's own, sent before its connections closed
-/// (a few milliseconds), or those of ranks that timed out at about the same time.
-const EXPLAIN_WAIT: Duration = Duration::from_millis(200);
-/// How often that wait looks at what arrived.
-const EXPLAIN_SLICE: Duration = Duration::from_millis(10);
+/// How long a rank waits for the answer when it asks whether a peer is alive
+/// ([`Link::alive`]); a waiting rank reads its control messages every 20 ms.
+const PROBE_WAIT: Duration = Duration::from_millis(150);
+/// How often a failed rank looks at the abort notices that arrived.
+const EXPLAIN_SLICE: Duration = Duration::from_millis(20);
 
-/// Where a failure began, seen from rank `me` that blames rank `blamed`: a notice
-/// from a rank that failed on its own (a mismatch, a bad argument) if there is one;
-/// else the end of the chain of blame from `blamed` (`blamed`'s notice blames `q`,
-/// `q`'s blames `s`, and `s` sent none: it died or stopped). `None` when no notice
-/// explains `blamed`, or the chain runs in a circle.
-pub(crate) fn origin(me: usize, blamed: usize, notices: &[Notice]) -> Option<Notice> {
+/// Where blame leads, seen from rank `me` that blames rank `blamed`. Returns the
+/// last notice on the way and the rank where the chain ends (one that sent no
+/// notice: dead, stopped, or not yet timed out itself): `blamed`'s notice blames
+/// `q`, `q`'s blames `s`, and `s` sent none. A notice from a rank that failed on its
+/// own (a mismatch, a bad argument) ends the chain at once, with no rank; so does a
+/// chain that runs in a circle, with no notice either.
+pub(crate) fn follow(
+    me: usize,
+    blamed: usize,
+    notices: &[Notice],
+) -> (Option<Notice>, Option<usize>) {
     if let Some(first) = notices.iter().find(|n| n.blames.is_none()) {
-        return Some(first.clone());
+        return (Some(first.clone()), None);
     }
     let mut seen = vec![me];
     let mut at = blamed;
     let mut found = None;
-    while let Some(notice) = notices.iter().find(|n| n.rank == at) {
+    loop {
+        let Some(notice) = notices.iter().find(|n| n.rank == at) else {
+            return (found, Some(at));
+        };
         seen.push(at);
-        found = Some(notice);
+        found = Some(notice.clone());
         match notice.blames {
-            Some(next) if seen.contains(&next) => return None,
+            Some(next) if seen.contains(&next) => return (None, None),
             Some(next) => at = next,
-            None => break,
+            None => return (found, None),
         }
     }
-    found.cloned()
 }
 
 /// Collectives over a [`Link`].
@@ -96,7 +102,7 @@ impl MeshEngine {
 
     /// Tells the other ranks that call `seq` failed here with `e`, and returns the
     /// error to report: `e`, unless `e` only blames a peer that went away or silent
-    /// and that peer's own abort notice explains why (see [`origin`]).
+    /// and the abort notices of the ranks it leads to explain why (see [`follow`]).
     fn failed(&mut self, seq: u64, sig: Signature, e: CollectiveError) -> CollectiveError {
         let me = self.link.rank();
         let blamed = match &e {
@@ -115,24 +121,39 @@ impl MeshEngine {
             self.link
                 .abort_blaming(seq, &format!("rank {me}: {e}"), Some(blamed));
         }
-        let until = Instant::now() + EXPLAIN_WAIT;
-        loop {
-            let slice = (Instant::now() + EXPLAIN_SLICE).min(until);
+        // A rank at the end of the chain that is alive is itself waiting for someone
+        // and will say for whom within one silence timeout; one that is dead or
+        // stopped is where the failure began.
+        let limit = Instant::now() + self.tuning.timeout + PROBE_WAIT;
+        let mut alive = Vec::new();
+        let found = loop {
+            let slice = (Instant::now() + EXPLAIN_SLICE).min(limit);
             let Some(notices) = self.link.notices(slice) else {
                 return e;
             };
-            let found = origin(me, blamed, &notices);
-            let settled = found.as_ref().is_some_and(|n| n.blames.is_none());
-            if settled || Instant::now() >= until {
-                return match found {
-                    Some(n) => CollectiveError::Aborted {
-                        call: sig.call,
-                        rank: n.rank,
-                        reason: n.reason,
-                    },
-                    None => e,
-                };
+            let (found, end) = follow(me, blamed, &notices);
+            let Some(end) = end else {
+                break found;
+            };
+            if Instant::now() >= limit {
+                break found;
             }
+            if alive.contains(&end) {
+                continue;
+            }
+            let closed = end == blamed && matches!(e, CollectiveError::PeerLost { .. });
+            if closed || self.link.alive(end, PROBE_WAIT) != Some(true) {
+                break found;
+            }
+            alive.push(end);
+        };
+        match found {
+            Some(n) => CollectiveError::Aborted {
+                call: sig.call,
+                rank: n.rank,
+                reason: n.reason,
+            },
+            None => e,
         }
     }
 

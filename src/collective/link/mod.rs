@@ -111,6 +111,15 @@ pub trait Link: Send {
         self.abort(call, reason);
     }
 
+    /// Whether `rank`'s process is alive and reading its control messages (as every
+    /// rank does while it waits in a call): asks it and waits at most `within` for
+    /// the answer. A stopped or dead process, or one busy outside the collectives,
+    /// does not answer. `None` where the link cannot ask.
+    fn alive(&mut self, rank: usize, within: Duration) -> Option<bool> {
+        let _ = (rank, within);
+        None
+    }
+
     /// Every abort notice received so far, after reading what arrives until `until`;
     /// `None` for links that do not carry [`Link::abort_blaming`]'s blame.
     fn notices(&mut self, until: Instant) -> Option<Vec<Notice>> {

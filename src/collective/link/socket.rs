@@ -20,6 +20,9 @@ const BYE_STEP: u32 = u32::MAX - 1;
 const BYE_WAIT: Duration = Duration::from_secs(2);
 /// The step number of the receipt a rank sends for an abort notice.
 const ACK_STEP: u32 = u32::MAX - 2;
+/// The step numbers of [`Link::alive`]'s question and its answer.
+const PROBE_STEP: u32 = u32::MAX - 3;
+const ANSWER_STEP: u32 = u32::MAX - 4;
 /// How long a closing [`SocketLink`] that sent abort notices waits for their
 /// receipts. ZeroMQ sends from its own I/O thread, and a process that exits right
 /// after its error (the `?` in `main`) would otherwise take its notice with it: the
@@ -47,6 +50,8 @@ pub struct SocketLink {
     /// Whether this rank sent abort notices, and which peers sent receipts.
     sent_abort: bool,
     acks: Vec<bool>,
+    /// Which peers answered [`Link::alive`]'s question since it was last asked.
+    answered: Vec<bool>,
     byes: Vec<bool>,
     close_handshake: bool,
 }
@@ -147,6 +152,7 @@ impl BoundLink {
             notices: Vec::new(),
             sent_abort: false,
             acks: vec![false; size],
+            answered: vec![false; size],
             byes: vec![false; size],
             close_handshake: true,
         })
@@ -288,6 +294,21 @@ impl SocketLink {
         }
         if step == ACK_STEP {
             self.acks[sender] = true;
+            return Ok(None);
+        }
+        if step == PROBE_STEP {
+            let tag = Tag {
+                call: header.seq,
+                step: ANSWER_STEP,
+            };
+            let answer = self.message(sender, tag, Vec::new());
+            if let Some(Some(dealer)) = self.dealers.get_mut(sender) {
+                let _ = dealer.try_send(answer);
+            }
+            return Ok(None);
+        }
+        if step == ANSWER_STEP {
+            self.answered[sender] = true;
             return Ok(None);
         }
         Ok(Some((sender, header, frames, step)))
@@ -449,6 +470,42 @@ impl Link for SocketLink {
                 let _ = dealer.send_deadline(msg, deadline);
             }
         }
+    }
+
+    fn alive(&mut self, rank: usize, within: Duration) -> Option<bool> {
+        if rank >= self.size || rank == self.rank {
+            return Some(rank == self.rank);
+        }
+        self.answered[rank] = false;
+        let question = self.message(
+            rank,
+            Tag {
+                call: 0,
+                step: PROBE_STEP,
+            },
+            Vec::new(),
+        );
+        let deadline = Instant::now() + within;
+        if let Some(Some(dealer)) = self.dealers.get_mut(rank) {
+            if dealer.send_deadline(question, deadline).is_err() {
+                return Some(false);
+            }
+        }
+        let started = Instant::now();
+        while !self.answered[rank] && Instant::now() < deadline {
+            match self.receive_one(rank, started, deadline) {
+                Ok(Some((sender, header, frames, step))) => {
+                    let tag = Tag {
+                        call: header.seq,
+                        step,
+                    };
+                    self.pending.push(sender, tag, frames);
+                }
+                Ok(None) => {}
+                Err(_) => break,
+            }
+        }
+        Some(self.answered[rank])
     }
 
     fn notices(&mut self, until: Instant) -> Option<Vec<Notice>> {

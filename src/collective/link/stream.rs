@@ -459,6 +459,10 @@ impl Link for StreamLink {
         self.control.notices(until)
     }
 
+    fn alive(&mut self, rank: usize, within: Duration) -> Option<bool> {
+        self.control.alive(rank, within)
+    }
+
     fn buffer(&mut self, len: usize) -> Vec<u8> {
         self.pool.take(len)
     }
