@@ -8,6 +8,8 @@ use bytes::Bytes;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use switchyard_msg::{Addr, Kind, Msg};
+mod notices;
+
 use switchyard_transports::{
     Dealer, DealerSocket, PeerId, RecvError, Router, RouterSocket, Socket, SocketOptions,
 };
@@ -18,22 +20,12 @@ const ABORT_STEP: u32 = u32::MAX;
 const BYE_STEP: u32 = u32::MAX - 1;
 /// How long a closing [`SocketLink`] waits for its peers' goodbyes.
 const BYE_WAIT: Duration = Duration::from_secs(2);
-/// The step number of the receipt a rank sends for an abort notice.
-const ACK_STEP: u32 = u32::MAX - 2;
-/// The step numbers of [`Link::alive`]'s question and its answer.
-const PROBE_STEP: u32 = u32::MAX - 3;
-const ANSWER_STEP: u32 = u32::MAX - 4;
-/// How long a closing [`SocketLink`] that sent abort notices waits for their
-/// receipts. ZeroMQ sends from its own I/O thread, and a process that exits right
-/// after its error (the `?` in `main`) would otherwise take its notice with it: the
-/// others would see a closed connection instead of the cause.
-const ABORT_FLUSH: Duration = Duration::from_millis(300);
 
 /// A [`Link`] over the transports: a Router bound at this rank's endpoint receives
 /// from everyone, and one Dealer per peer (identity `#RANK`) sends to that peer's
 /// Router. Works over every backend (`local://`, `inproc://`, `tcp://`, `mpi://`).
 ///
-/// A peer that dies is noticed only by the deadline (ZeroMQ reconnects silently):
+/// A peer that dies is noticed only by the silence timeout (ZeroMQ reconnects silently):
 /// its calls end in [`LinkError::Timeout`].
 #[derive(Debug)]
 pub struct SocketLink {
@@ -259,56 +251,7 @@ impl SocketLink {
             self.byes[sender] = true;
             return Ok(None);
         }
-        if step == ABORT_STEP {
-            let reason = frames
-                .first()
-                .map(|f| String::from_utf8_lossy(f).into_owned())
-                .unwrap_or_default();
-            // The second frame, when present, is the rank the sender blames.
-            let blames = frames
-                .get(1)
-                .and_then(|f| <[u8; 8]>::try_from(f.as_ref()).ok())
-                .map(u64::from_le_bytes)
-                .and_then(|r| usize::try_from(r).ok())
-                .filter(|&r| r < self.size);
-            if self.aborted.is_none() {
-                self.aborted = Some((sender, reason.clone()));
-            }
-            self.notices.push(Notice {
-                rank: sender,
-                reason,
-                blames,
-            });
-            let ack = self.message(
-                sender,
-                Tag {
-                    call: header.seq,
-                    step: ACK_STEP,
-                },
-                Vec::new(),
-            );
-            if let Some(Some(dealer)) = self.dealers.get_mut(sender) {
-                let _ = dealer.try_send(ack);
-            }
-            return Ok(None);
-        }
-        if step == ACK_STEP {
-            self.acks[sender] = true;
-            return Ok(None);
-        }
-        if step == PROBE_STEP {
-            let tag = Tag {
-                call: header.seq,
-                step: ANSWER_STEP,
-            };
-            let answer = self.message(sender, tag, Vec::new());
-            if let Some(Some(dealer)) = self.dealers.get_mut(sender) {
-                let _ = dealer.try_send(answer);
-            }
-            return Ok(None);
-        }
-        if step == ANSWER_STEP {
-            self.answered[sender] = true;
+        if self.control_step(sender, header.seq, step, &frames) {
             return Ok(None);
         }
         Ok(Some((sender, header, frames, step)))
@@ -450,94 +393,15 @@ impl Link for SocketLink {
     }
 
     fn abort_blaming(&mut self, call: u64, reason: &str, blames: Option<usize>) {
-        let tag = Tag {
-            call,
-            step: ABORT_STEP,
-        };
-        let deadline = Instant::now() + ABORT_FLUSH;
-        self.sent_abort = true;
-        for to in 0..self.size {
-            if to == self.rank {
-                continue;
-            }
-            let mut frames = vec![Bytes::copy_from_slice(reason.as_bytes())];
-            if let Some(blamed) = blames {
-                frames.push(Bytes::copy_from_slice(&(blamed as u64).to_le_bytes()));
-            }
-            let msg = self.message(to, tag, frames);
-            if let Some(Some(dealer)) = self.dealers.get_mut(to) {
-                // Bounded: a peer whose queue is full is not waited for long.
-                let _ = dealer.send_deadline(msg, deadline);
-            }
-        }
+        self.send_abort(call, reason, blames);
     }
 
     fn alive(&mut self, rank: usize, within: Duration) -> Option<bool> {
-        if rank >= self.size || rank == self.rank {
-            return Some(rank == self.rank);
-        }
-        self.answered[rank] = false;
-        let question = self.message(
-            rank,
-            Tag {
-                call: 0,
-                step: PROBE_STEP,
-            },
-            Vec::new(),
-        );
-        let deadline = Instant::now() + within;
-        if let Some(Some(dealer)) = self.dealers.get_mut(rank) {
-            if dealer.send_deadline(question, deadline).is_err() {
-                return Some(false);
-            }
-        }
-        let started = Instant::now();
-        while !self.answered[rank] && Instant::now() < deadline {
-            match self.receive_one(rank, started, deadline) {
-                Ok(Some((sender, header, frames, step))) => {
-                    let tag = Tag {
-                        call: header.seq,
-                        step,
-                    };
-                    self.pending.push(sender, tag, frames);
-                }
-                Ok(None) => {}
-                Err(_) => break,
-            }
-        }
-        Some(self.answered[rank])
+        Some(self.ask_alive(rank, within))
     }
 
     fn notices(&mut self, until: Instant) -> Option<Vec<Notice>> {
-        let started = Instant::now();
-        while Instant::now() < until {
-            match self.receive_one(self.rank, started, until) {
-                Ok(Some((sender, header, frames, step))) => {
-                    let tag = Tag {
-                        call: header.seq,
-                        step,
-                    };
-                    self.pending.push(sender, tag, frames);
-                }
-                Ok(None) => {}
-                Err(_) => break,
-            }
-        }
-        Some(self.notices.clone())
-    }
-}
-
-impl SocketLink {
-    /// Waits (at most [`ABORT_FLUSH`]) until every peer has acknowledged this rank's
-    /// abort notices, reading and dropping whatever else arrives.
-    fn flush_aborts(&mut self) {
-        let deadline = Instant::now() + ABORT_FLUSH;
-        let started = Instant::now();
-        while Instant::now() < deadline && (0..self.size).any(|p| p != self.rank && !self.acks[p]) {
-            if self.receive_one(self.rank, started, deadline).is_err() {
-                break;
-            }
-        }
+        Some(self.read_notices(until))
     }
 }
 
