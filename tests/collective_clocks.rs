@@ -6,6 +6,7 @@
 //! A long call is made by slowing one rank on purpose: [`Slow`] pauses before each
 //! message it sends, so that its peers wait a fraction of the timeout between
 //! messages while the call as a whole lasts several timeouts.
+#![cfg(feature = "zmq")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use bytes::Bytes;

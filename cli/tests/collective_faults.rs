@@ -6,6 +6,7 @@
 //! The test is its own launcher (`switchyard launch` kills every rank as soon as one
 //! fails, which would hide the survivors' errors): it serves the rendezvous, starts
 //! the `fault_drill` example as each rank and reads every rank's output line by line.
+#![cfg(all(unix, feature = "zmq"))]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
