@@ -181,11 +181,12 @@ pub enum CollectiveError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LinkError {
-    /// Nothing arrived from `rank` before the deadline.
+    /// Nothing arrived from `rank` for the silence timeout, or the wait reached the
+    /// deadline it was given.
     Timeout {
         /// The peer.
         rank: usize,
-        /// How long the link waited.
+        /// How long `rank` had been silent (for the silence timeout: at least it).
         waited: Duration,
     },
     /// The connection to `rank` is gone.

@@ -369,3 +369,41 @@ fn not_for(call: Call, algorithm: Algorithm) -> CollectiveError {
         reason: format!("the mesh has no {algorithm:?} algorithm for {call}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{follow, Notice};
+
+    fn notice(rank: usize, blames: Option<usize>) -> Notice {
+        Notice {
+            rank,
+            reason: format!("rank {rank}"),
+            blames,
+        }
+    }
+
+    /// Rank 3 lost rank 2, which exited after losing rank 1 (killed, no notice):
+    /// the chain ends at rank 1, explained by rank 2's notice.
+    #[test]
+    fn blame_is_followed_to_the_rank_that_sent_no_notice() {
+        let notices = [notice(2, Some(1)), notice(3, Some(2))];
+        let (found, end) = follow(0, 3, &notices);
+        assert_eq!((found.map(|n| n.rank), end), (Some(2), Some(1)));
+        assert_eq!(follow(0, 1, &notices), (None, Some(1)));
+    }
+
+    /// A failure that began on a rank (a mismatch) explains every other notice.
+    #[test]
+    fn a_failure_of_its_own_ends_the_chain() {
+        let notices = [notice(2, Some(1)), notice(1, None)];
+        assert_eq!(follow(0, 2, &notices), (Some(notice(1, None)), None));
+    }
+
+    /// Two ranks waiting for each other explain nothing: each reports its own error.
+    #[test]
+    fn a_circle_of_blame_explains_nothing() {
+        let notices = [notice(1, Some(0)), notice(2, Some(1))];
+        assert_eq!(follow(0, 1, &notices), (None, None));
+        assert_eq!(follow(0, 2, &notices), (None, None));
+    }
+}
