@@ -178,12 +178,17 @@ fn a_killed_rank_is_named_by_every_survivor() {
     }
 }
 
-/// The ring on 4 ranks: a rank stopped mid-call (alive, connections open, silent)
+/// The ring on 4 ranks over `data_path`: a rank stopped mid-call (alive, connections open, silent)
 /// is named by every survivor within the silence timeout plus 0.5 s, and the wait
 /// the error states is at least the timeout.
-#[test]
-fn a_stopped_rank_is_named_by_every_survivor_within_the_timeout() {
-    let job = Job::start(4, &[("SWITCHYARD_DIRECT_MAX_RANKS", "0")]);
+fn a_stopped_rank_is_named_within_the_timeout(data_path: &str) {
+    let job = Job::start(
+        4,
+        &[
+            ("SWITCHYARD_DIRECT_MAX_RANKS", "0"),
+            ("SWITCHYARD_DATA_PATH", data_path),
+        ],
+    );
     let victim = 1;
     job.signal(victim, "STOP");
     let stopped = Instant::now();
@@ -214,4 +219,14 @@ fn a_stopped_rank_is_named_by_every_survivor_within_the_timeout() {
         }
     }
     assert!(timed_out > 0, "no survivor timed out itself");
+}
+
+#[test]
+fn a_stopped_rank_is_named_by_every_survivor_within_the_timeout() {
+    a_stopped_rank_is_named_within_the_timeout("tcp");
+}
+
+#[test]
+fn over_zeromq_a_stopped_rank_is_named_by_every_survivor_within_the_timeout() {
+    a_stopped_rank_is_named_within_the_timeout("zmq");
 }

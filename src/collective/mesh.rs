@@ -20,7 +20,7 @@ use switchyard_msg::payload;
 
 /// How long a rank waits for the answer when it asks whether a peer is alive
 /// ([`Link::alive`]); a waiting rank reads its control messages every 20 ms.
-const PROBE_WAIT: Duration = Duration::from_millis(150);
+const PROBE_WAIT: Duration = Duration::from_millis(250);
 /// How often a failed rank looks at the abort notices that arrived.
 const EXPLAIN_SLICE: Duration = Duration::from_millis(20);
 
@@ -103,6 +103,13 @@ impl MeshEngine {
     /// Tells the other ranks that call `seq` failed here with `e`, and returns the
     /// error to report: `e`, unless `e` only blames a peer that went away or silent
     /// and the abort notices of the ranks it leads to explain why (see [`follow`]).
+    ///
+    /// Every failed rank sends one notice. One that blames a rank is sent only once
+    /// that rank is known to be gone (its connection closed, or it did not answer
+    /// [`Link::alive`]) or has sent its own notice, which continues the chain. A
+    /// silent peer that answers is itself waiting for someone and will say for whom
+    /// within one silence timeout, so this rank waits for its notice instead of
+    /// blaming it.
     fn failed(&mut self, seq: u64, sig: Signature, e: CollectiveError) -> CollectiveError {
         let me = self.link.rank();
         let blamed = match &e {
@@ -117,36 +124,39 @@ impl MeshEngine {
                 return e;
             }
         };
-        if !matches!(e, CollectiveError::Aborted { .. }) {
-            self.link
-                .abort_blaming(seq, &format!("rank {me}: {e}"), Some(blamed));
+        if let CollectiveError::Aborted { rank, .. } = &e {
+            // A link in the chain: ranks waiting for this one follow it to `rank`.
+            if self.link.notices(Instant::now()).is_some() {
+                let reason = format!("rank {me}: {e}");
+                self.link.abort_blaming(seq, &reason, Some(*rank));
+            }
         }
-        // A rank at the end of the chain that is alive is itself waiting for someone
-        // and will say for whom within one silence timeout; one that is dead or
-        // stopped is where the failure began.
         let limit = Instant::now() + self.tuning.timeout + PROBE_WAIT;
-        let mut alive = Vec::new();
+        let mut probed = false;
         let found = loop {
             let slice = (Instant::now() + EXPLAIN_SLICE).min(limit);
             let Some(notices) = self.link.notices(slice) else {
-                return e;
+                break None;
             };
             let (found, end) = follow(me, blamed, &notices);
-            let Some(end) = end else {
-                break found;
-            };
-            if Instant::now() >= limit {
+            // A chain that reached a notice ends where that notice's sender confirmed.
+            if end.is_none() || found.is_some() || Instant::now() >= limit {
                 break found;
             }
-            if alive.contains(&end) {
-                continue;
+            if !probed {
+                probed = true;
+                let gone = matches!(e, CollectiveError::PeerLost { .. })
+                    || self.link.alive(blamed, PROBE_WAIT) != Some(true);
+                if gone {
+                    break None;
+                }
             }
-            let closed = end == blamed && matches!(e, CollectiveError::PeerLost { .. });
-            if closed || self.link.alive(end, PROBE_WAIT) != Some(true) {
-                break found;
-            }
-            alive.push(end);
         };
+        if !matches!(e, CollectiveError::Aborted { .. }) {
+            // Sent only now: `blamed` is gone, or its own notice continues the chain.
+            self.link
+                .abort_blaming(seq, &format!("rank {me}: {e}"), Some(blamed));
+        }
         match found {
             Some(n) => CollectiveError::Aborted {
                 call: sig.call,
