@@ -8,7 +8,9 @@
 //! ```
 //!
 //! `DRILL_ELEMS` sets the f32s per allreduce (default 262144, 1 MiB), `DRILL_SECONDS`
-//! how long to loop before leaving successfully (default 60).
+//! how long to loop before leaving successfully (default 60), and `DRILL_ODD_RANK`
+//! a rank that passes one element more from its fifth call on (a programming error
+//! the others must hear about, not a lost connection).
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -32,6 +34,7 @@ fn main() -> Result<(), Error> {
     let limit = Duration::from_secs(setting("DRILL_SECONDS", 60)?);
     let mut comm = Communicator::from_env()?;
     let rank = comm.rank();
+    let odd = setting("DRILL_ODD_RANK", u64::MAX)?;
     let mut buf = vec![1.0f32; elems];
     let started = Instant::now();
     let mut calls = 0u64;
@@ -41,6 +44,9 @@ fn main() -> Result<(), Error> {
             return Err(e.into());
         }
         calls += 1;
+        if calls == 4 && odd == rank as u64 {
+            buf.push(1.0);
+        }
         if calls == 3 {
             // The fault tests wait for this line from every rank before they strike.
             println!("ready");

@@ -230,3 +230,26 @@ fn a_stopped_rank_is_named_by_every_survivor_within_the_timeout() {
 fn over_zeromq_a_stopped_rank_is_named_by_every_survivor_within_the_timeout() {
     a_stopped_rank_is_named_within_the_timeout("zmq");
 }
+
+/// One rank passes a longer buffer and every rank that sees it leaves at once
+/// through `?`: every rank's error is about the mismatch, none about a lost or
+/// silent peer, and all come within a second of the first.
+#[test]
+fn a_mismatch_is_reported_by_every_rank_not_a_lost_connection() {
+    let job = Job::start(
+        4,
+        &[
+            ("SWITCHYARD_DIRECT_MAX_RANKS", "0"),
+            ("DRILL_ODD_RANK", "2"),
+        ],
+    );
+    let ranks = [0, 1, 2, 3];
+    let errors = job.errors(&ranks, TIMEOUT * 10);
+    let first = errors.iter().map(|(_, at)| *at).min().unwrap();
+    for (rank, (error, at)) in ranks.iter().zip(&errors) {
+        eprintln!("after {:?}: {error}", *at - first);
+        assert!(!error.contains("lost rank"), "rank {rank}: {error}");
+        assert!(!error.contains("no byte arrived"), "rank {rank}: {error}");
+        assert!(*at - first < TIMEOUT, "rank {rank}: {:?}", *at - first);
+    }
+}
