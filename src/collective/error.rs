@@ -95,15 +95,33 @@ pub enum CollectiveError {
         /// The peer's call.
         theirs: String,
     },
-    /// No message from a peer before the call's deadline.
-    #[error("{call}: no message from rank {rank} within {waited:?}")]
+    /// The peer this rank waited for sent nothing, not one byte, for the silence
+    /// timeout ([`CommOptions::timeout`](super::CommOptions::timeout)).
+    #[error("{call}: waited {waited:.2?} for rank {rank}{during}, no byte arrived")]
     PeerTimeout {
         /// The call.
         call: Call,
         /// The peer waited for.
         rank: usize,
-        /// How long this rank waited.
+        /// How long the peer had been silent: at least the timeout.
         waited: Duration,
+        /// Where in the call, e.g. " (ring step 4)"; may be empty.
+        during: String,
+    },
+    /// The call ran past its deadline
+    /// ([`CommOptions::deadline`](super::CommOptions::deadline)), busy or not.
+    #[error(
+        "{call}: the call's deadline of {limit:.2?} passed while waiting for rank {rank}{during}"
+    )]
+    DeadlineExceeded {
+        /// The call.
+        call: Call,
+        /// The deadline, counted from the start of the call.
+        limit: Duration,
+        /// The peer waited for when it passed.
+        rank: usize,
+        /// Where in the call, e.g. " (ring step 4)"; may be empty.
+        during: String,
     },
     /// A peer's connection is gone (its process died or closed the communicator).
     #[error("{call}: lost rank {rank} at {endpoint}: {reason}")]
@@ -163,11 +181,12 @@ pub enum CollectiveError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LinkError {
-    /// Nothing arrived from `rank` before the deadline.
+    /// Nothing arrived from `rank` for the silence timeout, or the wait reached the
+    /// deadline it was given.
     Timeout {
         /// The peer.
         rank: usize,
-        /// How long the link waited.
+        /// How long `rank` had been silent (for the silence timeout: at least it).
         waited: Duration,
     },
     /// The connection to `rank` is gone.
@@ -199,9 +218,12 @@ impl LinkError {
     /// This error as it happened during `call`.
     pub(crate) fn during(self, call: Call) -> CollectiveError {
         match self {
-            LinkError::Timeout { rank, waited } => {
-                CollectiveError::PeerTimeout { call, rank, waited }
-            }
+            LinkError::Timeout { rank, waited } => CollectiveError::PeerTimeout {
+                call,
+                rank,
+                waited,
+                during: String::new(),
+            },
             LinkError::Lost {
                 rank,
                 endpoint,

@@ -10,12 +10,50 @@ use super::algo::{direct, doubling, ring, tree, Round};
 use super::element::{with_dtype, DType, ReduceOp, Reducible};
 use super::engine::{Collective, Combine, Elem, Engine};
 use super::error::{Call, CollectiveError};
+use super::link::{Clock, Notice};
 use super::options::Tuning;
 use super::signature::Signature;
 use super::Link;
 use std::ops::Range;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use switchyard_msg::payload;
+
+/// How long a rank waits for the answer when it asks whether a peer is alive
+/// ([`Link::alive`]); a waiting rank reads its control messages every 20 ms.
+const PROBE_WAIT: Duration = Duration::from_millis(250);
+/// How often a failed rank looks at the abort notices that arrived.
+const EXPLAIN_SLICE: Duration = Duration::from_millis(20);
+
+/// Where blame leads, seen from rank `me` that blames rank `blamed`. Returns the
+/// last notice on the way and the rank where the chain ends (one that sent no
+/// notice: dead, stopped, or not yet timed out itself): `blamed`'s notice blames
+/// `q`, `q`'s blames `s`, and `s` sent none. A notice from a rank that failed on its
+/// own (a mismatch, a bad argument) ends the chain at once, with no rank; so does a
+/// chain that runs in a circle, with no notice either.
+pub(crate) fn follow(
+    me: usize,
+    blamed: usize,
+    notices: &[Notice],
+) -> (Option<Notice>, Option<usize>) {
+    if let Some(first) = notices.iter().find(|n| n.blames.is_none()) {
+        return (Some(first.clone()), None);
+    }
+    let mut seen = vec![me];
+    let mut at = blamed;
+    let mut found = None;
+    loop {
+        let Some(notice) = notices.iter().find(|n| n.rank == at) else {
+            return (found, Some(at));
+        };
+        seen.push(at);
+        found = Some(notice.clone());
+        match notice.blames {
+            Some(next) if seen.contains(&next) => return (None, None),
+            Some(next) => at = next,
+            None => return (found, None),
+        }
+    }
+}
 
 /// Collectives over a [`Link`].
 pub(crate) struct MeshEngine {
@@ -45,21 +83,88 @@ impl MeshEngine {
     ) -> Result<R, CollectiveError> {
         self.seq += 1;
         let seq = self.seq;
-        let rank = self.link.rank();
+        let started = Instant::now();
+        let clock = Clock {
+            silence: self.tuning.timeout,
+            deadline: self.tuning.deadline.and_then(|d| started.checked_add(d)),
+        };
         let mut round = Round {
             link: self.link.as_mut(),
             sig,
             seq,
             total,
-            deadline: Instant::now() + self.tuning.timeout,
+            clock,
+            started,
+            algo: "",
         };
-        let result = body(&mut round);
-        if let Err(e) = &result {
-            if !matches!(e, CollectiveError::Aborted { .. }) {
-                self.link.abort(seq, &format!("rank {rank}: {e}"));
+        body(&mut round).map_err(|e| self.failed(seq, sig, e))
+    }
+
+    /// Tells the other ranks that call `seq` failed here with `e`, and returns the
+    /// error to report: `e`, unless `e` only blames a peer that went away or silent
+    /// and the abort notices of the ranks it leads to explain why (see [`follow`]).
+    ///
+    /// Every failed rank sends one notice. One that blames a rank is sent only once
+    /// that rank is known to be gone (its connection closed, or it did not answer
+    /// [`Link::alive`]) or has sent its own notice, which continues the chain. A
+    /// silent peer that answers is itself waiting for someone and will say for whom
+    /// within one silence timeout, so this rank waits for its notice instead of
+    /// blaming it.
+    fn failed(&mut self, seq: u64, sig: Signature, e: CollectiveError) -> CollectiveError {
+        let me = self.link.rank();
+        let blamed = match &e {
+            CollectiveError::PeerTimeout { rank, .. } | CollectiveError::PeerLost { rank, .. } => {
+                *rank
+            }
+            CollectiveError::Aborted { rank, .. } => *rank,
+            _ => {
+                // The failure began here: say so, and report it as it is.
+                self.link
+                    .abort_blaming(seq, &format!("rank {me}: {e}"), None);
+                return e;
+            }
+        };
+        if let CollectiveError::Aborted { rank, .. } = &e {
+            // A link in the chain: ranks waiting for this one follow it to `rank`.
+            if self.link.notices(Instant::now()).is_some() {
+                let reason = format!("rank {me}: {e}");
+                self.link.abort_blaming(seq, &reason, Some(*rank));
             }
         }
-        result
+        let limit = Instant::now() + self.tuning.timeout + PROBE_WAIT;
+        let mut probed = false;
+        let found = loop {
+            let slice = (Instant::now() + EXPLAIN_SLICE).min(limit);
+            let Some(notices) = self.link.notices(slice) else {
+                break None;
+            };
+            let (found, end) = follow(me, blamed, &notices);
+            // A chain that reached a notice ends where that notice's sender confirmed.
+            if end.is_none() || found.is_some() || Instant::now() >= limit {
+                break found;
+            }
+            if !probed {
+                probed = true;
+                let gone = matches!(e, CollectiveError::PeerLost { .. })
+                    || self.link.alive(blamed, PROBE_WAIT) != Some(true);
+                if gone {
+                    break None;
+                }
+            }
+        };
+        if !matches!(e, CollectiveError::Aborted { .. }) {
+            // Sent only now: `blamed` is gone, or its own notice continues the chain.
+            self.link
+                .abort_blaming(seq, &format!("rank {me}: {e}"), Some(blamed));
+        }
+        match found {
+            Some(n) => CollectiveError::Aborted {
+                call: sig.call,
+                rank: n.rank,
+                reason: n.reason,
+            },
+            None => e,
+        }
     }
 
     /// [`choose`] for this world and tuning.
@@ -272,5 +377,43 @@ fn not_for(call: Call, algorithm: Algorithm) -> CollectiveError {
     CollectiveError::InvalidArgument {
         call,
         reason: format!("the mesh has no {algorithm:?} algorithm for {call}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{follow, Notice};
+
+    fn notice(rank: usize, blames: Option<usize>) -> Notice {
+        Notice {
+            rank,
+            reason: format!("rank {rank}"),
+            blames,
+        }
+    }
+
+    /// Rank 3 lost rank 2, which exited after losing rank 1 (killed, no notice):
+    /// the chain ends at rank 1, explained by rank 2's notice.
+    #[test]
+    fn blame_is_followed_to_the_rank_that_sent_no_notice() {
+        let notices = [notice(2, Some(1)), notice(3, Some(2))];
+        let (found, end) = follow(0, 3, &notices);
+        assert_eq!((found.map(|n| n.rank), end), (Some(2), Some(1)));
+        assert_eq!(follow(0, 1, &notices), (None, Some(1)));
+    }
+
+    /// A failure that began on a rank (a mismatch) explains every other notice.
+    #[test]
+    fn a_failure_of_its_own_ends_the_chain() {
+        let notices = [notice(2, Some(1)), notice(1, None)];
+        assert_eq!(follow(0, 2, &notices), (Some(notice(1, None)), None));
+    }
+
+    /// Two ranks waiting for each other explain nothing: each reports its own error.
+    #[test]
+    fn a_circle_of_blame_explains_nothing() {
+        let notices = [notice(1, Some(0)), notice(2, Some(1))];
+        assert_eq!(follow(0, 1, &notices), (None, None));
+        assert_eq!(follow(0, 2, &notices), (None, None));
     }
 }

@@ -8,6 +8,9 @@ pub const ENV_LARGE_THRESHOLD: &str = "SWITCHYARD_LARGE_THRESHOLD";
 /// Environment variable overriding [`CommOptions::timeout`] (seconds, may be
 /// fractional).
 pub const ENV_TIMEOUT: &str = "SWITCHYARD_COLLECTIVE_TIMEOUT";
+/// Environment variable setting [`CommOptions::deadline`] (seconds, may be
+/// fractional; 0 or unset: no deadline).
+pub const ENV_DEADLINE: &str = "SWITCHYARD_CALL_DEADLINE";
 
 /// How a communicator's mesh engine behaves. The defaults come from
 /// `switchyard bench allreduce` on the project machines (see `BENCHMARKS.md`).
@@ -25,11 +28,18 @@ pub const ENV_TIMEOUT: &str = "SWITCHYARD_COLLECTIVE_TIMEOUT";
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct CommOptions {
-    /// How long one collective call may wait for a peer before it fails with
-    /// `PeerTimeout` (default 300 s; also [`ENV_TIMEOUT`]). A peer that died is noticed
-    /// only by this deadline on ZeroMQ links, so keep it as short as your slowest
-    /// legitimate gap between ranks allows.
+    /// The silence timeout: how long a rank waits for a peer that sends nothing at
+    /// all before the call fails with `PeerTimeout` naming that peer (default 300 s;
+    /// also [`ENV_TIMEOUT`]). Every byte (TCP path) or message (ZeroMQ path) from the
+    /// awaited peer restarts the count, so a call that is making progress never fails
+    /// by it, however long it takes. A peer that died is noticed only by this timeout
+    /// on ZeroMQ links, so keep it as short as your slowest legitimate gap between
+    /// ranks (the longest a rank computes between calls) allows.
     pub timeout: Duration,
+    /// The per-call deadline: the longest one call may take from start to end, busy
+    /// or not, before it fails with `DeadlineExceeded` (default `None`: no limit;
+    /// also [`ENV_DEADLINE`]).
+    pub deadline: Option<Duration>,
     /// Allreduces and broadcasts of at least this many bytes take a bandwidth
     /// algorithm (allreduce: the direct exchange up to [`CommOptions::direct_max_ranks`]
     /// ranks, the pipelined ring beyond; broadcast: the pipelined chain); smaller ones
@@ -91,6 +101,7 @@ impl Default for CommOptions {
     fn default() -> Self {
         CommOptions {
             timeout: Duration::from_secs(300),
+            deadline: None,
             large_threshold: 512 << 10,
             direct_max_ranks: 8,
             gather_threshold: 64 << 20,
@@ -111,6 +122,7 @@ impl CommOptions {
     /// | variable | field |
     /// |---|---|
     /// | `SWITCHYARD_COLLECTIVE_TIMEOUT` ([`ENV_TIMEOUT`]) | `timeout`, seconds |
+    /// | `SWITCHYARD_CALL_DEADLINE` ([`ENV_DEADLINE`]) | `deadline`, seconds (0: none) |
     /// | `SWITCHYARD_LARGE_THRESHOLD` ([`ENV_LARGE_THRESHOLD`]) | `large_threshold`, bytes |
     /// | `SWITCHYARD_DIRECT_MAX_RANKS` | `direct_max_ranks` |
     /// | `SWITCHYARD_GATHER_THRESHOLD` | `gather_threshold`, bytes |
@@ -122,6 +134,11 @@ impl CommOptions {
         env_number(ENV_TIMEOUT, |secs: f64| {
             Duration::try_from_secs_f64(secs)
                 .map(|t| o.timeout = t)
+                .is_ok()
+        });
+        env_number(ENV_DEADLINE, |secs: f64| {
+            Duration::try_from_secs_f64(secs)
+                .map(|t| o.deadline = (!t.is_zero()).then_some(t))
                 .is_ok()
         });
         env_number(ENV_LARGE_THRESHOLD, |bytes| {
@@ -158,6 +175,12 @@ impl CommOptions {
     /// Sets [`CommOptions::timeout`].
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// Sets [`CommOptions::deadline`] (`None`: no per-call deadline).
+    pub fn with_deadline(mut self, deadline: Option<Duration>) -> Self {
+        self.deadline = deadline;
         self
     }
 
@@ -225,6 +248,7 @@ impl CommOptions {
     pub(crate) fn tuning(&self) -> Tuning {
         Tuning {
             timeout: self.timeout,
+            deadline: self.deadline,
             large_threshold: self.large_threshold,
             direct_max_ranks: self.direct_max_ranks,
             gather_threshold: self.gather_threshold,
@@ -239,6 +263,7 @@ impl CommOptions {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Tuning {
     pub(crate) timeout: Duration,
+    pub(crate) deadline: Option<Duration>,
     pub(crate) large_threshold: usize,
     pub(crate) direct_max_ranks: usize,
     pub(crate) gather_threshold: usize,

@@ -48,10 +48,16 @@ impl MeshBuilder {
         // Until every rank is connected both ways, none may start (and possibly finish
         // and leave) its first call: a router counts only live peers.
         comm.barrier().map_err(|e| match e {
-            CollectiveError::PeerTimeout { rank, waited, .. } => CollectiveError::PeerTimeout {
+            CollectiveError::PeerTimeout {
+                rank,
+                waited,
+                during,
+                ..
+            } => CollectiveError::PeerTimeout {
                 call: Call::Setup,
                 rank,
                 waited,
+                during,
             },
             other => other,
         })?;

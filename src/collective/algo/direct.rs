@@ -13,6 +13,7 @@ pub(crate) fn allgather<T: Element>(
     out: &mut [T],
     blocks: &[Range<usize>],
 ) -> Result<(), CollectiveError> {
+    round.algo = "direct exchange";
     share(round, out, &|p| blocks[p].clone(), 0, None)
 }
 
@@ -61,6 +62,7 @@ pub(crate) fn allreduce<T: Element>(
     reduce: &dyn Fn(&mut [T], &[T]),
     piece_bytes: usize,
 ) -> Result<(), CollectiveError> {
+    round.algo = "direct exchange";
     let n = round.size();
     let r = round.rank();
     let plan = super::ring::RingPlan::even::<T>(buf.len(), n, piece_bytes, 1);
@@ -100,6 +102,7 @@ pub(crate) fn broadcast<T: Element>(
     buf: &mut [T],
     piece_bytes: usize,
 ) -> Result<(), CollectiveError> {
+    round.algo = "direct broadcast";
     let n = round.size();
     let r = round.rank();
     let plan = super::ring::RingPlan::even::<T>(buf.len(), n, piece_bytes, 1);

@@ -19,6 +19,7 @@ pub(crate) fn allreduce<T: Element>(
     buf: &mut [T],
     reduce: &dyn Fn(&mut [T], &[T]),
 ) -> Result<(), CollectiveError> {
+    round.algo = "recursive doubling";
     let n = round.size();
     let r = round.rank();
     if n == 1 {

@@ -6,7 +6,7 @@
 
 use super::{direct, doubling, ring, split, tree, Round, Signature};
 use crate::collective::error::{Call, CollectiveError};
-use crate::collective::link::{Link, MemoryLink, MemorySchedule};
+use crate::collective::link::{Clock, Link, MemoryLink, MemorySchedule};
 use bytes::Bytes;
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -48,7 +48,9 @@ fn round(link: &mut dyn Link, total: usize) -> Round<'_> {
         },
         seq: 1,
         total: total as u64,
-        deadline: Instant::now() + Duration::from_secs(30),
+        clock: Clock::silence(Duration::from_secs(30)),
+        started: Instant::now(),
+        algo: "",
     }
 }
 

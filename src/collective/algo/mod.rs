@@ -16,11 +16,11 @@ pub(crate) mod ring;
 pub(crate) mod tree;
 
 use super::error::{CollectiveError, LinkError};
-use super::link::{Link, Tag};
+use super::link::{Clock, Link, Tag};
 use super::signature::{Meta, Signature};
 use bytes::Bytes;
 use std::ops::Range;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use switchyard_msg::payload::{self, Element};
 
 /// One collective call in progress on one rank.
@@ -29,7 +29,13 @@ pub(crate) struct Round<'a> {
     pub(crate) sig: Signature,
     pub(crate) seq: u64,
     pub(crate) total: u64,
-    pub(crate) deadline: Instant,
+    /// The call's silence timeout and deadline.
+    pub(crate) clock: Clock,
+    /// When the call began, for the deadline's length in errors.
+    pub(crate) started: Instant,
+    /// The algorithm running, named in timeout errors ("ring", "direct exchange");
+    /// each algorithm sets it as it starts.
+    pub(crate) algo: &'static str,
 }
 
 impl Round<'_> {
@@ -41,8 +47,33 @@ impl Round<'_> {
         self.link.world_size()
     }
 
-    fn link_error(&self, e: LinkError) -> CollectiveError {
-        e.during(self.sig.call)
+    /// `e` as an error of this call; a timeout says which clock ran out and where in
+    /// the call (the algorithm and step) this rank was waiting.
+    fn link_error(&self, e: LinkError, step: u32) -> CollectiveError {
+        let call = self.sig.call;
+        let during = match self.algo {
+            "" => format!(" (step {step})"),
+            algo => format!(" ({algo} step {step})"),
+        };
+        match e {
+            LinkError::Timeout { rank, .. } if self.clock.past_deadline() => {
+                CollectiveError::DeadlineExceeded {
+                    call,
+                    limit: self.clock.deadline.map_or(Duration::ZERO, |d| {
+                        d.saturating_duration_since(self.started)
+                    }),
+                    rank,
+                    during,
+                }
+            }
+            LinkError::Timeout { rank, waited } => CollectiveError::PeerTimeout {
+                call,
+                rank,
+                waited,
+                during,
+            },
+            e => e.during(call),
+        }
     }
 
     /// Sends `payload`, which starts at element `offset` of the call's buffer.
@@ -64,13 +95,13 @@ impl Round<'_> {
             step,
         };
         self.link
-            .send(
+            .send_within(
                 to,
                 tag,
                 vec![Bytes::copy_from_slice(&meta), payload],
-                self.deadline,
+                self.clock,
             )
-            .map_err(|e| self.link_error(e))
+            .map_err(|e| self.link_error(e, step))
     }
 
     /// Receives the payload that starts at element `offset` (or anywhere, for `None`)
@@ -87,8 +118,8 @@ impl Round<'_> {
         };
         let frames = self
             .link
-            .recv(from, tag, self.deadline)
-            .map_err(|e| self.link_error(e))?;
+            .recv_within(from, tag, self.clock)
+            .map_err(|e| self.link_error(e, step))?;
         let call = self.sig.call;
         let malformed = |reason: String| CollectiveError::Malformed {
             call,

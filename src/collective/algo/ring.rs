@@ -79,6 +79,7 @@ pub(crate) fn run<T: Element>(
     phase: Phase,
     reduce: &dyn Fn(&mut [T], &[T]),
 ) -> Result<(), CollectiveError> {
+    round.algo = "ring";
     let n = round.size();
     let r = round.rank();
     if n == 1 {

@@ -19,6 +19,7 @@ pub(crate) fn ordered_reduce(
     acc: &mut Vec<u8>,
     combine: &Combine<'_>,
 ) -> Result<bool, CollectiveError> {
+    round.algo = "tree";
     let n = round.size();
     let r = round.rank();
     let mut mask = 1usize;
@@ -47,6 +48,7 @@ pub(crate) fn broadcast_frame(
     root: usize,
     frame: Option<Bytes>,
 ) -> Result<Bytes, CollectiveError> {
+    round.algo = "tree";
     let n = round.size();
     let r = round.rank();
     let relative = (r + n - root) % n;
@@ -79,6 +81,7 @@ pub(crate) fn broadcast_chain<T: Element>(
     buf: &mut [T],
     piece_bytes: usize,
 ) -> Result<(), CollectiveError> {
+    round.algo = "chain";
     let n = round.size();
     let r = round.rank();
     let relative = (r + n - root) % n;

@@ -23,7 +23,7 @@ pub use stream::StreamLink;
 use super::error::LinkError;
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Names one message stream of one collective call: the call's sequence number
 /// (every rank numbers its calls alike) and a step within the call.
@@ -75,6 +75,108 @@ pub trait Link: Send {
     fn recycle(&mut self, frame: Bytes) {
         drop(frame);
     }
+
+    /// [`Link::send`] under `clock`: waits for room while `to` keeps taking bytes,
+    /// failing once it took none for `clock.silence` (or at the call's deadline).
+    /// Links that cannot see partial progress count from the start of the send.
+    fn send_within(
+        &mut self,
+        to: usize,
+        tag: Tag,
+        frames: Vec<Bytes>,
+        clock: Clock,
+    ) -> Result<(), LinkError> {
+        self.send(to, tag, frames, clock.until(Instant::now()))
+    }
+
+    /// [`Link::recv`] under `clock`: fails with [`LinkError::Timeout`] once nothing
+    /// arrived from `from` for `clock.silence` (or at the call's deadline), never while
+    /// `from` keeps sending. Links that see whole messages only count from the start
+    /// of the wait; the TCP and ZeroMQ links restart the count on every byte or
+    /// message from `from`.
+    fn recv_within(
+        &mut self,
+        from: usize,
+        tag: Tag,
+        clock: Clock,
+    ) -> Result<Vec<Bytes>, LinkError> {
+        self.recv(from, tag, clock.until(Instant::now()))
+    }
+
+    /// [`Link::abort`], saying which rank this rank blames (the peer that went
+    /// silent or away), or `None` when the failure began here. Receivers use it to
+    /// follow a chain of failures back to where it began.
+    fn abort_blaming(&mut self, call: u64, reason: &str, blames: Option<usize>) {
+        let _ = blames;
+        self.abort(call, reason);
+    }
+
+    /// Whether `rank`'s process is alive and reading its control messages (as every
+    /// rank does while it waits in a call): asks it and waits at most `within` for
+    /// the answer. A stopped or dead process, or one busy outside the collectives,
+    /// does not answer. `None` where the link cannot ask.
+    fn alive(&mut self, rank: usize, within: Duration) -> Option<bool> {
+        let _ = (rank, within);
+        None
+    }
+
+    /// Every abort notice received so far, after reading what arrives until `until`;
+    /// `None` for links that do not carry [`Link::abort_blaming`]'s blame.
+    fn notices(&mut self, until: Instant) -> Option<Vec<Notice>> {
+        let _ = until;
+        None
+    }
+}
+
+/// The two clocks of a collective call. `silence` is the longest a rank waits for a
+/// peer that sends nothing at all ([`CommOptions::timeout`]); `deadline`, when set,
+/// ends the whole call however busy it is ([`CommOptions::deadline`]).
+///
+/// [`CommOptions::timeout`]: crate::collective::CommOptions::timeout
+/// [`CommOptions::deadline`]: crate::collective::CommOptions::deadline
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Clock {
+    /// How long the awaited peer may stay silent.
+    pub silence: Duration,
+    /// When the call must be over, if ever.
+    pub deadline: Option<Instant>,
+}
+
+impl Clock {
+    /// A clock with a silence limit and no deadline.
+    pub fn silence(silence: Duration) -> Clock {
+        Clock {
+            silence,
+            deadline: None,
+        }
+    }
+
+    /// When a wait whose peer was last heard from at `heard` ends: `silence` later,
+    /// or at the deadline if that comes first.
+    pub fn until(&self, heard: Instant) -> Instant {
+        // A silence too long to add is as good as forever: a year.
+        let quiet = heard
+            .checked_add(self.silence)
+            .unwrap_or_else(|| heard + Duration::from_secs(365 * 24 * 3600));
+        self.deadline.map_or(quiet, |d| d.min(quiet))
+    }
+
+    /// Whether the call's deadline has passed.
+    pub fn past_deadline(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+}
+
+/// An abort notice as a rank received it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Notice {
+    /// The rank that gave up.
+    pub rank: usize,
+    /// Its error, in words.
+    pub reason: String,
+    /// The rank it blamed (one that went silent or away), or `None` when the failure
+    /// began on `rank` itself.
+    pub blames: Option<usize>,
 }
 
 /// Messages that arrived before anyone asked for them, by sender and tag, each

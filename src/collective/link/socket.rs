@@ -2,12 +2,14 @@
 //! construction ([`BoundLink`]), and the goodbye handshake that lets a rank leave
 //! without taking its last messages with it.
 
-use super::{Link, Pending, Tag};
+use super::{Clock, Link, Notice, Pending, Tag};
 use crate::collective::error::LinkError;
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use switchyard_msg::{Addr, Kind, Msg};
+mod notices;
+
 use switchyard_transports::{
     Dealer, DealerSocket, PeerId, RecvError, Router, RouterSocket, Socket, SocketOptions,
 };
@@ -23,7 +25,7 @@ const BYE_WAIT: Duration = Duration::from_secs(2);
 /// from everyone, and one Dealer per peer (identity `#RANK`) sends to that peer's
 /// Router. Works over every backend (`local://`, `inproc://`, `tcp://`, `mpi://`).
 ///
-/// A peer that dies is noticed only by the deadline (ZeroMQ reconnects silently):
+/// A peer that dies is noticed only by the silence timeout (ZeroMQ reconnects silently):
 /// its calls end in [`LinkError::Timeout`].
 #[derive(Debug)]
 pub struct SocketLink {
@@ -35,6 +37,13 @@ pub struct SocketLink {
     peer_ranks: HashMap<PeerId, usize>,
     pending: Pending,
     aborted: Option<(usize, String)>,
+    /// Every abort notice received, in arrival order.
+    notices: Vec<Notice>,
+    /// Whether this rank sent abort notices, and which peers sent receipts.
+    sent_abort: bool,
+    acks: Vec<bool>,
+    /// Which peers answered [`Link::alive`]'s question since it was last asked.
+    answered: Vec<bool>,
     byes: Vec<bool>,
     close_handshake: bool,
 }
@@ -132,6 +141,10 @@ impl BoundLink {
             peer_ranks: HashMap::new(),
             pending: Pending::default(),
             aborted: None,
+            notices: Vec::new(),
+            sent_abort: false,
+            acks: vec![false; size],
+            answered: vec![false; size],
             byes: vec![false; size],
             close_handshake: true,
         })
@@ -238,12 +251,7 @@ impl SocketLink {
             self.byes[sender] = true;
             return Ok(None);
         }
-        if step == ABORT_STEP {
-            let reason = frames
-                .first()
-                .map(|f| String::from_utf8_lossy(f).into_owned())
-                .unwrap_or_default();
-            self.aborted = Some((sender, reason));
+        if self.control_step(sender, header.seq, step, &frames) {
             return Ok(None);
         }
         Ok(Some((sender, header, frames, step)))
@@ -253,6 +261,12 @@ impl SocketLink {
     /// that carries only control traffic need not.
     pub(crate) fn set_close_handshake(&mut self, on: bool) {
         self.close_handshake = on;
+    }
+
+    /// Whether this link sent abort notices: the call failed, and data still queued
+    /// for the peers is of no use to them.
+    pub(crate) fn sent_abort(&self) -> bool {
+        self.sent_abort
     }
 
     /// Reads whatever the Router holds without waiting, keeping data messages for
@@ -338,20 +352,56 @@ impl Link for SocketLink {
         }
     }
 
-    fn abort(&mut self, call: u64, reason: &str) {
-        let tag = Tag {
-            call,
-            step: ABORT_STEP,
-        };
-        for to in 0..self.size {
-            if to == self.rank {
+    fn recv_within(
+        &mut self,
+        from: usize,
+        tag: Tag,
+        clock: Clock,
+    ) -> Result<Vec<Bytes>, LinkError> {
+        // Any message from `from`, whatever its tag, shows it is alive and sending.
+        let mut heard = Instant::now();
+        loop {
+            if let Some((rank, reason)) = &self.aborted {
+                return Err(LinkError::Aborted {
+                    rank: *rank,
+                    reason: reason.clone(),
+                });
+            }
+            if let Some(frames) = self.pending.pop(from, tag) {
+                return Ok(frames);
+            }
+            let received = self.receive_one(from, heard, clock.until(heard))?;
+            let Some((sender, header, frames, step)) = received else {
                 continue;
+            };
+            if sender == from {
+                heard = Instant::now();
             }
-            let msg = self.message(to, tag, vec![Bytes::copy_from_slice(reason.as_bytes())]);
-            if let Some(Some(dealer)) = self.dealers.get_mut(to) {
-                let _ = dealer.try_send(msg);
+            let got = Tag {
+                call: header.seq,
+                step,
+            };
+            if sender == from && got == tag {
+                return Ok(frames);
             }
+            self.pending.push(sender, got, frames);
         }
+    }
+
+    fn abort(&mut self, call: u64, reason: &str) {
+        self.abort_blaming(call, reason, None);
+    }
+
+    fn abort_blaming(&mut self, call: u64, reason: &str, blames: Option<usize>) {
+        self.send_abort(call, reason, blames);
+    }
+
+    fn alive(&mut self, rank: usize, within: Duration) -> Option<bool> {
+        Some(self.ask_alive(rank, within))
+    }
+
+    fn notices(&mut self, until: Instant) -> Option<Vec<Notice>> {
+        Some(self.read_notices(until))
     }
 }
 
@@ -361,6 +411,9 @@ impl Drop for SocketLink {
     /// would otherwise take its last messages with it. A peer's goodbye comes after
     /// its last call, which needed every message this rank sent it.
     fn drop(&mut self) {
+        if self.sent_abort && self.size > 1 {
+            self.flush_aborts();
+        }
         if !self.close_handshake || self.size < 2 {
             return;
         }

@@ -17,7 +17,7 @@
 use super::framing::{encode_head, Decoder};
 use super::pool::Pool;
 use super::setup::{io_error, open_connections, Connection};
-use super::{Link, Pending, SocketLink, Tag};
+use super::{Clock, Link, Notice, Pending, SocketLink, Tag};
 use crate::collective::error::LinkError;
 use bytes::Bytes;
 use std::collections::VecDeque;
@@ -48,6 +48,11 @@ struct Peer {
     /// Why the connection ended, once it has. A peer that finished its last call
     /// and left is no error until this rank needs it.
     closed: Option<String>,
+    /// When a byte last arrived from the peer, and when it last took one of ours:
+    /// the silence clock restarts on either, so a large frame that is still
+    /// arriving is progress.
+    heard: Instant,
+    drained: Instant,
 }
 
 /// A [`Link`] whose messages travel on plain TCP connections, one per pair of ranks,
@@ -95,6 +100,8 @@ impl StreamLink {
                     outbound: VecDeque::new(),
                     queued: 0,
                     closed: None,
+                    heard: Instant::now(),
+                    drained: Instant::now(),
                 })
             })
             .collect();
@@ -146,6 +153,7 @@ impl StreamLink {
                 Ok(0) => return Err(io_error(rank, &peer.addr, ErrorKind::WriteZero.into())),
                 Ok(mut written) => {
                     progressed = true;
+                    peer.drained = Instant::now();
                     peer.queued -= written;
                     while written > 0 {
                         let left = out.parts[out.part].len() - out.offset;
@@ -221,6 +229,7 @@ impl StreamLink {
                 }
             };
             progressed = true;
+            peer.heard = Instant::now();
             let message = peer
                 .inbound
                 .filled(read, &mut |len| pool.take(len))
@@ -277,6 +286,31 @@ impl StreamLink {
         }
     }
 
+    /// Queues a message for `to` and writes what its connection takes at once.
+    fn queue(&mut self, to: usize, tag: Tag, frames: Vec<Bytes>) -> Result<(), LinkError> {
+        let head = encode_head(tag, &frames);
+        let mut parts = Vec::with_capacity(frames.len() + 1);
+        parts.push(Bytes::from(head));
+        parts.extend(frames);
+        let bytes: usize = parts.iter().map(Bytes::len).sum();
+        let peer = self.peer(to)?;
+        if let Some(reason) = &peer.closed {
+            return Err(LinkError::Lost {
+                rank: to,
+                endpoint: format!("tcp://{}", peer.addr),
+                reason: reason.clone(),
+            });
+        }
+        peer.outbound.push_back(Outbound {
+            parts,
+            part: 0,
+            offset: 0,
+        });
+        peer.queued += bytes;
+        self.flush(to)?;
+        Ok(())
+    }
+
     /// Waits for progress on any connection until `deadline`, spinning first, and
     /// watching the control link for abort notices. `Ok(false)` at the deadline.
     fn wait(&mut self, deadline: Instant) -> Result<bool, LinkError> {
@@ -318,26 +352,7 @@ impl Link for StreamLink {
         frames: Vec<Bytes>,
         deadline: Instant,
     ) -> Result<(), LinkError> {
-        let head = encode_head(tag, &frames);
-        let mut parts = Vec::with_capacity(frames.len() + 1);
-        parts.push(Bytes::from(head));
-        parts.extend(frames);
-        let bytes: usize = parts.iter().map(Bytes::len).sum();
-        let peer = self.peer(to)?;
-        if let Some(reason) = &peer.closed {
-            return Err(LinkError::Lost {
-                rank: to,
-                endpoint: format!("tcp://{}", peer.addr),
-                reason: reason.clone(),
-            });
-        }
-        peer.outbound.push_back(Outbound {
-            parts,
-            part: 0,
-            offset: 0,
-        });
-        peer.queued += bytes;
-        self.flush(to)?;
+        self.queue(to, tag, frames)?;
         while self.peer(to)?.queued > QUEUE_LIMIT {
             if !self.wait(deadline)? {
                 return Err(LinkError::Timeout {
@@ -378,6 +393,76 @@ impl Link for StreamLink {
         self.control.abort(call, reason);
     }
 
+    fn send_within(
+        &mut self,
+        to: usize,
+        tag: Tag,
+        frames: Vec<Bytes>,
+        clock: Clock,
+    ) -> Result<(), LinkError> {
+        self.queue(to, tag, frames)?;
+        // Wait for room as long as `to` keeps taking bytes.
+        let started = Instant::now();
+        while self.peer(to)?.queued > QUEUE_LIMIT {
+            let drained = self.peer(to)?.drained.max(started);
+            let until = clock.until(drained);
+            let now = Instant::now();
+            if now >= until {
+                return Err(LinkError::Timeout {
+                    rank: to,
+                    waited: now - drained,
+                });
+            }
+            self.wait(until)?;
+        }
+        Ok(())
+    }
+
+    fn recv_within(
+        &mut self,
+        from: usize,
+        tag: Tag,
+        clock: Clock,
+    ) -> Result<Vec<Bytes>, LinkError> {
+        let started = Instant::now();
+        loop {
+            if let Some(frames) = self.pending.pop(from, tag) {
+                return Ok(frames);
+            }
+            let peer = self.peer(from)?;
+            if let Some(reason) = &peer.closed {
+                return Err(LinkError::Lost {
+                    rank: from,
+                    endpoint: format!("tcp://{}", peer.addr),
+                    reason: reason.clone(),
+                });
+            }
+            let heard = peer.heard.max(started);
+            let until = clock.until(heard);
+            let now = Instant::now();
+            if now >= until {
+                self.control.check_aborts()?;
+                return Err(LinkError::Timeout {
+                    rank: from,
+                    waited: now - heard,
+                });
+            }
+            self.wait(until)?;
+        }
+    }
+
+    fn abort_blaming(&mut self, call: u64, reason: &str, blames: Option<usize>) {
+        self.control.abort_blaming(call, reason, blames);
+    }
+
+    fn notices(&mut self, until: Instant) -> Option<Vec<Notice>> {
+        self.control.notices(until)
+    }
+
+    fn alive(&mut self, rank: usize, within: Duration) -> Option<bool> {
+        self.control.alive(rank, within)
+    }
+
     fn buffer(&mut self, len: usize) -> Vec<u8> {
         self.pool.take(len)
     }
@@ -389,8 +474,12 @@ impl Link for StreamLink {
 
 impl Drop for StreamLink {
     /// Writes out what is still queued (at most 5 s), so that a rank's last messages
-    /// reach its peers even when it leaves right after its last call.
+    /// reach its peers even when it leaves right after its last call. After a failed
+    /// call there is nothing worth waiting for: a stopped peer would hold the exit.
     fn drop(&mut self) {
+        if self.control.sent_abort() {
+            return;
+        }
         let deadline = Instant::now() + Duration::from_secs(5);
         while self.peers.iter().flatten().any(|p| !p.outbound.is_empty())
             && Instant::now() < deadline
