@@ -72,7 +72,9 @@ mod user;
 pub use element::{DType, ReduceOp, Reducible};
 pub use error::{Call, CollectiveError, LinkError};
 pub use link::{BoundLink, Link, MemoryLink, MemorySchedule, SocketLink, StreamLink, Tag};
-pub use options::{CommOptions, DataPath, ENV_DATA_PATH, ENV_LARGE_THRESHOLD, ENV_TIMEOUT};
+pub use options::{
+    CommOptions, DataPath, ENV_CHECK, ENV_DATA_PATH, ENV_LARGE_THRESHOLD, ENV_TIMEOUT,
+};
 pub use setup::MeshBuilder;
 
 use engine::{Collective, Elem, Engine};

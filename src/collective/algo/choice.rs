@@ -38,6 +38,64 @@ pub(crate) enum Algorithm {
     Chain,
 }
 
+impl Algorithm {
+    /// Every algorithm, in code order.
+    const ALL: [Algorithm; 5] = [
+        Algorithm::Doubling,
+        Algorithm::Direct,
+        Algorithm::Ring,
+        Algorithm::Tree,
+        Algorithm::Chain,
+    ];
+
+    /// The algorithm's code in a [`Signature`](crate::collective::signature::Signature)
+    /// (1 to 5; 0 means none).
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            Algorithm::Doubling => 1,
+            Algorithm::Direct => 2,
+            Algorithm::Ring => 3,
+            Algorithm::Tree => 4,
+            Algorithm::Chain => 5,
+        }
+    }
+
+    /// The algorithm with code `code`, if there is one.
+    pub(crate) fn from_code(code: u8) -> Option<Algorithm> {
+        Algorithm::ALL.into_iter().find(|a| a.code() == code)
+    }
+
+    /// The algorithm's name in an error message.
+    pub(crate) fn words(self) -> &'static str {
+        match self {
+            Algorithm::Doubling => "recursive doubling",
+            Algorithm::Direct => "direct exchange",
+            Algorithm::Ring => "ring",
+            Algorithm::Tree => "binomial tree",
+            Algorithm::Chain => "chain",
+        }
+    }
+}
+
+/// Whether a call of `kind` run by `algorithm` already shows every rank's signature
+/// to every rank before any rank can finish: each rank's result depends on a message
+/// from every other rank, directly or through ranks that checked it on the way (each
+/// rank forwards only what it checked). For those, checked mode needs no separate
+/// agreement: a rank that finishes has seen, by this chain of checks, that every
+/// rank made the same call. Allreduce qualifies on each of its algorithms (the
+/// bandwidth ones only run with at least one element per rank) and so does the
+/// barrier; a broadcast's root receives nothing, and allgather, reduce-scatter and
+/// ordered reduce may give a rank nothing to receive from some peer.
+pub(crate) fn checks_everyone(kind: Kind, algorithm: Algorithm) -> bool {
+    matches!(
+        (kind, algorithm),
+        (
+            Kind::Allreduce,
+            Algorithm::Doubling | Algorithm::Direct | Algorithm::Ring
+        ) | (Kind::Barrier, Algorithm::Doubling)
+    )
+}
+
 /// The algorithm for a call of `kind` over `bytes` bytes in `count` elements on
 /// `world` ranks.
 ///

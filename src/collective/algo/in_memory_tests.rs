@@ -45,10 +45,12 @@ fn round(link: &mut dyn Link, total: usize) -> Round<'_> {
             op: 0,
             dtype: 0,
             root: 0,
+            how: 0,
         },
         seq: 1,
         total: total as u64,
         deadline: Instant::now() + Duration::from_secs(30),
+        step_base: 0,
     }
 }
 

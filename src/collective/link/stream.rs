@@ -352,6 +352,9 @@ impl Link for StreamLink {
     fn recv(&mut self, from: usize, tag: Tag, deadline: Instant) -> Result<Vec<Bytes>, LinkError> {
         let started = Instant::now();
         loop {
+            if let Some(refused) = self.pending.refusal() {
+                return Err(refused);
+            }
             if let Some(frames) = self.pending.pop(from, tag) {
                 return Ok(frames);
             }
@@ -376,6 +379,10 @@ impl Link for StreamLink {
 
     fn abort(&mut self, call: u64, reason: &str) {
         self.control.abort(call, reason);
+    }
+
+    fn expect(&mut self, call: u64, stamp: &[u8]) {
+        self.pending.expect(call, stamp);
     }
 
     fn buffer(&mut self, len: usize) -> Vec<u8> {
