@@ -26,6 +26,7 @@ const SIZES: [usize; 2] = [5, 3];
 
 /// How the ranks reach each other.
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "zmq"), allow(dead_code))]
 enum Path {
     /// `tcp://` endpoints with the TCP data path (`StreamLink`).
     Stream,

@@ -242,8 +242,8 @@ impl Communicator {
     /// Every message carries the root and the length, so a rank that receives from a
     /// rank that named another root, or passed another length, fails with
     /// [`CollectiveError::CallMismatch`] or [`CollectiveError::SizeMismatch`]. A rank
-    /// that only sends in the tree (a root, or a leaf's sender) cannot notice; as in
-    /// MPI, passing different roots is the program's error.
+    /// that only sends (the root) cannot notice unless checked mode
+    /// ([`CommOptions::check`]) is on, which makes every rank fail instead.
     pub fn broadcast<T: Element>(
         &mut self,
         buf: &mut [T],
