@@ -1,7 +1,8 @@
 //! Ranks that call a collective differently fail, every one of them, within a second,
 //! with an error naming the difference: lengths across every algorithm boundary,
 //! operations, element types, call kinds, roots and tunings, at n = 5 and n = 3, on
-//! the TCP data path, the ZeroMQ socket path and `local://`; with and without checked
+//! the TCP data path, the ZeroMQ socket path, `local://` and the in-memory link; with
+//! and without checked
 //! mode ([`CommOptions::check`]), where no rank may ever return `Ok`.
 //!
 //! Every rank is a thread with its own communicator. The ranks start their call
@@ -16,7 +17,9 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
-use switchyard::collective::{CollectiveError, CommOptions, Communicator, DataPath, ReduceOp};
+use switchyard::collective::{
+    CollectiveError, CommOptions, Communicator, DataPath, MemoryLink, MemorySchedule, ReduceOp,
+};
 
 /// The most any rank may take to fail.
 const BOUND: Duration = Duration::from_secs(1);
@@ -34,12 +37,16 @@ enum Path {
     Socket,
     /// `local://` in-process queues (`SocketLink` on the local backend).
     Local,
+    /// The deterministic in-memory link (`MemoryLink`, round-robin turns), whose
+    /// ranks find out at once when nothing can come (so a regression there shows as
+    /// a `PeerTimeout` that names no mismatch).
+    Memory,
 }
 
 #[cfg(feature = "zmq")]
-const PATHS: [Path; 3] = [Path::Stream, Path::Socket, Path::Local];
+const PATHS: [Path; 4] = [Path::Stream, Path::Socket, Path::Local, Path::Memory];
 #[cfg(not(feature = "zmq"))]
-const PATHS: [Path; 1] = [Path::Local];
+const PATHS: [Path; 2] = [Path::Local, Path::Memory];
 
 static JOB: AtomicUsize = AtomicUsize::new(0);
 
@@ -61,6 +68,12 @@ fn run<R: Send + 'static>(
     let job = JOB.fetch_add(1, Ordering::Relaxed);
     let call = Arc::new(call);
     let board = Arc::new(Mutex::new(vec![String::new(); n]));
+    let memory = Arc::new(Mutex::new(
+        MemoryLink::world_with(n, MemorySchedule::RoundRobin)
+            .into_iter()
+            .map(Some)
+            .collect::<Vec<_>>(),
+    ));
     let (bound, start, done) = (
         Arc::new(Barrier::new(n)),
         Arc::new(Barrier::new(n)),
@@ -69,10 +82,15 @@ fn run<R: Send + 'static>(
     let handles: Vec<_> = (0..n)
         .map(|rank| {
             let mut options = options(rank);
-            let (call, board) = (call.clone(), board.clone());
+            let (call, board, memory) = (call.clone(), board.clone(), memory.clone());
             let (bound, start, done) = (bound.clone(), start.clone(), done.clone());
             std::thread::spawn(move || {
                 let comm = match path {
+                    Path::Memory => {
+                        let link = memory.lock().unwrap()[rank].take().expect("link");
+                        bound.wait();
+                        Ok(Communicator::over_link(Box::new(link), options))
+                    }
                     Path::Local => {
                         let endpoints: Vec<String> = (0..n)
                             .map(|r| format!("local://mismatch-{}-{job}-{r}", std::process::id()))
@@ -102,6 +120,11 @@ fn run<R: Send + 'static>(
                         let started = Instant::now();
                         let result = call(&mut comm);
                         let took = started.elapsed();
+                        if let Path::Memory = path {
+                            // An in-memory rank keeps the turn until it calls its link
+                            // again or drops it; a closed one is no news to the others.
+                            drop(comm);
+                        }
                         done.wait();
                         (result, took)
                     }

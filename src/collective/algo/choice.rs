@@ -1,6 +1,10 @@
-//! Which algorithm the mesh engine runs for a call: one pure function of what every
-//! rank knows alike (the call, its size, the world size and the options), so that
-//! every rank picks the same one.
+//! Which algorithm the mesh engine runs for a call: one pure function of the call, its
+//! size, the world size and the options, so that ranks that agree on those pick the
+//! same one. Ranks that do not (another length, other options) are caught before it
+//! matters: the algorithm rides in every message's signature, and every message of
+//! a call is checked on arrival whatever its step (see `algo/mod.rs`), so the first
+//! message between two such ranks fails the call instead of waiting on a step the
+//! other never sends.
 
 use crate::collective::options::Tuning;
 
@@ -233,6 +237,24 @@ mod tests {
         assert_eq!(choose(Kind::Allreduce, 12, 3, 3, &t), Algorithm::Direct);
         // A broadcast has no blocks to hand out per rank; even nothing goes direct.
         assert_eq!(choose(Kind::Broadcast, 0, 0, 3, &t), Algorithm::Direct);
+    }
+
+    #[test]
+    fn algorithm_codes_round_trip_and_only_all_reaching_calls_skip_the_agreement() {
+        for a in Algorithm::ALL {
+            assert_eq!(Algorithm::from_code(a.code()), Some(a));
+            assert_ne!(a.code(), 0);
+            assert!(a.code() & crate::collective::signature::CHECKED == 0);
+        }
+        assert_eq!(Algorithm::from_code(0), None);
+        assert!(checks_everyone(Kind::Allreduce, Algorithm::Ring));
+        assert!(checks_everyone(Kind::Barrier, Algorithm::Doubling));
+        for a in Algorithm::ALL {
+            assert!(!checks_everyone(Kind::Broadcast, a));
+            assert!(!checks_everyone(Kind::Allgather, a));
+            assert!(!checks_everyone(Kind::ReduceScatter, a));
+            assert!(!checks_everyone(Kind::OrderedReduce, a));
+        }
     }
 
     /// The defaults are the measured ones (BENCHMARKS.md): 512 KiB, 8 ranks, 64 MiB.

@@ -145,7 +145,15 @@ impl Pending {
     /// filed already are checked now (a fast peer may have sent them early). A
     /// refusal from an earlier call is forgotten.
     pub(crate) fn expect(&mut self, call: u64, stamp: &[u8]) {
-        self.expect = Some((call, stamp.to_vec()));
+        // Once per call: keep the stamp's buffer rather than allocate a new one.
+        match &mut self.expect {
+            Some((current, kept)) => {
+                *current = call;
+                kept.clear();
+                kept.extend_from_slice(stamp);
+            }
+            None => self.expect = Some((call, stamp.to_vec())),
+        }
         self.refused = None;
         let filed: Vec<(usize, Tag)> = self
             .queues
