@@ -339,6 +339,9 @@ impl Link for StreamLink {
         peer.queued += bytes;
         self.flush(to)?;
         while self.peer(to)?.queued > QUEUE_LIMIT {
+            if let Some(refused) = self.pending.refusal() {
+                return Err(refused);
+            }
             if !self.wait(deadline)? {
                 return Err(LinkError::Timeout {
                     rank: to,
