@@ -153,6 +153,23 @@ mod in_mpi_job {
         let mut buf = vec![rank as u64; 2];
         comm.allreduce(&mut buf, ReduceOp::Sum).unwrap();
         assert_eq!(buf, vec![(n * (n - 1) / 2) as u64; 2]);
+
+        // Checked mode turns the check on even with `mpi_arg_checks` off: ranks that
+        // name different broadcast roots all fail, naming both roots in words.
+        let options = options().with_mpi_arg_checks(false).with_check(true);
+        let mut checked = Communicator::mpi(options).unwrap();
+        let root = usize::from(rank != 0);
+        let mut buf = vec![rank as f32; 1000];
+        match checked.broadcast(&mut buf, root) {
+            Err(CollectiveError::CallMismatch { ours, theirs, .. }) => {
+                assert_eq!(ours, format!("broadcast(4-byte x 1000, root {root})"));
+                assert_eq!(
+                    theirs,
+                    format!("broadcast(4-byte x 1000, root {})", 1 - root)
+                );
+            }
+            other => panic!("rank {rank}: expected a root mismatch, got {other:?}"),
+        }
     }
 }
 

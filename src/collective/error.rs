@@ -69,8 +69,10 @@ impl std::fmt::Display for Call {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CollectiveError {
-    /// A peer passed a buffer of another length.
-    #[error("{call}: rank {rank} passed {theirs} elements, this rank (rank {me}) {ours}")]
+    /// A peer passed a buffer of another length. Prints both calls in words:
+    /// "allreduce: rank 1 called allreduce(Sum, f32 x 131072), this rank (rank 0)
+    /// allreduce(Sum, f32 x 131071)".
+    #[error("{call}: rank {rank} called {their_call}, this rank (rank {me}) {our_call}")]
     SizeMismatch {
         /// The call.
         call: Call,
@@ -82,15 +84,23 @@ pub enum CollectiveError {
         ours: u64,
         /// The peer's element count.
         theirs: u64,
+        /// This rank's call in words, e.g. `allreduce(Sum, f32 x 131071)`.
+        our_call: String,
+        /// The peer's call in words.
+        their_call: String,
     },
-    /// A peer called another operation, another element type, or another root.
-    #[error("{call}: rank {rank} is in a different call ({theirs}) than this rank ({ours})")]
+    /// A peer called another collective, operation, element type or root (or, with
+    /// everything else alike, ran it another way: another algorithm because its
+    /// tuning differs, or checked mode on one rank only). Prints both calls in words:
+    /// "allreduce: rank 3 called allreduce(Max, f32 x 4), this rank allreduce(Sum,
+    /// f32 x 4)".
+    #[error("{call}: rank {rank} called {theirs}, this rank {ours}")]
     CallMismatch {
         /// The call this rank made.
         call: Call,
         /// The peer.
         rank: usize,
-        /// This rank's call, as `call/op/dtype/root`.
+        /// This rank's call in words, e.g. `broadcast(4-byte x 1000, root 0)`.
         ours: String,
         /// The peer's call.
         theirs: String,
@@ -212,6 +222,15 @@ pub enum LinkError {
         /// What failed.
         reason: String,
     },
+    /// A message of the current call from `rank` did not begin with the stamp the
+    /// call expects ([`Link::expect`](super::Link::expect)): that rank is in a
+    /// different call. The engine describes the difference from `first`.
+    Refused {
+        /// The sender.
+        rank: usize,
+        /// The message's first frame (the meta frame, on the mesh).
+        first: bytes::Bytes,
+    },
 }
 
 impl LinkError {
@@ -238,6 +257,11 @@ impl LinkError {
             LinkError::Transport { rank, reason } => {
                 CollectiveError::Transport { call, rank, reason }
             }
+            LinkError::Refused { rank, first } => CollectiveError::Malformed {
+                call,
+                rank,
+                reason: format!("a message of another call ({} bytes of meta)", first.len()),
+            },
         }
     }
 }

@@ -5,14 +5,14 @@
 //! reinterpreted in place, never copied); copies (broadcast, allgather) run on the
 //! bytes, because any cut of a buffer copies the same.
 
-use super::algo::choice::{choose, Algorithm, Kind};
-use super::algo::{direct, doubling, ring, tree, Round};
+use super::algo::choice::{checks_everyone, choose, Algorithm, Kind};
+use super::algo::{direct, doubling, ring, tree, Round, AGREE_STEPS};
 use super::element::{with_dtype, DType, ReduceOp, Reducible};
 use super::engine::{Collective, Combine, Elem, Engine};
 use super::error::{Call, CollectiveError};
 use super::link::{Clock, Notice};
 use super::options::Tuning;
-use super::signature::Signature;
+use super::signature::{Signature, CHECKED};
 use super::Link;
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -73,12 +73,21 @@ impl MeshEngine {
         }
     }
 
-    /// Runs `body` as one call of `total` elements named by `sig`; on failure tells
-    /// the other ranks, so that they fail at once instead of at their deadline.
+    /// Runs `body` as one call of `total` elements named by `sig`, of `kind` by
+    /// `algorithm`; on failure tells the other ranks, so that they fail at once
+    /// instead of at their deadline.
+    ///
+    /// Every message of the call carries `sig` with the algorithm and checked mode in
+    /// it, and the link refuses any message of the call that does not ([`Round::expect`]).
+    /// In checked mode a call whose algorithm does not already show every rank's
+    /// signature to every rank ([`checks_everyone`]) first runs an agreement: recursive
+    /// doubling on nothing under the call's own stamp, so that no rank moves data, or
+    /// returns, before it has seen that every rank made the same call.
     fn round<R>(
         &mut self,
         sig: Signature,
         total: u64,
+        (kind, algorithm): (Kind, Algorithm),
         body: impl FnOnce(&mut Round<'_>) -> Result<R, CollectiveError>,
     ) -> Result<R, CollectiveError> {
         self.seq += 1;
@@ -88,16 +97,25 @@ impl MeshEngine {
             silence: self.tuning.timeout,
             deadline: self.tuning.deadline.and_then(|d| started.checked_add(d)),
         };
+        let check = self.tuning.check;
+        let how = algorithm.code() | if check { CHECKED } else { 0 };
         let mut round = Round {
             link: self.link.as_mut(),
-            sig,
+            sig: sig.run_as(how),
             seq,
             total,
             clock,
             started,
             algo: "",
+            step_base: 0,
         };
-        body(&mut round).map_err(|e| self.failed(seq, sig, e))
+        round.expect();
+        let result = if check && !checks_everyone(kind, algorithm) {
+            agree(&mut round).and_then(|()| body(&mut round))
+        } else {
+            body(&mut round)
+        };
+        result.map_err(|e| self.failed(seq, sig, e))
     }
 
     /// Tells the other ranks that call `seq` failed here with `e`, and returns the
@@ -190,7 +208,7 @@ impl MeshEngine {
         let total = (buf.len() / dtype.size()) as u64;
         let algorithm = self.choose(kind, buf.len(), total);
         let tuning = self.tuning;
-        self.round(sig, total, |round| {
+        self.round(sig, total, (kind, algorithm), |round| {
             with_dtype!(dtype, T => {
                 let buf = elements::<T>(call, buf)?;
                 reduce_as::<T>(round, buf, op, algorithm, &tuning)
@@ -208,26 +226,31 @@ impl MeshEngine {
     ) -> Result<(), CollectiveError> {
         let algorithm = self.choose(Kind::Broadcast, buf.len(), total);
         let piece_bytes = self.tuning.piece_bytes;
-        self.round(sig, total, |round| match algorithm {
-            Algorithm::Direct => direct::broadcast(round, root, buf, piece_bytes),
-            Algorithm::Chain => tree::broadcast_chain(round, root, buf, piece_bytes),
-            Algorithm::Tree => {
-                let me = round.rank();
-                let frame = (me == root).then(|| round.frame_of::<u8>(buf));
-                let data = tree::broadcast_frame(round, root, frame)?;
-                if me != root {
-                    payload::frame_copy_into(&data, buf).map_err(|e| {
-                        CollectiveError::Malformed {
-                            call: sig.call,
-                            rank: root,
-                            reason: e.to_string(),
-                        }
-                    })?;
+        self.round(
+            sig,
+            total,
+            (Kind::Broadcast, algorithm),
+            |round| match algorithm {
+                Algorithm::Direct => direct::broadcast(round, root, buf, piece_bytes),
+                Algorithm::Chain => tree::broadcast_chain(round, root, buf, piece_bytes),
+                Algorithm::Tree => {
+                    let me = round.rank();
+                    let frame = (me == root).then(|| round.frame_of::<u8>(buf));
+                    let data = tree::broadcast_frame(round, root, frame)?;
+                    if me != root {
+                        payload::frame_copy_into(&data, buf).map_err(|e| {
+                            CollectiveError::Malformed {
+                                call: sig.call,
+                                rank: root,
+                                reason: e.to_string(),
+                            }
+                        })?;
+                    }
+                    Ok(())
                 }
-                Ok(())
-            }
-            other => Err(not_for(sig.call, other)),
-        })
+                other => Err(not_for(sig.call, other)),
+            },
+        )
     }
 
     fn allgather(
@@ -244,18 +267,23 @@ impl MeshEngine {
             .collect();
         let algorithm = self.choose(Kind::Allgather, out.len(), total);
         let tuning = self.tuning;
-        self.round(sig, total, |round| match algorithm {
-            Algorithm::Direct => direct::allgather(round, out, &byte_blocks),
-            Algorithm::Ring => {
-                let plan = ring::RingPlan::with_blocks::<u8>(
-                    byte_blocks,
-                    tuning.piece_bytes,
-                    tuning.window,
-                );
-                ring::run(round, out, &plan, ring::Phase::Allgather, &|_, _| {})
-            }
-            other => Err(not_for(Call::Allgather, other)),
-        })
+        self.round(
+            sig,
+            total,
+            (Kind::Allgather, algorithm),
+            |round| match algorithm {
+                Algorithm::Direct => direct::allgather(round, out, &byte_blocks),
+                Algorithm::Ring => {
+                    let plan = ring::RingPlan::with_blocks::<u8>(
+                        byte_blocks,
+                        tuning.piece_bytes,
+                        tuning.window,
+                    );
+                    ring::run(round, out, &plan, ring::Phase::Allgather, &|_, _| {})
+                }
+                other => Err(not_for(Call::Allgather, other)),
+            },
+        )
     }
 
     /// Rank-ordered reduction onto rank 0, then its result to every rank.
@@ -268,9 +296,12 @@ impl MeshEngine {
     ) -> Result<(), CollectiveError> {
         let sig = Signature::user(elem);
         match self.choose(Kind::OrderedReduce, buf.len(), count) {
-            Algorithm::Tree => self.round(sig, count, |round| {
-                tree::ordered_reduce(round, buf, combine)
-            })?,
+            Algorithm::Tree => self.round(
+                sig,
+                count,
+                (Kind::OrderedReduce, Algorithm::Tree),
+                |round| tree::ordered_reduce(round, buf, combine),
+            )?,
             other => return Err(not_for(Call::Allreduce, other)),
         };
         match elem {
@@ -318,9 +349,11 @@ impl Engine for MeshEngine {
             Collective::Broadcast { buf, root, .. } => self.broadcast(buf, sig, total, *root),
             Collective::Allgather { out, width, blocks } => self.allgather(out, *width, blocks),
             Collective::Barrier => match self.choose(Kind::Barrier, 0, 0) {
-                Algorithm::Doubling => self.round(sig, 0, |round| {
-                    doubling::allreduce::<u8>(round, &mut [], &|_, _| {})
-                }),
+                Algorithm::Doubling => {
+                    self.round(sig, 0, (Kind::Barrier, Algorithm::Doubling), |round| {
+                        doubling::allreduce::<u8>(round, &mut [], &|_, _| {})
+                    })
+                }
                 other => Err(not_for(call, other)),
             },
             Collective::Fold {
@@ -331,6 +364,17 @@ impl Engine for MeshEngine {
             } => self.fold(buf, *count, *elem, *combine),
         }
     }
+}
+
+/// Checked mode's agreement: recursive doubling on nothing, on the agreement's own
+/// steps, whose every message carries the call's stamp and is checked on arrival. A
+/// rank finishes it only after messages from every rank, directly or through ranks
+/// that checked them, have shown the same call.
+fn agree(round: &mut Round<'_>) -> Result<(), CollectiveError> {
+    round.step_base = AGREE_STEPS;
+    let agreed = doubling::allreduce::<u8>(round, &mut [], &|_, _| {});
+    round.step_base = 0;
+    agreed
 }
 
 /// `buf` as elements of `T`; the communicator hands over whole, aligned elements, so

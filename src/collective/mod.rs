@@ -74,7 +74,7 @@ pub use error::{Call, CollectiveError, LinkError};
 pub use link::{BoundLink, Link, MemoryLink, MemorySchedule, SocketLink, StreamLink, Tag};
 pub use link::{Clock, Notice};
 pub use options::{
-    CommOptions, DataPath, ENV_DATA_PATH, ENV_DEADLINE, ENV_LARGE_THRESHOLD, ENV_TIMEOUT,
+    CommOptions, DataPath, ENV_CHECK, ENV_DATA_PATH, ENV_DEADLINE, ENV_LARGE_THRESHOLD, ENV_TIMEOUT,
 };
 pub use setup::MeshBuilder;
 
@@ -243,8 +243,8 @@ impl Communicator {
     /// Every message carries the root and the length, so a rank that receives from a
     /// rank that named another root, or passed another length, fails with
     /// [`CollectiveError::CallMismatch`] or [`CollectiveError::SizeMismatch`]. A rank
-    /// that only sends in the tree (a root, or a leaf's sender) cannot notice; as in
-    /// MPI, passing different roots is the program's error.
+    /// that only sends (the root) cannot notice unless checked mode
+    /// ([`CommOptions::check`]) is on, which makes every rank fail instead.
     pub fn broadcast<T: Element>(
         &mut self,
         buf: &mut [T],

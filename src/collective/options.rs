@@ -77,11 +77,28 @@ pub struct CommOptions {
     /// How a mesh over `tcp://` endpoints moves collective data (default
     /// [`DataPath::Tcp`]; also [`ENV_DATA_PATH`]).
     pub data_path: DataPath,
+    /// Checked mode (default off; also [`ENV_CHECK`]): before a mesh call moves data,
+    /// the ranks agree that every rank made the same call (collective, operation,
+    /// element type, length, root, call number, algorithm), so that no rank ever
+    /// returns `Ok` from a call another rank made differently. Without it every
+    /// message is still checked on arrival, which catches every mismatch some rank
+    /// can see; what only checked mode catches is a broadcast root that receives
+    /// nothing (ranks naming different roots). Allreduce and barrier need no extra
+    /// messages for it (their data already passes every rank's signature to every
+    /// rank); the other calls pay one recursive-doubling exchange of empty messages.
+    /// Under MPI it turns on the argument check ([`CommOptions::mpi_arg_checks`]).
+    /// Every rank must choose the same: a rank in checked mode and one without fail
+    /// their first message to each other with a `CallMismatch`.
+    pub check: bool,
     /// How long a rank waiting for data on the TCP path polls its connections before
     /// it sleeps in `poll(2)` (default 50 us). Spinning saves a wake-up (about 30 us
     /// on the project machines) per message; it costs CPU only while a call waits.
     pub spin: Duration,
 }
+
+/// Environment variable turning on [`CommOptions::check`]: `1` (or `true`) on, `0`
+/// (or `false`) off.
+pub const ENV_CHECK: &str = "SWITCHYARD_CHECK";
 
 /// Environment variable overriding [`CommOptions::data_path`]: `tcp` or `zmq`.
 pub const ENV_DATA_PATH: &str = "SWITCHYARD_DATA_PATH";
@@ -110,6 +127,7 @@ impl Default for CommOptions {
             socket: SocketOptions::default(),
             mpi_arg_checks: true,
             data_path: DataPath::Tcp,
+            check: false,
             spin: Duration::from_micros(50),
         }
     }
@@ -129,6 +147,7 @@ impl CommOptions {
     /// | `SWITCHYARD_PIECE_BYTES` | `piece_bytes` |
     /// | `SWITCHYARD_SPIN_US` | `spin`, microseconds |
     /// | `SWITCHYARD_DATA_PATH` ([`ENV_DATA_PATH`]) | `data_path`: `tcp` or `zmq` |
+    /// | `SWITCHYARD_CHECK` ([`ENV_CHECK`]) | `check`: `1` or `0` |
     pub fn from_env() -> CommOptions {
         let mut o = CommOptions::default();
         env_number(ENV_TIMEOUT, |secs: f64| {
@@ -161,6 +180,14 @@ impl CommOptions {
             o.spin = Duration::from_micros(us);
             true
         });
+        match std::env::var(ENV_CHECK).as_deref().map(str::trim) {
+            Ok("1") | Ok("true") => o.check = true,
+            Ok("0") | Ok("false") | Ok("") => o.check = false,
+            Ok(other) => {
+                tracing::warn!(var = ENV_CHECK, value = %other, "expected 1 or 0; ignored")
+            }
+            Err(_) => {}
+        }
         match std::env::var(ENV_DATA_PATH).as_deref().map(str::trim) {
             Ok("zmq") => o.data_path = DataPath::Zmq,
             Ok("tcp") => o.data_path = DataPath::Tcp,
@@ -232,6 +259,12 @@ impl CommOptions {
         self
     }
 
+    /// Sets [`CommOptions::check`].
+    pub fn with_check(mut self, on: bool) -> Self {
+        self.check = on;
+        self
+    }
+
     /// Sets [`CommOptions::mpi_arg_checks`].
     pub fn with_mpi_arg_checks(mut self, on: bool) -> Self {
         self.mpi_arg_checks = on;
@@ -254,6 +287,7 @@ impl CommOptions {
             gather_threshold: self.gather_threshold,
             piece_bytes: self.piece_bytes.max(1),
             window: self.effective_window(),
+            check: self.check,
         }
     }
 }
@@ -270,6 +304,7 @@ pub(crate) struct Tuning {
     pub(crate) piece_bytes: usize,
     /// [`CommOptions::effective_window`].
     pub(crate) window: usize,
+    pub(crate) check: bool,
 }
 
 /// Applies the number in environment variable `var`, if set; warns when it does not

@@ -205,7 +205,10 @@ impl Communicator {
     /// The MPI engine on `MPI_COMM_WORLD` (the process must run under `mpirun`).
     #[cfg(feature = "mpi")]
     pub fn mpi(options: CommOptions) -> Result<Communicator, CollectiveError> {
-        let engine = super::mpi_engine::MpiEngine::new(options.timeout, options.mpi_arg_checks)?;
+        let engine = super::mpi_engine::MpiEngine::new(
+            options.timeout,
+            options.mpi_arg_checks || options.check,
+        )?;
         let processor_name = engine.processor_name().to_string();
         Ok(Communicator::with_engine(
             Box::new(engine),

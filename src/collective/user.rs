@@ -5,6 +5,7 @@
 
 use super::engine::{Collective, Elem};
 use super::error::{Call, CollectiveError};
+use super::signature::Signature;
 use super::Communicator;
 use serde::{de::DeserializeOwned, Serialize};
 use std::borrow::Cow;
@@ -43,12 +44,16 @@ impl Communicator {
                 });
             }
             if next.len() != acc.len() {
+                let (ours, theirs) = (len as u64, (next.len() / width) as u64);
+                let sig = Signature::user(Elem::Sized(width));
                 return Err(CollectiveError::SizeMismatch {
                     call,
                     rank: from,
                     me,
-                    ours: len as u64,
-                    theirs: (next.len() / width) as u64,
+                    ours,
+                    theirs,
+                    our_call: sig.text(ours),
+                    their_call: sig.text(theirs),
                 });
             }
             // In place where the bytes are aligned for `T`, through a copy otherwise.
@@ -154,12 +159,16 @@ impl Communicator {
                 reason: e.to_string(),
             })?;
         if result.len() != len {
+            let (ours, theirs) = (len as u64, result.len() as u64);
+            let sig = Signature::user(Elem::Bytes);
             return Err(CollectiveError::SizeMismatch {
                 call,
                 rank: 0,
                 me,
-                ours: len as u64,
-                theirs: result.len() as u64,
+                ours,
+                theirs,
+                our_call: sig.text(ours),
+                their_call: sig.text(theirs),
             });
         }
         for (slot, value) in values.iter_mut().zip(result) {

@@ -1,6 +1,10 @@
-//! Which algorithm the mesh engine runs for a call: one pure function of what every
-//! rank knows alike (the call, its size, the world size and the options), so that
-//! every rank picks the same one.
+//! Which algorithm the mesh engine runs for a call: one pure function of the call, its
+//! size, the world size and the options, so that ranks that agree on those pick the
+//! same one. Ranks that do not (another length, other options) are caught before it
+//! matters: the algorithm rides in every message's signature, and every message of
+//! a call is checked on arrival whatever its step (see `algo/mod.rs`), so the first
+//! message between two such ranks fails the call instead of waiting on a step the
+//! other never sends.
 
 use crate::collective::options::Tuning;
 
@@ -36,6 +40,64 @@ pub(crate) enum Algorithm {
     Tree,
     /// The pipelined chain broadcast.
     Chain,
+}
+
+impl Algorithm {
+    /// Every algorithm, in code order.
+    const ALL: [Algorithm; 5] = [
+        Algorithm::Doubling,
+        Algorithm::Direct,
+        Algorithm::Ring,
+        Algorithm::Tree,
+        Algorithm::Chain,
+    ];
+
+    /// The algorithm's code in a [`Signature`](crate::collective::signature::Signature)
+    /// (1 to 5; 0 means none).
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            Algorithm::Doubling => 1,
+            Algorithm::Direct => 2,
+            Algorithm::Ring => 3,
+            Algorithm::Tree => 4,
+            Algorithm::Chain => 5,
+        }
+    }
+
+    /// The algorithm with code `code`, if there is one.
+    pub(crate) fn from_code(code: u8) -> Option<Algorithm> {
+        Algorithm::ALL.into_iter().find(|a| a.code() == code)
+    }
+
+    /// The algorithm's name in an error message.
+    pub(crate) fn words(self) -> &'static str {
+        match self {
+            Algorithm::Doubling => "recursive doubling",
+            Algorithm::Direct => "direct exchange",
+            Algorithm::Ring => "ring",
+            Algorithm::Tree => "binomial tree",
+            Algorithm::Chain => "chain",
+        }
+    }
+}
+
+/// Whether a call of `kind` run by `algorithm` already shows every rank's signature
+/// to every rank before any rank can finish: each rank's result depends on a message
+/// from every other rank, directly or through ranks that checked it on the way (each
+/// rank forwards only what it checked). For those, checked mode needs no separate
+/// agreement: a rank that finishes has seen, by this chain of checks, that every
+/// rank made the same call. Allreduce qualifies on each of its algorithms (the
+/// bandwidth ones only run with at least one element per rank) and so does the
+/// barrier; a broadcast's root receives nothing, and allgather, reduce-scatter and
+/// ordered reduce may give a rank nothing to receive from some peer.
+pub(crate) fn checks_everyone(kind: Kind, algorithm: Algorithm) -> bool {
+    matches!(
+        (kind, algorithm),
+        (
+            Kind::Allreduce,
+            Algorithm::Doubling | Algorithm::Direct | Algorithm::Ring
+        ) | (Kind::Barrier, Algorithm::Doubling)
+    )
 }
 
 /// The algorithm for a call of `kind` over `bytes` bytes in `count` elements on
@@ -175,6 +237,24 @@ mod tests {
         assert_eq!(choose(Kind::Allreduce, 12, 3, 3, &t), Algorithm::Direct);
         // A broadcast has no blocks to hand out per rank; even nothing goes direct.
         assert_eq!(choose(Kind::Broadcast, 0, 0, 3, &t), Algorithm::Direct);
+    }
+
+    #[test]
+    fn algorithm_codes_round_trip_and_only_all_reaching_calls_skip_the_agreement() {
+        for a in Algorithm::ALL {
+            assert_eq!(Algorithm::from_code(a.code()), Some(a));
+            assert_ne!(a.code(), 0);
+            assert!(a.code() & crate::collective::signature::CHECKED == 0);
+        }
+        assert_eq!(Algorithm::from_code(0), None);
+        assert!(checks_everyone(Kind::Allreduce, Algorithm::Ring));
+        assert!(checks_everyone(Kind::Barrier, Algorithm::Doubling));
+        for a in Algorithm::ALL {
+            assert!(!checks_everyone(Kind::Broadcast, a));
+            assert!(!checks_everyone(Kind::Allgather, a));
+            assert!(!checks_everyone(Kind::ReduceScatter, a));
+            assert!(!checks_everyone(Kind::OrderedReduce, a));
+        }
     }
 
     /// The defaults are the measured ones (BENCHMARKS.md): 512 KiB, 8 ranks, 64 MiB.

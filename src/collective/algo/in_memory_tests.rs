@@ -45,12 +45,14 @@ fn round(link: &mut dyn Link, total: usize) -> Round<'_> {
             op: 0,
             dtype: 0,
             root: 0,
+            how: 0,
         },
         seq: 1,
         total: total as u64,
         clock: Clock::silence(Duration::from_secs(30)),
         started: Instant::now(),
         algo: "",
+        step_base: 0,
     }
 }
 

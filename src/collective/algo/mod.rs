@@ -6,6 +6,13 @@
 //! the call's buffer. A receiver checks all three, so that ranks calling with
 //! different lengths, operations, types or roots get an error naming the other rank
 //! instead of wrong numbers.
+//!
+//! The first 16 bytes of the meta frame (total and signature) are the same on every
+//! message of a call: [`Round::expect`] hands them to the link as the call's stamp,
+//! and the link refuses any message of the call that does not start with them,
+//! whatever its step, as it arrives ([`Link::expect`]). So ranks that disagree fail
+//! at their first message to each other even when their disagreement put them on
+//! different algorithms, whose step tags never meet.
 
 pub(crate) mod choice;
 pub(crate) mod direct;
@@ -36,7 +43,14 @@ pub(crate) struct Round<'a> {
     /// The algorithm running, named in timeout errors ("ring", "direct exchange");
     /// each algorithm sets it as it starts.
     pub(crate) algo: &'static str,
+    /// Added to every step number: 0 for the data, [`AGREE_STEPS`] for checked
+    /// mode's agreement before it, so that the two never share a tag.
+    pub(crate) step_base: u32,
 }
+
+/// The step numbers of checked mode's agreement start here (the algorithms use
+/// small step numbers; the links reserve the top few).
+pub(crate) const AGREE_STEPS: u32 = 1 << 30;
 
 impl Round<'_> {
     pub(crate) fn rank(&self) -> usize {
@@ -50,6 +64,16 @@ impl Round<'_> {
     /// `e` as an error of this call; a timeout says which clock ran out and where in
     /// the call (the algorithm and step) this rank was waiting.
     fn link_error(&self, e: LinkError, step: u32) -> CollectiveError {
+        if let LinkError::Refused { rank, first } = &e {
+            if let Some(meta) = Meta::decode(first) {
+                if let Err(mismatch) =
+                    self.sig
+                        .agree(self.total, self.rank(), *rank, meta.sig, Some(meta.total))
+                {
+                    return mismatch;
+                }
+            }
+        }
         let call = self.sig.call;
         let during = match self.algo {
             "" => format!(" (step {step})"),
@@ -76,6 +100,26 @@ impl Round<'_> {
         }
     }
 
+    /// The first bytes of every message of this call (see the module documentation).
+    fn stamp(&self) -> [u8; 16] {
+        let meta = Meta {
+            total: self.total,
+            sig: self.sig.encode(),
+            offset: 0,
+        }
+        .encode();
+        let mut stamp = [0u8; 16];
+        stamp.copy_from_slice(&meta[..16]);
+        stamp
+    }
+
+    /// Tells the link this call's stamp, so that it refuses any message of the call
+    /// from a rank that made another call, whatever the message's step.
+    pub(crate) fn expect(&mut self) {
+        let stamp = self.stamp();
+        self.link.expect(self.seq, &stamp);
+    }
+
     /// Sends `payload`, which starts at element `offset` of the call's buffer.
     pub(crate) fn send(
         &mut self,
@@ -92,7 +136,7 @@ impl Round<'_> {
         .encode();
         let tag = Tag {
             call: self.seq,
-            step,
+            step: self.step_base + step,
         };
         self.link
             .send_within(
@@ -114,7 +158,7 @@ impl Round<'_> {
     ) -> Result<Bytes, CollectiveError> {
         let tag = Tag {
             call: self.seq,
-            step,
+            step: self.step_base + step,
         };
         let frames = self
             .link

@@ -126,6 +126,18 @@ pub trait Link: Send {
         let _ = until;
         None
     }
+
+    /// Announces that every message of call `call`, from any rank and with any step,
+    /// must begin with `stamp` (the first bytes of its first frame; on the mesh, the
+    /// call's element count and signature). From now on such a message that begins
+    /// otherwise is not kept for later: the current or next [`Link::recv`] fails with
+    /// [`LinkError::Refused`], and messages of `call` kept already are checked at
+    /// once. This is how a rank in another call is caught at its first message even
+    /// when it waits on other steps than this rank. A link that cannot check may
+    /// ignore this (the default): the engine still checks each message it takes.
+    fn expect(&mut self, call: u64, stamp: &[u8]) {
+        let _ = (call, stamp);
+    }
 }
 
 /// The two clocks of a collective call. `silence` is the longest a rank waits for a
@@ -180,23 +192,145 @@ pub struct Notice {
 }
 
 /// Messages that arrived before anyone asked for them, by sender and tag, each
-/// queue in arrival order.
+/// queue in arrival order; and the stamp of [`Link::expect`], which every message
+/// of the current call is checked against before it is filed.
 #[derive(Debug, Default)]
-pub(crate) struct Pending(HashMap<(usize, Tag), VecDeque<Vec<Bytes>>>);
+pub(crate) struct Pending {
+    queues: HashMap<(usize, Tag), VecDeque<Vec<Bytes>>>,
+    /// The current call and the stamp its messages begin with.
+    expect: Option<(u64, Vec<u8>)>,
+    /// The first message of the current call that did not begin with the stamp:
+    /// its sender and first frame.
+    refused: Option<(usize, Bytes)>,
+}
 
 impl Pending {
-    /// Files a message from `from` with `tag`.
-    pub(crate) fn push(&mut self, from: usize, tag: Tag, frames: Vec<Bytes>) {
-        self.0.entry((from, tag)).or_default().push_back(frames);
+    /// Files a message from `from` with `tag`, unless it belongs to the expected call
+    /// and does not begin with its stamp (then it is kept as the refusal instead).
+    /// Returns whether it was filed.
+    pub(crate) fn push(&mut self, from: usize, tag: Tag, frames: Vec<Bytes>) -> bool {
+        if !self.fits(tag, &frames) {
+            if self.refused.is_none() {
+                self.refused = Some((from, frames.into_iter().next().unwrap_or_default()));
+            }
+            return false;
+        }
+        self.queues
+            .entry((from, tag))
+            .or_default()
+            .push_back(frames);
+        true
+    }
+
+    /// Whether `frames`, tagged `tag`, are not of the expected call or begin with its
+    /// stamp.
+    fn fits(&self, tag: Tag, frames: &[Bytes]) -> bool {
+        match &self.expect {
+            Some((call, stamp)) if *call == tag.call => {
+                frames.first().is_some_and(|f| f.starts_with(stamp))
+            }
+            _ => true,
+        }
     }
 
     /// The oldest message from `from` with `tag`, if one is filed.
     pub(crate) fn pop(&mut self, from: usize, tag: Tag) -> Option<Vec<Bytes>> {
-        let queue = self.0.get_mut(&(from, tag))?;
+        let queue = self.queues.get_mut(&(from, tag))?;
         let frames = queue.pop_front();
         if queue.is_empty() {
-            self.0.remove(&(from, tag));
+            self.queues.remove(&(from, tag));
         }
         frames
+    }
+
+    /// [`Link::expect`]: from now on messages of `call` must begin with `stamp`; those
+    /// filed already are checked now (a fast peer may have sent them early). A
+    /// refusal from an earlier call is forgotten.
+    pub(crate) fn expect(&mut self, call: u64, stamp: &[u8]) {
+        // Once per call: keep the stamp's buffer rather than allocate a new one.
+        match &mut self.expect {
+            Some((current, kept)) => {
+                *current = call;
+                kept.clear();
+                kept.extend_from_slice(stamp);
+            }
+            None => self.expect = Some((call, stamp.to_vec())),
+        }
+        self.refused = None;
+        let filed: Vec<(usize, Tag)> = self
+            .queues
+            .keys()
+            .filter(|(_, tag)| tag.call == call)
+            .copied()
+            .collect();
+        for (from, tag) in filed {
+            let wrong = self.queues[&(from, tag)]
+                .iter()
+                .find(|frames| !self.fits(tag, frames))
+                .cloned();
+            if let Some(frames) = wrong {
+                self.queues.remove(&(from, tag));
+                if self.refused.is_none() {
+                    self.refused = Some((from, frames.into_iter().next().unwrap_or_default()));
+                }
+            }
+        }
+    }
+
+    /// Whether a message was refused and not yet reported.
+    #[cfg(test)]
+    pub(crate) fn has_refusal(&self) -> bool {
+        self.refused.is_some()
+    }
+
+    /// The refusal not yet reported, as the error `recv` returns.
+    pub(crate) fn refusal(&mut self) -> Option<LinkError> {
+        let (rank, first) = self.refused.take()?;
+        Some(LinkError::Refused { rank, first })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tag(call: u64, step: u32) -> Tag {
+        Tag { call, step }
+    }
+
+    fn message(head: &[u8]) -> Vec<Bytes> {
+        vec![Bytes::copy_from_slice(head), Bytes::from_static(b"payload")]
+    }
+
+    #[test]
+    fn messages_of_the_expected_call_are_checked_whatever_their_step() {
+        let mut pending = Pending::default();
+        // Early messages: one of the coming call with a wrong stamp, one of a later
+        // call (not checked), one right one.
+        assert!(pending.push(1, tag(5, 7), message(b"XXXXrest")));
+        assert!(pending.push(2, tag(6, 0), message(b"anything")));
+        assert!(pending.push(3, tag(5, 0), message(b"ABCDrest")));
+        pending.expect(5, b"ABCD");
+        assert!(pending.has_refusal());
+        match pending.refusal() {
+            Some(LinkError::Refused { rank: 1, first }) => assert_eq!(&first[..], b"XXXXrest"),
+            other => panic!("{other:?}"),
+        }
+        assert!(pending.refusal().is_none());
+        assert!(pending.pop(1, tag(5, 7)).is_none());
+        assert!(pending.pop(3, tag(5, 0)).is_some());
+        // A message arriving now, at another step, is refused on arrival.
+        assert!(!pending.push(4, tag(5, 63), message(b"ABCXrest")));
+        assert!(matches!(
+            pending.refusal(),
+            Some(LinkError::Refused { rank: 4, .. })
+        ));
+        // A message with no frames cannot carry the stamp.
+        assert!(!pending.push(2, tag(5, 1), Vec::new()));
+        // Other calls pass; the next call forgets the last refusal.
+        assert!(pending.push(2, tag(6, 1), message(b"any more")));
+        pending.expect(6, b"any");
+        assert!(!pending.has_refusal());
+        assert!(pending.pop(2, tag(6, 0)).is_some());
     }
 }

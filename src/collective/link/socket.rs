@@ -334,6 +334,9 @@ impl Link for SocketLink {
                     reason: reason.clone(),
                 });
             }
+            if let Some(refused) = self.pending.refusal() {
+                return Err(refused);
+            }
             if let Some(frames) = self.pending.pop(from, tag) {
                 return Ok(frames);
             }
@@ -367,6 +370,9 @@ impl Link for SocketLink {
                     reason: reason.clone(),
                 });
             }
+            if let Some(refused) = self.pending.refusal() {
+                return Err(refused);
+            }
             if let Some(frames) = self.pending.pop(from, tag) {
                 return Ok(frames);
             }
@@ -386,6 +392,10 @@ impl Link for SocketLink {
             }
             self.pending.push(sender, got, frames);
         }
+    }
+
+    fn expect(&mut self, call: u64, stamp: &[u8]) {
+        self.pending.expect(call, stamp);
     }
 
     fn abort(&mut self, call: u64, reason: &str) {

@@ -354,6 +354,9 @@ impl Link for StreamLink {
     ) -> Result<(), LinkError> {
         self.queue(to, tag, frames)?;
         while self.peer(to)?.queued > QUEUE_LIMIT {
+            if let Some(refused) = self.pending.refusal() {
+                return Err(refused);
+            }
             if !self.wait(deadline)? {
                 return Err(LinkError::Timeout {
                     rank: to,
@@ -367,6 +370,9 @@ impl Link for StreamLink {
     fn recv(&mut self, from: usize, tag: Tag, deadline: Instant) -> Result<Vec<Bytes>, LinkError> {
         let started = Instant::now();
         loop {
+            if let Some(refused) = self.pending.refusal() {
+                return Err(refused);
+            }
             if let Some(frames) = self.pending.pop(from, tag) {
                 return Ok(frames);
             }
@@ -404,6 +410,9 @@ impl Link for StreamLink {
         // Wait for room as long as `to` keeps taking bytes.
         let started = Instant::now();
         while self.peer(to)?.queued > QUEUE_LIMIT {
+            if let Some(refused) = self.pending.refusal() {
+                return Err(refused);
+            }
             let drained = self.peer(to)?.drained.max(started);
             let until = clock.until(drained);
             let now = Instant::now();
@@ -426,6 +435,9 @@ impl Link for StreamLink {
     ) -> Result<Vec<Bytes>, LinkError> {
         let started = Instant::now();
         loop {
+            if let Some(refused) = self.pending.refusal() {
+                return Err(refused);
+            }
             if let Some(frames) = self.pending.pop(from, tag) {
                 return Ok(frames);
             }
@@ -461,6 +473,10 @@ impl Link for StreamLink {
 
     fn alive(&mut self, rank: usize, within: Duration) -> Option<bool> {
         self.control.alive(rank, within)
+    }
+
+    fn expect(&mut self, call: u64, stamp: &[u8]) {
+        self.pending.expect(call, stamp);
     }
 
     fn buffer(&mut self, len: usize) -> Vec<u8> {

@@ -30,7 +30,11 @@
 //! the ranks allgather a pair of `u64` (the call's [`Signature`] and element count)
 //! and every rank fails with the same [`CollectiveError::CallMismatch`] or
 //! [`CollectiveError::SizeMismatch`] naming the first rank that disagrees with it.
-//! That costs one small `MPI_Allgather` per call.
+//! That costs one small `MPI_Allgather` per call. Checked mode
+//! ([`CommOptions::check`](super::CommOptions::check)) turns this check on whatever
+//! `mpi_arg_checks` says: it is the same guarantee as the mesh's checked mode (no rank
+//! returns `Ok` from a call another rank made differently), since every rank sees
+//! every rank's signature and count before any data moves.
 //!
 //! # Large buffers
 //!

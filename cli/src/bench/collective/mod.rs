@@ -8,6 +8,11 @@
 //! the slowest rank's median time per size to a file the coordinator reads. Then it
 //! prints one table (size, time, algbw, busbw per engine), JSON rows with the mesh as
 //! `ours` and each MPI variant as `baseline`, and an SVG chart of busbw by size.
+//!
+//! `allreduce` also runs the mesh job in checked mode (`CommOptions::check`), shown as
+//! the "mesh checked" column and as JSON rows of their own case, `nN-checked`, with
+//! the checked mesh as `ours` and the default mesh as `baseline`: the price of
+//! checked mode, while the `nN` rows stay comparable with earlier runs.
 
 mod worker;
 
@@ -76,6 +81,9 @@ pub(crate) struct CollectiveArgs {
     /// Internal: where rank 0 of a worker job writes its times.
     #[arg(long, hide = true)]
     pub(crate) out: Option<PathBuf>,
+    /// Internal: the worker runs the mesh in checked mode.
+    #[arg(long, hide = true)]
+    pub(crate) checked: bool,
 }
 
 /// The times a job's rank 0 wrote, by size.
@@ -110,10 +118,21 @@ fn worker_args(op: Op, engine: Engine, common: &super::Common, out: &Path) -> Ve
     args
 }
 
-fn run_mesh(op: Op, n: usize, common: &super::Common, out: &Path) -> Result<BTreeMap<usize, f64>> {
+/// Runs the mesh job (in checked mode with `checked`) and reads its times.
+fn run_mesh(
+    op: Op,
+    n: usize,
+    common: &super::Common,
+    out: &Path,
+    checked: bool,
+) -> Result<BTreeMap<usize, f64>> {
     let exe = std::env::current_exe()?;
+    let mut args = worker_args(op, Engine::Mesh, common, out);
+    if checked {
+        args.push("--checked".into());
+    }
     let options = LaunchOptions::new(n as u32, exe.display().to_string())
-        .with_args(worker_args(op, Engine::Mesh, common, out))
+        .with_args(args)
         .with_timeout(Duration::from_secs(1800));
     run_local(&options)?;
     read_times(out)
@@ -155,7 +174,7 @@ fn busbw(op: Op, n: usize, size: usize, secs: f64) -> f64 {
 pub(crate) fn run(op: Op, args: CollectiveArgs) -> Result<()> {
     if let Some(engine) = args.worker {
         let out = args.out.ok_or("--worker needs --out")?;
-        return worker::work(op, engine, &args.common, &out);
+        return worker::work(op, engine, &args.common, &out, args.checked);
     }
     let n = args.processes;
     if n < 2 {
@@ -169,8 +188,16 @@ pub(crate) fn run(op: Op, args: CollectiveArgs) -> Result<()> {
     let file = |name: &str| scratch.join(name);
     let mut series = vec![Series {
         name: "mesh",
-        times: run_mesh(op, n, &args.common, &file("mesh"))?,
+        times: run_mesh(op, n, &args.common, &file("mesh"), false)?,
     }];
+    let checked = if op == Op::Allreduce {
+        Some(Series {
+            name: "mesh checked",
+            times: run_mesh(op, n, &args.common, &file("mesh-checked"), true)?,
+        })
+    } else {
+        None
+    };
     if !args.mesh_only {
         series.push(Series {
             name: "MPI shm",
@@ -182,15 +209,48 @@ pub(crate) fn run(op: Op, args: CollectiveArgs) -> Result<()> {
         });
     }
     let _ = std::fs::remove_dir_all(&scratch);
-    report(op, n, &args, &series)?;
+    report(op, n, &args, &series, checked.as_ref())?;
     Ok(())
 }
 
-fn report(op: Op, n: usize, args: &CollectiveArgs, series: &[Series]) -> Result<()> {
+/// Prints the table or the JSON rows and writes the chart. `series` holds the mesh
+/// first, then the MPI baselines; `checked`, the mesh in checked mode, is compared
+/// with the mesh only.
+fn report(
+    op: Op,
+    n: usize,
+    args: &CollectiveArgs,
+    series: &[Series],
+    checked: Option<&Series>,
+) -> Result<()> {
     let suite = op.name();
     let mesh = &series[0];
+    if let (Some(checked), true) = (checked, args.common.json) {
+        for (&size, &ours) in &checked.times {
+            let Some(&theirs) = mesh.times.get(&size) else {
+                continue;
+            };
+            Row::lower_better(
+                suite,
+                &format!("n{n}-checked"),
+                size as u64,
+                "time_us",
+                ours * 1e6,
+                theirs * 1e6,
+                &format!("mesh {suite}"),
+            )
+            .emit(true);
+        }
+    }
+    let columns: Vec<&Series> = series
+        .iter()
+        .take(1)
+        .chain(checked)
+        .chain(&series[1..])
+        .collect();
+    let series = &columns[..];
     if args.common.json {
-        for base in &series[1..] {
+        for base in series.iter().skip(1).filter(|s| s.name.starts_with("MPI")) {
             for (&size, &ours) in &mesh.times {
                 let Some(&theirs) = base.times.get(&size) else {
                     continue;
@@ -273,7 +333,7 @@ fn report(op: Op, n: usize, args: &CollectiveArgs, series: &[Series]) -> Result<
     Ok(())
 }
 
-fn series_points(op: Op, n: usize, series: &[Series]) -> Vec<(String, Vec<(f64, f64)>)> {
+fn series_points(op: Op, n: usize, series: &[&Series]) -> Vec<(String, Vec<(f64, f64)>)> {
     series
         .iter()
         .map(|s| {

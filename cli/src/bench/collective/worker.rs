@@ -61,10 +61,20 @@ fn call(comm: &mut Communicator, op: Op, buf: &mut [f32], out: &mut [f32]) -> Re
 
 /// One rank of a measuring job: times every size, and rank 0 writes
 /// `size seconds` lines (the slowest rank's median per call) to `out`.
-pub(super) fn work(op: Op, engine: Engine, common: &Common, out: &Path) -> Result<()> {
+/// `checked` runs the mesh in checked mode ([`CommOptions::check`]).
+pub(super) fn work(
+    op: Op,
+    engine: Engine,
+    common: &Common,
+    out: &Path,
+    checked: bool,
+) -> Result<()> {
     match engine {
         Engine::Mesh => {
-            let options = CommOptions::from_env().with_timeout(Duration::from_secs(120));
+            let mut options = CommOptions::from_env().with_timeout(Duration::from_secs(120));
+            if checked {
+                options = options.with_check(true);
+            }
             let mut comm = Communicator::from_env_with(options)?;
             let rank = comm.rank();
             let n = comm.world_size();

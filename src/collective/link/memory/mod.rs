@@ -179,8 +179,10 @@ impl Link for MemoryLink {
             tag.call ^ (u64::from(tag.step) << 32),
         ]);
         state.record([bytes as u64, 0, 0, 0]);
-        state.inboxes[to].push(me, tag, frames);
-        if state.phases[to] == (Phase::Waiting { from: me, tag }) {
+        let filed = state.inboxes[to].push(me, tag, frames);
+        // A refused message wakes its receiver, which reports it.
+        let wakes = !filed && matches!(state.phases[to], Phase::Waiting { .. });
+        if wakes || state.phases[to] == (Phase::Waiting { from: me, tag }) {
             state.phases[to] = Phase::Ready;
         }
         Ok(())
@@ -200,6 +202,10 @@ impl Link for MemoryLink {
             if let Some((rank, reason)) = state.aborts[me].clone() {
                 state.phases[me] = Phase::Ready;
                 return Err(LinkError::Aborted { rank, reason });
+            }
+            if let Some(refused) = state.inboxes[me].refusal() {
+                state.phases[me] = Phase::Ready;
+                return Err(refused);
             }
             if let Some(frames) = state.inboxes[me].pop(from, tag) {
                 state.phases[me] = Phase::Ready;
@@ -237,6 +243,11 @@ impl Link for MemoryLink {
                 }
             };
         }
+    }
+
+    fn expect(&mut self, call: u64, stamp: &[u8]) {
+        let me = self.rank;
+        self.world.lock().inboxes[me].expect(call, stamp);
     }
 
     fn abort(&mut self, _call: u64, reason: &str) {
