@@ -12,6 +12,7 @@
 
 use super::element::{DType, ReduceOp};
 use super::error::{Call, CollectiveError};
+use super::signature::Signature;
 use std::ops::Range;
 
 /// What the elements of a byte buffer are, where no [`DType`] says it.
@@ -47,6 +48,35 @@ impl Elem {
 /// it up to `acc`'s last contributor).
 pub(crate) type Combine<'a> =
     dyn Fn(&mut Vec<u8>, &[u8], usize) -> Result<(), CollectiveError> + 'a;
+
+/// Sends a [`Collective::Fold`]'s result from rank 0 to every rank, through the
+/// engine's own `broadcast(buf, sig, count)` from root 0. A result of sized elements
+/// has the length every rank passed; an encoded one (`Elem::Bytes`) has a length only
+/// rank 0 knows, so that goes first.
+pub(crate) fn share_fold_result(
+    buf: &mut Vec<u8>,
+    elem: Elem,
+    sig: Signature,
+    count: u64,
+    mut broadcast: impl FnMut(&mut [u8], Signature, u64) -> Result<(), CollectiveError>,
+) -> Result<(), CollectiveError> {
+    match elem {
+        Elem::Sized(_) => broadcast(buf, sig, count),
+        Elem::Bytes => {
+            let sig = Signature::broadcast(Elem::Bytes, 0);
+            let mut len = (buf.len() as u64).to_ne_bytes();
+            broadcast(&mut len, sig, 8)?;
+            let len = u64::from_ne_bytes(len);
+            let len = usize::try_from(len).map_err(|_| CollectiveError::Malformed {
+                call: Call::Allreduce,
+                rank: 0,
+                reason: format!("a result of {len} bytes"),
+            })?;
+            buf.resize(len, 0);
+            broadcast(buf, sig, len as u64)
+        }
+    }
+}
 
 /// One collective call on this rank, its data as bytes.
 pub(crate) enum Collective<'a> {

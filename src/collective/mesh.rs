@@ -8,7 +8,7 @@
 use super::algo::choice::{checks_everyone, choose, Algorithm, Kind};
 use super::algo::{direct, doubling, ring, tree, Round, AGREE_STEPS};
 use super::element::{with_dtype, DType, ReduceOp, Reducible};
-use super::engine::{Collective, Combine, Elem, Engine};
+use super::engine::{share_fold_result, Collective, Combine, Elem, Engine};
 use super::error::{Call, CollectiveError};
 use super::link::{Clock, Notice};
 use super::options::Tuning;
@@ -304,23 +304,9 @@ impl MeshEngine {
             )?,
             other => return Err(not_for(Call::Allreduce, other)),
         };
-        match elem {
-            Elem::Sized(_) => self.broadcast(buf, sig, count, 0),
-            Elem::Bytes => {
-                // Only rank 0 knows the length of the encoded result.
-                let sig = Signature::broadcast(Elem::Bytes, 0);
-                let mut len = (buf.len() as u64).to_ne_bytes();
-                self.broadcast(&mut len, sig, 8, 0)?;
-                let len = u64::from_ne_bytes(len);
-                let len = usize::try_from(len).map_err(|_| CollectiveError::Malformed {
-                    call: Call::Allreduce,
-                    rank: 0,
-                    reason: format!("a result of {len} bytes"),
-                })?;
-                buf.resize(len, 0);
-                self.broadcast(buf, sig, len as u64, 0)
-            }
-        }
+        share_fold_result(buf, elem, sig, count, |buf, sig, count| {
+            self.broadcast(buf, sig, count, 0)
+        })
     }
 }
 

@@ -9,7 +9,7 @@
 use super::report::header;
 use super::{median, Common, Row};
 use mpi::topology::SimpleCommunicator;
-use mpi::traits::*;
+use mpi::traits::{Communicator as _, CommunicatorCollectives as _, Destination as _, Source as _};
 use std::time::{Duration, Instant};
 use switchyard::prelude::*;
 use switchyard::transports::mpi::{world, ThreadLevel};

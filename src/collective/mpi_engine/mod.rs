@@ -45,7 +45,7 @@
 mod split;
 
 use super::element::{DType, ReduceOp};
-use super::engine::{Collective, Combine, Elem, Engine};
+use super::engine::{share_fold_result, Collective, Combine, Elem, Engine};
 use super::error::{Call, CollectiveError};
 use super::signature::Signature;
 use std::time::Duration;
@@ -244,23 +244,9 @@ impl MpiEngine {
                 combine(buf, frame, from)?;
             }
         }
-        match elem {
-            Elem::Sized(_) => self.broadcast(buf, sig, count, 0),
-            Elem::Bytes => {
-                // Only rank 0 knows the length of the encoded result.
-                let sig = Signature::broadcast(Elem::Bytes, 0);
-                let mut len = (buf.len() as u64).to_ne_bytes();
-                self.broadcast(&mut len, sig, 8, 0)?;
-                let len = u64::from_ne_bytes(len);
-                let len = usize::try_from(len).map_err(|_| CollectiveError::Malformed {
-                    call: Call::Allreduce,
-                    rank: 0,
-                    reason: format!("a result of {len} bytes"),
-                })?;
-                buf.resize(len, 0);
-                self.broadcast(buf, sig, len as u64, 0)
-            }
-        }
+        share_fold_result(buf, elem, sig, count, |buf, sig, count| {
+            self.broadcast(buf, sig, count, 0)
+        })
     }
 
     fn broadcast(
