@@ -21,6 +21,39 @@ pub struct JobOutput {
     pub elapsed: Duration,
 }
 
+/// OpenMPI 4's MCA variable for the directory under which mpirun makes its session
+/// directory (default: the system's temporary directory).
+const SESSION_BASE_VAR: &str = "OMPI_MCA_orte_tmpdir_base";
+
+/// A directory of one job's own for OpenMPI's session directory. OpenMPI 4 makes its
+/// top-level session directory (`/tmp/ompi.HOST.UID`) by checking, then calling
+/// `mkdir`, and removes it when its last job ends; two mpiruns that start at the same
+/// moment (the 2- and 3-rank jobs of one test binary, or two test binaries) can both
+/// see it missing, and the slower one fails in `orte_init` ("File exists") before any
+/// rank starts. A base per job leaves nothing to race for.
+struct SessionBase(std::path::PathBuf);
+
+impl SessionBase {
+    fn create() -> SessionBase {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Short: OpenMPI puts Unix sockets under it, whose paths are limited to ~100 bytes.
+        let path = std::env::temp_dir().join(format!("sy-mpi-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&path).expect("a session directory for mpirun");
+        SessionBase(path)
+    }
+
+    fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for SessionBase {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// Runs `mpirun -np N <this test binary> --ignored --test-threads=1 FILTER` and waits
 /// at most `timeout`; on timeout mpirun is terminated (which ends its ranks).
 pub fn run_ranks(np: usize, filter: &str, timeout: Duration) -> JobOutput {
@@ -33,6 +66,9 @@ pub fn run_ranks(np: usize, filter: &str, timeout: Duration) -> JobOutput {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    // Dropped (and removed) when this function returns or unwinds.
+    let session = SessionBase::create();
+    command.env(SESSION_BASE_VAR, session.path());
     let started = Instant::now();
     let mut child = command
         .spawn()

@@ -1,7 +1,9 @@
 //! Endpoint parsing and the typed error for a backend this build does not have.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use switchyard_transports::{Dealer, DealerSocket, Endpoint, SocketOptions, TransportError};
+#[cfg(any(not(feature = "mpi"), feature = "zmq"))]
+use switchyard_transports::{Dealer, DealerSocket};
+use switchyard_transports::{Endpoint, SocketOptions, TransportError};
 #[cfg(any(not(feature = "mpi"), not(feature = "zmq")))]
 use switchyard_transports::{Router, RouterSocket};
 

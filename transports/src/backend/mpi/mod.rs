@@ -32,6 +32,8 @@ mod progress;
 mod run;
 #[cfg(feature = "mpi")]
 mod sockets;
+#[cfg(all(test, feature = "mpi"))]
+mod tests;
 
 #[cfg(feature = "mpi")]
 pub use collective::{with_collectives, CallError, Collectives, Datatype, Operation};

@@ -59,6 +59,8 @@ struct PeerState {
 
 pub(super) struct Progress {
     comm: mpi::ffi::MPI_Comm,
+    /// This process's rank: its own dealers' hellos and byes need no MPI round trip.
+    rank: i32,
     owns_mpi: bool,
     commands: Receiver<Command>,
     sleeping: Arc<AtomicBool>,
@@ -89,6 +91,7 @@ impl Progress {
         let (sleeping, failure, malformed) = shared;
         Progress {
             comm: started.comm,
+            rank: started.rank,
             owns_mpi: started.owns_mpi,
             commands,
             sleeping,
@@ -249,7 +252,16 @@ impl Progress {
                 }
                 Command::CloseDealer { tag, router } => {
                     self.dealers.remove(&tag);
-                    self.send_control(router, &Control::Bye { dealer: tag })?;
+                    if router == self.rank {
+                        // A dealer of this rank's own router is forgotten here, in
+                        // command order. A bye through MPI's self-loopback would be
+                        // received only after the commands queued behind this close,
+                        // so a router bound right after it (a restart on the same
+                        // endpoint) would inherit the closed dealer as a live peer.
+                        self.forget(router, tag);
+                    } else {
+                        self.send_control(router, &Control::Bye { dealer: tag })?;
+                    }
                 }
                 Command::BindRouter {
                     generation,
@@ -284,8 +296,6 @@ impl Progress {
         Ok(worked)
     }
 
-    /// A new router inherits every dealer that said hello, as a restarted ZeroMQ
-    /// router is reconnected to by its dealers.
     fn complete_sends(&mut self) -> Result<bool, MpiError> {
         let mut done = ffi::test_some(&mut self.requests)?;
         if done.is_empty() {

@@ -11,6 +11,12 @@ use crate::PeerId;
 use std::sync::atomic::Ordering;
 
 impl Progress {
+    /// A new router inherits every dealer that said hello and has not said goodbye,
+    /// as a restarted ZeroMQ router is reconnected to by its dealers. This rank's
+    /// own dealers are exact (their closes are applied in command order, before a
+    /// later bind); a dealer on another rank whose bye is still in flight is
+    /// inherited and then disconnected when the bye arrives, as a ZeroMQ router sees
+    /// a peer that connects and leaves.
     pub(super) fn bind_router(&mut self, router: RouterEnd) -> Result<(), MpiError> {
         let mut ready = Vec::new();
         for (&(rank, tag), peer) in self.peers.iter_mut() {
@@ -60,6 +66,13 @@ impl Progress {
     fn apply(&mut self, source: i32, note: Control) -> Result<(), MpiError> {
         match note {
             Control::Hello { dealer, identity } => {
+                if source == self.rank && !self.dealers.contains_key(&dealer) {
+                    // One of this process's dealers that closed (its connect timed
+                    // out) before its hello came back through the loopback: no bye
+                    // will follow (see `CloseDealer`), so nothing may connect.
+                    // Tags are never reused, so the tag names that dealer alone.
+                    return Ok(());
+                }
                 let Some(identity) = PeerId::new(identity) else {
                     self.drop_malformed(source, &"hello with an invalid identity");
                     return Ok(());
@@ -99,23 +112,30 @@ impl Progress {
                     }
                 }
             }
-            Control::Bye { dealer } => {
-                let Some(peer) = self.peers.get_mut(&(source, dealer)) else {
-                    return Ok(());
-                };
-                peer.live = false;
-                let identity = peer.identity.clone();
-                // A dealer that reconnected under the same identity keeps its place.
-                let replaced = self
-                    .peers
-                    .values()
-                    .any(|p| p.live && p.identity == identity);
-                if let (Some(router), false) = (&self.router, replaced) {
-                    let _ = router.events.send(Inbound::Disconnect { peer: identity });
-                }
-            }
+            Control::Bye { dealer } => self.forget(source, dealer),
         }
         Ok(())
+    }
+
+    /// A dealer left: the router (this one and any bound later) forgets it. Its
+    /// entry stays, so that data it sent before leaving still names it.
+    pub(super) fn forget(&mut self, source: i32, dealer: i32) {
+        let Some(peer) = self.peers.get_mut(&(source, dealer)) else {
+            return;
+        };
+        if !peer.live {
+            return;
+        }
+        peer.live = false;
+        let identity = peer.identity.clone();
+        // A dealer that reconnected under the same identity keeps its place.
+        let replaced = self
+            .peers
+            .values()
+            .any(|p| p.live && p.identity == identity);
+        if let (Some(router), false) = (&self.router, replaced) {
+            let _ = router.events.send(Inbound::Disconnect { peer: identity });
+        }
     }
 
     pub(super) fn receive_for_router(&mut self) -> Result<bool, MpiError> {
