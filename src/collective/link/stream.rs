@@ -12,18 +12,19 @@
 //! keeps reading from every peer while it waits, so that ranks writing to each other in
 //! a cycle (the ring) can never all block.
 //!
-//! The wire format is in `framing.rs`, the connection set-up in `setup.rs`.
+//! The wire format is in `framing.rs`, the connection set-up in `setup.rs`, the
+//! non-blocking reads, writes and waits in `stream/io.rs`.
 
-use super::framing::{encode_head, Decoder};
+mod io;
+
+use super::framing::Decoder;
 use super::pool::Pool;
-use super::setup::{io_error, open_connections, Connection};
+use super::setup::{open_connections, Connection};
 use super::{Clock, Link, Notice, Pending, SocketLink, Tag};
 use crate::collective::error::LinkError;
 use bytes::Bytes;
 use std::collections::VecDeque;
-use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::TcpStream;
-use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 /// Queued bytes per peer above which `send` waits for the queue to drain.
@@ -114,225 +115,6 @@ impl StreamLink {
             spin,
             pool: Pool::default(),
         })
-    }
-
-    fn peer(&mut self, rank: usize) -> Result<&mut Peer, LinkError> {
-        match self.peers.get_mut(rank) {
-            Some(Some(peer)) => Ok(peer),
-            _ => Err(LinkError::Transport {
-                rank,
-                reason: format!("no connection to rank {rank}"),
-            }),
-        }
-    }
-
-    /// Writes what `rank`'s connection accepts without blocking. Returns whether
-    /// anything was written.
-    fn flush(&mut self, rank: usize) -> Result<bool, LinkError> {
-        let pool = &mut self.pool;
-        let Some(Some(peer)) = self.peers.get_mut(rank) else {
-            return Err(LinkError::Transport {
-                rank,
-                reason: format!("no connection to rank {rank}"),
-            });
-        };
-        let mut progressed = false;
-        if peer.closed.is_some() {
-            // Whatever was queued for a peer that left can no longer matter to it.
-            peer.outbound.clear();
-            peer.queued = 0;
-            return Ok(false);
-        }
-        while let Some(out) = peer.outbound.front_mut() {
-            let mut slices = Vec::with_capacity(out.parts.len() - out.part);
-            slices.push(IoSlice::new(&out.parts[out.part][out.offset..]));
-            for part in &out.parts[out.part + 1..] {
-                slices.push(IoSlice::new(part));
-            }
-            match peer.stream.write_vectored(&slices) {
-                Ok(0) => return Err(io_error(rank, &peer.addr, ErrorKind::WriteZero.into())),
-                Ok(mut written) => {
-                    progressed = true;
-                    peer.drained = Instant::now();
-                    peer.queued -= written;
-                    while written > 0 {
-                        let left = out.parts[out.part].len() - out.offset;
-                        if written >= left {
-                            written -= left;
-                            out.part += 1;
-                            out.offset = 0;
-                        } else {
-                            out.offset += written;
-                            written = 0;
-                        }
-                    }
-                    // Empty frames are skipped too, so that the message counts as done.
-                    while out.part < out.parts.len() && out.parts[out.part].len() == out.offset {
-                        out.part += 1;
-                        out.offset = 0;
-                    }
-                    if out.part == out.parts.len() {
-                        if let Some(done) = peer.outbound.pop_front() {
-                            for part in done.parts {
-                                pool.give(part);
-                            }
-                        }
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    peer.closed = Some(e.to_string());
-                    peer.outbound.clear();
-                    peer.queued = 0;
-                    return Err(io_error(rank, &peer.addr, e));
-                }
-            }
-        }
-        Ok(progressed)
-    }
-
-    /// Reads what `rank`'s connection has without blocking, filing complete messages
-    /// under their tag. Returns whether anything was read.
-    fn pump(&mut self, rank: usize) -> Result<bool, LinkError> {
-        let Some(Some(peer)) = self.peers.get_mut(rank) else {
-            return Err(LinkError::Transport {
-                rank,
-                reason: format!("no connection to rank {rank}"),
-            });
-        };
-        let (pool, pending) = (&mut self.pool, &mut self.pending);
-        let malformed = |addr: &str, reason: String| LinkError::Transport {
-            rank,
-            reason: format!("malformed stream from tcp://{addr}: {reason}"),
-        };
-        let mut progressed = false;
-        while peer.closed.is_none() {
-            if let Some(e) = peer.inbound.error() {
-                return Err(malformed(&peer.addr, e.to_string()));
-            }
-            let read = match peer.stream.read(peer.inbound.space()) {
-                Ok(0) => {
-                    peer.closed = Some(if peer.inbound.between_messages() {
-                        "connection closed by the peer".into()
-                    } else {
-                        "connection closed by the peer in the middle of a message".into()
-                    });
-                    return Ok(true);
-                }
-                Ok(n) => n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(progressed),
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    peer.closed = Some(e.to_string());
-                    return Ok(true);
-                }
-            };
-            progressed = true;
-            peer.heard = Instant::now();
-            let message = peer
-                .inbound
-                .filled(read, &mut |len| pool.take(len))
-                .map_err(|e| malformed(&peer.addr, e.to_string()))?;
-            if let Some((tag, frames)) = message {
-                pending.push(rank, tag, frames);
-            }
-        }
-        Ok(progressed)
-    }
-
-    /// One pass over every connection: write what can be written, read what is there.
-    fn progress(&mut self) -> Result<bool, LinkError> {
-        let mut progressed = false;
-        for rank in 0..self.size {
-            if self.peers[rank].is_none() {
-                continue;
-            }
-            // A failed write closes that peer; it matters only once this rank sends
-            // to it or waits for it, which report it.
-            progressed |= self.flush(rank).unwrap_or(true);
-            progressed |= self.pump(rank)?;
-        }
-        Ok(progressed)
-    }
-
-    /// Sleeps in `poll(2)` until a connection is readable (or writable, where output
-    /// waits), `until`, or [`CONTROL_CHECK`] passes.
-    fn sleep(&self, until: Instant) {
-        let mut fds: Vec<libc::pollfd> = self
-            .peers
-            .iter()
-            .flatten()
-            .filter(|p| p.closed.is_none())
-            .map(|p| libc::pollfd {
-                fd: p.stream.as_raw_fd(),
-                events: libc::POLLIN
-                    | if p.outbound.is_empty() {
-                        0
-                    } else {
-                        libc::POLLOUT
-                    },
-                revents: 0,
-            })
-            .collect();
-        let wait = until
-            .saturating_duration_since(Instant::now())
-            .min(CONTROL_CHECK);
-        let millis = wait.as_millis().max(1) as libc::c_int;
-        // SAFETY: `fds` is a valid, exclusively borrowed array of `fds.len()` pollfds
-        // for the duration of the call.
-        unsafe {
-            libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, millis);
-        }
-    }
-
-    /// Queues a message for `to` and writes what its connection takes at once.
-    fn queue(&mut self, to: usize, tag: Tag, frames: Vec<Bytes>) -> Result<(), LinkError> {
-        let head = encode_head(tag, &frames);
-        let mut parts = Vec::with_capacity(frames.len() + 1);
-        parts.push(Bytes::from(head));
-        parts.extend(frames);
-        let bytes: usize = parts.iter().map(Bytes::len).sum();
-        let peer = self.peer(to)?;
-        if let Some(reason) = &peer.closed {
-            return Err(LinkError::Lost {
-                rank: to,
-                endpoint: format!("tcp://{}", peer.addr),
-                reason: reason.clone(),
-            });
-        }
-        peer.outbound.push_back(Outbound {
-            parts,
-            part: 0,
-            offset: 0,
-        });
-        peer.queued += bytes;
-        self.flush(to)?;
-        Ok(())
-    }
-
-    /// Waits for progress on any connection until `deadline`, spinning first, and
-    /// watching the control link for abort notices. `Ok(false)` at the deadline.
-    fn wait(&mut self, deadline: Instant) -> Result<bool, LinkError> {
-        let spin_until = Instant::now() + self.spin;
-        loop {
-            if self.progress()? {
-                return Ok(true);
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Ok(false);
-            }
-            if now < spin_until {
-                // Yield rather than spin in place: with more ranks than cores (as
-                // under `switchyard launch` on a laptop) the peer we wait for may need
-                // this very core. OpenMPI does the same when oversubscribed.
-                std::thread::yield_now();
-                continue;
-            }
-            self.control.check_aborts()?;
-            self.sleep(deadline);
-        }
     }
 }
 
