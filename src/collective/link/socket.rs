@@ -209,6 +209,47 @@ impl SocketLink {
 }
 
 impl SocketLink {
+    /// Receives the message tagged `tag` from `from`, filing others as pending, and
+    /// gives up at `until(heard)`, where `heard` is when `from` was last heard from
+    /// (any message of its, whatever the tag, shows it is alive and sending).
+    fn receive_tagged(
+        &mut self,
+        from: usize,
+        tag: Tag,
+        until: impl Fn(Instant) -> Instant,
+    ) -> Result<Vec<Bytes>, LinkError> {
+        let mut heard = Instant::now();
+        loop {
+            if let Some((rank, reason)) = &self.aborted {
+                return Err(LinkError::Aborted {
+                    rank: *rank,
+                    reason: reason.clone(),
+                });
+            }
+            if let Some(refused) = self.pending.refusal() {
+                return Err(refused);
+            }
+            if let Some(frames) = self.pending.pop(from, tag) {
+                return Ok(frames);
+            }
+            let received = self.receive_one(from, heard, until(heard))?;
+            let Some((sender, header, frames, step)) = received else {
+                continue;
+            };
+            if sender == from {
+                heard = Instant::now();
+            }
+            let got = Tag {
+                call: header.seq,
+                step,
+            };
+            if sender == from && got == tag {
+                return Ok(frames);
+            }
+            self.pending.push(sender, got, frames);
+        }
+    }
+
     /// Receives one message from the Router before `deadline`. Goodbyes and abort
     /// notices are recorded and give `None`, as do messages that are not collective
     /// traffic (dropped with a warning). `from` and `started` name the wait in errors.
@@ -326,33 +367,7 @@ impl Link for SocketLink {
     }
 
     fn recv(&mut self, from: usize, tag: Tag, deadline: Instant) -> Result<Vec<Bytes>, LinkError> {
-        let started = Instant::now();
-        loop {
-            if let Some((rank, reason)) = &self.aborted {
-                return Err(LinkError::Aborted {
-                    rank: *rank,
-                    reason: reason.clone(),
-                });
-            }
-            if let Some(refused) = self.pending.refusal() {
-                return Err(refused);
-            }
-            if let Some(frames) = self.pending.pop(from, tag) {
-                return Ok(frames);
-            }
-            let Some((sender, header, frames, step)) = self.receive_one(from, started, deadline)?
-            else {
-                continue;
-            };
-            let got = Tag {
-                call: header.seq,
-                step,
-            };
-            if sender == from && got == tag {
-                return Ok(frames);
-            }
-            self.pending.push(sender, got, frames);
-        }
+        self.receive_tagged(from, tag, |_| deadline)
     }
 
     fn recv_within(
@@ -361,37 +376,7 @@ impl Link for SocketLink {
         tag: Tag,
         clock: Clock,
     ) -> Result<Vec<Bytes>, LinkError> {
-        // Any message from `from`, whatever its tag, shows it is alive and sending.
-        let mut heard = Instant::now();
-        loop {
-            if let Some((rank, reason)) = &self.aborted {
-                return Err(LinkError::Aborted {
-                    rank: *rank,
-                    reason: reason.clone(),
-                });
-            }
-            if let Some(refused) = self.pending.refusal() {
-                return Err(refused);
-            }
-            if let Some(frames) = self.pending.pop(from, tag) {
-                return Ok(frames);
-            }
-            let received = self.receive_one(from, heard, clock.until(heard))?;
-            let Some((sender, header, frames, step)) = received else {
-                continue;
-            };
-            if sender == from {
-                heard = Instant::now();
-            }
-            let got = Tag {
-                call: header.seq,
-                step,
-            };
-            if sender == from && got == tag {
-                return Ok(frames);
-            }
-            self.pending.push(sender, got, frames);
-        }
+        self.receive_tagged(from, tag, |heard| clock.until(heard))
     }
 
     fn expect(&mut self, call: u64, stamp: &[u8]) {

@@ -116,77 +116,16 @@ impl StreamLink {
             pool: Pool::default(),
         })
     }
-}
 
-impl Link for StreamLink {
-    fn rank(&self) -> usize {
-        self.rank
-    }
-
-    fn world_size(&self) -> usize {
-        self.size
-    }
-
-    fn send(
+    /// Queues a message for `to` and, while its queue is over the limit, waits for
+    /// room until `until(drained)`, where `drained` is when `to` last took bytes: a
+    /// peer that keeps reading is never timed out.
+    fn send_until(
         &mut self,
         to: usize,
         tag: Tag,
         frames: Vec<Bytes>,
-        deadline: Instant,
-    ) -> Result<(), LinkError> {
-        self.queue(to, tag, frames)?;
-        while self.peer(to)?.queued > QUEUE_LIMIT {
-            if let Some(refused) = self.pending.refusal() {
-                return Err(refused);
-            }
-            if !self.wait(deadline)? {
-                return Err(LinkError::Timeout {
-                    rank: to,
-                    waited: Duration::ZERO,
-                });
-            }
-        }
-        Ok(())
-    }
-
-    fn recv(&mut self, from: usize, tag: Tag, deadline: Instant) -> Result<Vec<Bytes>, LinkError> {
-        let started = Instant::now();
-        loop {
-            if let Some(refused) = self.pending.refusal() {
-                return Err(refused);
-            }
-            if let Some(frames) = self.pending.pop(from, tag) {
-                return Ok(frames);
-            }
-            if let Some(Some(peer)) = self.peers.get(from) {
-                if let Some(reason) = &peer.closed {
-                    return Err(LinkError::Lost {
-                        rank: from,
-                        endpoint: format!("tcp://{}", peer.addr),
-                        reason: reason.clone(),
-                    });
-                }
-            }
-            if !self.wait(deadline)? {
-                self.control.check_aborts()?;
-                return Err(LinkError::Timeout {
-                    rank: from,
-                    waited: started.elapsed(),
-                });
-            }
-        }
-    }
-
-    fn abort(&mut self, call: u64, reason: &str) {
-        self.control.abort(call, reason);
-    }
-
-    fn send_within(
-        &mut self,
-        to: usize,
-        tag: Tag,
-        frames: Vec<Bytes>,
-        clock: Clock,
+        until: impl Fn(Instant) -> Instant,
     ) -> Result<(), LinkError> {
         self.queue(to, tag, frames)?;
         // Wait for room as long as `to` keeps taking bytes.
@@ -196,7 +135,7 @@ impl Link for StreamLink {
                 return Err(refused);
             }
             let drained = self.peer(to)?.drained.max(started);
-            let until = clock.until(drained);
+            let until = until(drained);
             let now = Instant::now();
             if now >= until {
                 return Err(LinkError::Timeout {
@@ -209,11 +148,14 @@ impl Link for StreamLink {
         Ok(())
     }
 
-    fn recv_within(
+    /// Receives the message tagged `tag` from `from`, waiting until `until(heard)`,
+    /// where `heard` is when a byte last arrived from `from`: a frame still arriving
+    /// is progress.
+    fn recv_until(
         &mut self,
         from: usize,
         tag: Tag,
-        clock: Clock,
+        until: impl Fn(Instant) -> Instant,
     ) -> Result<Vec<Bytes>, LinkError> {
         let started = Instant::now();
         loop {
@@ -232,7 +174,7 @@ impl Link for StreamLink {
                 });
             }
             let heard = peer.heard.max(started);
-            let until = clock.until(heard);
+            let until = until(heard);
             let now = Instant::now();
             if now >= until {
                 self.control.check_aborts()?;
@@ -243,6 +185,53 @@ impl Link for StreamLink {
             }
             self.wait(until)?;
         }
+    }
+}
+
+impl Link for StreamLink {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.size
+    }
+
+    fn send(
+        &mut self,
+        to: usize,
+        tag: Tag,
+        frames: Vec<Bytes>,
+        deadline: Instant,
+    ) -> Result<(), LinkError> {
+        self.send_until(to, tag, frames, |_| deadline)
+    }
+
+    fn recv(&mut self, from: usize, tag: Tag, deadline: Instant) -> Result<Vec<Bytes>, LinkError> {
+        self.recv_until(from, tag, |_| deadline)
+    }
+
+    fn abort(&mut self, call: u64, reason: &str) {
+        self.control.abort(call, reason);
+    }
+
+    fn send_within(
+        &mut self,
+        to: usize,
+        tag: Tag,
+        frames: Vec<Bytes>,
+        clock: Clock,
+    ) -> Result<(), LinkError> {
+        self.send_until(to, tag, frames, |drained| clock.until(drained))
+    }
+
+    fn recv_within(
+        &mut self,
+        from: usize,
+        tag: Tag,
+        clock: Clock,
+    ) -> Result<Vec<Bytes>, LinkError> {
+        self.recv_until(from, tag, |heard| clock.until(heard))
     }
 
     fn abort_blaming(&mut self, call: u64, reason: &str, blames: Option<usize>) {
