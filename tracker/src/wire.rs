@@ -276,6 +276,7 @@ pub fn write_all_within(
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
     use std::net::TcpListener;
 
