@@ -91,7 +91,7 @@ pub fn link_maps(n: usize) -> Vec<Links> {
         let parent = if p == 0 {
             None
         } else {
-            Some(rank_of[(p + 1) / 2 - 1])
+            Some(rank_of[(p - 1) / 2])
         };
         let mut tree: Vec<u32> = children(p, n)
             .into_iter()
