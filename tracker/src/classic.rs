@@ -550,6 +550,11 @@ impl Classic {
             .map(|(r, _)| *r)
     }
 
+    /// Whether a connection holds `rank` (assigned, negotiation not finished).
+    pub fn is_held(&self, rank: u32) -> bool {
+        self.held.contains_key(&rank)
+    }
+
     /// Whether the holder of `rank` came with `recover`.
     pub fn is_recover(&self, rank: u32) -> bool {
         self.held.get(&rank).is_some_and(|h| h.recover)

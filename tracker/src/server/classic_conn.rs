@@ -36,7 +36,16 @@ pub(crate) fn session(
             Ok(())
         }
         Command::Shutdown => {
-            let mut m = lock(&sh.machines);
+            // A worker may finish and shut down before the tracker has read the port it
+            // reported on its `start` connection: wait for that negotiation to end.
+            let m = lock(&sh.machines);
+            let mut m = sh
+                .changed
+                .wait_timeout_while(m, sh.config.read_timeout, |m| {
+                    u32::try_from(rank).is_ok_and(|r| m.classic.is_held(r))
+                })
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
             let actions = m.classic.shutdown(rank).map_err(Bad::Refused)?;
             sh.classic_actions(&mut m, actions);
             Ok(())

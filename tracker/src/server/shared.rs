@@ -47,6 +47,8 @@ pub(crate) struct Machines {
 pub(crate) struct Shared {
     pub(crate) config: TrackerConfig,
     pub(crate) machines: Mutex<Machines>,
+    /// Notified whenever the classic machine's holders change.
+    pub(crate) changed: Condvar,
     inboxes: Mutex<HashMap<ConnId, Sender<Go>>>,
     subscribers: Mutex<Vec<Sender<Event>>>,
     pub(crate) end: Mutex<Option<Ending>>,
@@ -77,6 +79,7 @@ impl Shared {
                 json,
                 journal,
             }),
+            changed: Condvar::new(),
             inboxes: Mutex::new(HashMap::new()),
             subscribers: Mutex::new(Vec::new()),
             end: Mutex::new(None),
@@ -149,6 +152,7 @@ impl Shared {
                 classic::Action::Record(r) => self.note(m, r),
             }
         }
+        self.changed.notify_all();
     }
 
     /// Carries out a JSON machine's actions (under the machines' lock); returns the
