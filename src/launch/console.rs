@@ -109,8 +109,16 @@ pub(crate) struct SummaryRow {
 
 /// The summary table.
 pub(crate) fn format_summary(rows: &[SummaryRow]) -> String {
-    let width = rows.iter().map(|r| r.process.len()).max().unwrap_or(0).max(7);
-    let mut text = format!("switchyard: summary\n  {:width$}  starts  wall       status\n", "process");
+    let width = rows
+        .iter()
+        .map(|r| r.process.len())
+        .max()
+        .unwrap_or(0)
+        .max(7);
+    let mut text = format!(
+        "switchyard: summary\n  {:width$}  starts  wall       status\n",
+        "process"
+    );
     for row in rows {
         text += &format!(
             "  {:width$}  {:>6}  {:>8.2}s  {}\n",

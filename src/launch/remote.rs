@@ -35,7 +35,11 @@ pub(crate) struct Spec<'a> {
 
 /// The command that starts `spec` with `kind`; `cwd` is the directory a remote process
 /// starts in (ssh only: srun and mpirun keep the caller's).
-pub(crate) fn command(kind: LauncherKind, spec: &Spec<'_>, cwd: &Path) -> Result<Command, LaunchError> {
+pub(crate) fn command(
+    kind: LauncherKind,
+    spec: &Spec<'_>,
+    cwd: &Path,
+) -> Result<Command, LaunchError> {
     let env_words = || spec.env.iter().map(|(k, v)| format!("{k}={v}"));
     let mut command = match kind {
         LauncherKind::Local => {
@@ -60,7 +64,9 @@ pub(crate) fn command(kind: LauncherKind, spec: &Spec<'_>, cwd: &Path) -> Result
             words.push(quote(spec.program));
             words.extend(spec.args.iter().map(|a| quote(a)));
             let mut c = Command::new("ssh");
-            c.args(["-o", "BatchMode=yes"]).arg(&host.name).arg(words.join(" "));
+            c.args(["-o", "BatchMode=yes"])
+                .arg(&host.name)
+                .arg(words.join(" "));
             return Ok(c);
         }
         LauncherKind::Slurm => {
@@ -80,7 +86,11 @@ pub(crate) fn command(kind: LauncherKind, spec: &Spec<'_>, cwd: &Path) -> Result
             c
         }
     };
-    command.arg("env").args(env_words()).arg(spec.program).args(spec.args);
+    command
+        .arg("env")
+        .args(env_words())
+        .arg(spec.program)
+        .args(spec.args);
     Ok(command)
 }
 
@@ -121,7 +131,9 @@ mod tests {
 
     #[test]
     fn ssh_runs_one_quoted_shell_line_in_the_same_directory() {
-        let host = Host { name: "node1".into() };
+        let host = Host {
+            name: "node1".into(),
+        };
         let args = vec!["-c".to_string(), "echo a b".to_string()];
         let spec = Spec {
             program: "sh",
@@ -144,7 +156,12 @@ mod tests {
 
     #[test]
     fn ssh_without_a_host_names_the_hostfile() {
-        let spec = Spec { program: "p", args: &[], env: vec![], host: None };
+        let spec = Spec {
+            program: "p",
+            args: &[],
+            env: vec![],
+            host: None,
+        };
         let err = command(LauncherKind::Ssh, &spec, Path::new("/")).unwrap_err();
         assert!(err.to_string().contains("--hostfile"), "{err}");
     }
@@ -161,9 +178,26 @@ mod tests {
         let srun = command(LauncherKind::Slurm, &spec, Path::new("/")).unwrap();
         assert_eq!(
             args_of(&srun),
-            ["srun", "--nodes=1", "--ntasks=1", "--nodelist=n2", "env", "K=v w", "p", "x"]
+            [
+                "srun",
+                "--nodes=1",
+                "--ntasks=1",
+                "--nodelist=n2",
+                "env",
+                "K=v w",
+                "p",
+                "x"
+            ]
         );
-        let mpirun = command(LauncherKind::Mpi, &Spec { host: None, ..spec }, Path::new("/")).unwrap();
-        assert_eq!(args_of(&mpirun), ["mpirun", "-np", "1", "env", "K=v w", "p", "x"]);
+        let mpirun = command(
+            LauncherKind::Mpi,
+            &Spec { host: None, ..spec },
+            Path::new("/"),
+        )
+        .unwrap();
+        assert_eq!(
+            args_of(&mpirun),
+            ["mpirun", "-np", "1", "env", "K=v w", "p", "x"]
+        );
     }
 }

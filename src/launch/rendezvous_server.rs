@@ -91,7 +91,10 @@ fn serve(listener: TcpListener, world: u32, notices: &Sender<Notice>, done: &Ato
 
 /// Sends the endpoint list (every slot is filled when this is called).
 fn answer(stream: &mut TcpStream, endpoints: &[Option<String>], rank: u32) {
-    let list: Vec<String> = endpoints.iter().map(|e| e.clone().unwrap_or_default()).collect();
+    let list: Vec<String> = endpoints
+        .iter()
+        .map(|e| e.clone().unwrap_or_default())
+        .collect();
     if let Err(e) = write_endpoints(stream, &list, Instant::now() + ANSWER_LIMIT) {
         tracing::warn!(rank, error = %e, "rendezvous: could not send the endpoint list");
     }

@@ -65,7 +65,12 @@ pub(crate) struct Proc {
 
 impl Proc {
     /// A process not yet started.
-    pub(crate) fn new(role: Role, index: u32, env: Vec<(String, String)>, host: Option<Host>) -> Self {
+    pub(crate) fn new(
+        role: Role,
+        index: u32,
+        env: Vec<(String, String)>,
+        host: Option<Host>,
+    ) -> Self {
         Proc {
             role,
             index,
@@ -111,7 +116,9 @@ pub(crate) struct Supervisor<'a> {
 
 impl std::fmt::Debug for Supervisor<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Supervisor").field("procs", &self.procs).finish_non_exhaustive()
+        f.debug_struct("Supervisor")
+            .field("procs", &self.procs)
+            .finish_non_exhaustive()
     }
 }
 
@@ -148,7 +155,8 @@ impl<'a> Supervisor<'a> {
         loop {
             if self.options.stop_on_signals {
                 if let Some(signal) = signals::received() {
-                    self.console.event(&format!("{signal} received; stopping every process"));
+                    self.console
+                        .event(&format!("{signal} received; stopping every process"));
                     self.stop_all("stopped (interrupted)");
                     return Err(LaunchError::Interrupted { signal });
                 }
@@ -211,18 +219,38 @@ impl<'a> Supervisor<'a> {
         })?;
         let prefix = proc.prefix();
         if let Some(out) = child.stdout.take() {
-            forward_output(self.console.clone(), prefix.clone(), out, false, self.output_done.clone());
+            forward_output(
+                self.console.clone(),
+                prefix.clone(),
+                out,
+                false,
+                self.output_done.clone(),
+            );
             self.streams += 1;
         }
         if let Some(err) = child.stderr.take() {
-            forward_output(self.console.clone(), prefix, err, true, self.output_done.clone());
+            forward_output(
+                self.console.clone(),
+                prefix,
+                err,
+                true,
+                self.output_done.clone(),
+            );
             self.streams += 1;
         }
         let pid = child.id();
         proc.child = Some(child);
         proc.first_start.get_or_insert_with(Instant::now);
-        let on = proc.host.as_ref().map(|h| format!(" on {}", h.name)).unwrap_or_default();
-        let text = format!("{} running (pid {pid}{on}, DMLC_NUM_ATTEMPT={})", proc.name(), proc.attempt);
+        let on = proc
+            .host
+            .as_ref()
+            .map(|h| format!(" on {}", h.name))
+            .unwrap_or_default();
+        let text = format!(
+            "{} running (pid {pid}{on}, DMLC_NUM_ATTEMPT={})",
+            proc.name(),
+            proc.attempt
+        );
         self.console.event(&text);
         Ok(())
     }
@@ -255,7 +283,9 @@ impl<'a> Supervisor<'a> {
     fn reap(&mut self) -> Result<Option<LaunchError>, LaunchError> {
         for i in 0..self.procs.len() {
             let proc = &mut self.procs[i];
-            let Some(child) = proc.child.as_mut() else { continue };
+            let Some(child) = proc.child.as_mut() else {
+                continue;
+            };
             let status = match child.try_wait() {
                 Ok(None) => continue,
                 Ok(Some(status)) => status,
@@ -319,7 +349,9 @@ impl<'a> Supervisor<'a> {
         let statuses = group::stop_all(children, self.options.grace);
         let now = Instant::now();
         for (i, status) in running.into_iter().zip(statuses) {
-            let status = status.map(|s| s.to_string()).unwrap_or_else(|| "unknown".into());
+            let status = status
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "unknown".into());
             self.procs[i].end = Some((format!("{why}: {status}"), now));
         }
     }
@@ -349,9 +381,16 @@ impl<'a> Supervisor<'a> {
                     .unwrap_or_else(|| ("not finished".into(), now));
                 SummaryRow {
                     process: p.name(),
-                    starts: if p.first_start.is_some() { p.attempt + 1 } else { 0 },
+                    starts: if p.first_start.is_some() {
+                        p.attempt + 1
+                    } else {
+                        0
+                    },
                     status,
-                    wall: p.first_start.map(|s| ended.duration_since(s)).unwrap_or_default(),
+                    wall: p
+                        .first_start
+                        .map(|s| ended.duration_since(s))
+                        .unwrap_or_default(),
                 }
             })
             .collect()
