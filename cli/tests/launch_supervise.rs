@@ -36,11 +36,12 @@ impl Drop for TempDir {
 #[test]
 fn workers_and_servers_get_the_dmlc_environment() {
     let mut cmd = switchyard();
-    cmd.args(["launch", "-n", "2", "--servers", "1", "--", "sh", "-c"]).arg(
-        "echo role=$DMLC_ROLE task=$DMLC_TASK_ID workers=$DMLC_NUM_WORKER \
+    cmd.args(["launch", "-n", "2", "--servers", "1", "--", "sh", "-c"])
+        .arg(
+            "echo role=$DMLC_ROLE task=$DMLC_TASK_ID workers=$DMLC_NUM_WORKER \
          servers=$DMLC_NUM_SERVER attempt=$DMLC_NUM_ATTEMPT cluster=$DMLC_JOB_CLUSTER \
          tracker=$DMLC_TRACKER_URI:${DMLC_TRACKER_PORT:+port} rank=${SWITCHYARD_RANK:-none}",
-    );
+        );
     let (out, _) = run_bounded(cmd, Duration::from_secs(60));
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
@@ -50,7 +51,10 @@ fn workers_and_servers_get_the_dmlc_environment() {
         format!("[1] role=worker task=1 {common} rank=1"),
         format!("[s0] role=server task=2 {common} rank=none"),
     ] {
-        assert!(stdout.lines().any(|l| l == expected), "no {expected:?} in\n{stdout}");
+        assert!(
+            stdout.lines().any(|l| l == expected),
+            "no {expected:?} in\n{stdout}"
+        );
     }
 }
 
@@ -65,8 +69,16 @@ fn a_failing_process_is_restarted_with_the_next_attempt_number() {
     let (out, _) = run_bounded(cmd, Duration::from_secs(60));
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    for line in ["[0] attempt 0", "[1] attempt 0", "[1] attempt 1", "[1] attempt 2"] {
-        assert!(stdout.lines().any(|l| l == line), "no {line:?} in\n{stdout}");
+    for line in [
+        "[0] attempt 0",
+        "[1] attempt 0",
+        "[1] attempt 1",
+        "[1] attempt 2",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "no {line:?} in\n{stdout}"
+        );
     }
     assert!(!stdout.contains("[0] attempt 1"), "{stdout}");
     // Not a terminal: one plain line per event, then the summary.
@@ -102,11 +114,19 @@ fn when_restarts_run_out_the_job_stops_and_names_the_rank() {
     assert!(!out.status.success(), "{stderr}");
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("rank 0 exited with exit status: 4 after 1 restart; every other process was stopped"),
+        stderr.contains(
+            "rank 0 exited with exit status: 4 after 1 restart; every other process was stopped"
+        ),
         "{stderr}"
     );
-    assert!(stderr.contains("stopped (another process failed)"), "{stderr}");
-    assert!(took < Duration::from_secs(20), "the sleeping rank was not stopped: {took:?}");
+    assert!(
+        stderr.contains("stopped (another process failed)"),
+        "{stderr}"
+    );
+    assert!(
+        took < Duration::from_secs(20),
+        "the sleeping rank was not stopped: {took:?}"
+    );
 }
 
 /// Whether process `pid` is gone (no entry, or a zombie nobody reaped yet).
@@ -114,12 +134,19 @@ fn gone(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
         // The state follows the parenthesised command name.
-        Ok(stat) => stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
     }
 }
 
 fn read_pid(path: &Path) -> u32 {
-    std::fs::read_to_string(path).unwrap().trim().parse().unwrap()
+    std::fs::read_to_string(path)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
 }
 
 /// Each rank starts a background `sleep` (a grandchild of the launcher), writes both
@@ -147,7 +174,9 @@ fn signal_stops_everything(signal: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut ready = 0;
     while ready < 2 {
-        let line = rx.recv_deadline(deadline).expect("both ranks ready within 30 s");
+        let line = rx
+            .recv_deadline(deadline)
+            .expect("both ranks ready within 30 s");
         ready += usize::from(line.ends_with("] ready"));
     }
     let pids: Vec<u32> = ["child.0", "child.1", "grandchild.0", "grandchild.1"]
@@ -164,7 +193,10 @@ fn signal_stops_everything(signal: &str) {
         if let Some(status) = launcher.try_wait().unwrap() {
             break status;
         }
-        assert!(sent.elapsed() < Duration::from_secs(10), "launcher still running after {signal}");
+        assert!(
+            sent.elapsed() < Duration::from_secs(10),
+            "launcher still running after {signal}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     let took = sent.elapsed();
@@ -172,7 +204,10 @@ fn signal_stops_everything(signal: &str) {
     std::io::Read::read_to_string(&mut launcher.stderr.take().unwrap(), &mut stderr).unwrap();
     assert_eq!(status.code(), Some(130), "{stderr}");
     assert!(took < Duration::from_secs(5), "{took:?}\n{stderr}");
-    assert!(stderr.contains(&format!("interrupted by SIG{signal}")), "{stderr}");
+    assert!(
+        stderr.contains(&format!("interrupted by SIG{signal}")),
+        "{stderr}"
+    );
     for pid in pids {
         assert!(gone(pid), "process {pid} outlived the launcher\n{stderr}");
     }
@@ -224,14 +259,25 @@ with collective.CommunicatorContext():
     print("rank", r, "of", w, "task", os.environ["DMLC_TASK_ID"], "sum", s[0], flush=True)
 "#;
     let mut cmd = switchyard();
-    cmd.args(["launch", "-n", "3", "--"]).arg(python).args(["-c", script]);
+    cmd.args(["launch", "-n", "3", "--"])
+        .arg(python)
+        .args(["-c", script]);
     let (out, _) = run_bounded(cmd, Duration::from_secs(120));
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
     for r in 0..3 {
         let line = format!("[{r}] rank {r} of 3 task {r} sum 6.0");
-        assert!(stdout.lines().any(|l| l == line), "no {line:?} in\n{stdout}");
-        assert!(stderr.contains(&format!("switchyard: rank {r} joined (tracker)")), "{stderr}");
-        assert!(stderr.contains(&format!("[tracker] hello from rank {r}")), "{stderr}");
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "no {line:?} in\n{stdout}"
+        );
+        assert!(
+            stderr.contains(&format!("switchyard: rank {r} joined (tracker)")),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("[tracker] hello from rank {r}")),
+            "{stderr}"
+        );
     }
 }
