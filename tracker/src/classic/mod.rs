@@ -560,3 +560,6 @@ impl Classic {
         self.held.get(&rank).is_some_and(|h| h.recover)
     }
 }
+
+#[cfg(test)]
+mod tests;
