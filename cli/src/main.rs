@@ -6,6 +6,7 @@
 //! ```
 
 mod bench;
+mod tracker_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -63,6 +64,8 @@ enum Command {
         #[arg(last = true, required = true)]
         program: Vec<String>,
     },
+    /// Serve a rabit / XGBoost job as its tracker (classic and JSON protocols).
+    Tracker(tracker_cmd::TrackerArgs),
     /// Run a benchmark suite.
     Bench {
         #[command(subcommand)]
@@ -115,6 +118,7 @@ fn main() -> ExitCode {
                 other => other.map_err(Into::into),
             }
         }
+        Command::Tracker(args) => tracker_cmd::run(args),
         Command::Bench { suite } => bench::run(suite),
     };
     match result {

@@ -219,3 +219,6 @@ impl Json {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

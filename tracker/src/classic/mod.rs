@@ -8,7 +8,8 @@
 //! Differences from the reference, each fixing an item of §10:
 //! - the world size is fixed by the configuration; another one is refused (§10.4);
 //! - refusals are the protocol's polite one (rank −1), never a crash (§10.4): unknown
-//!   task after every rank is out, `recover` without a rank, a rank ≥ n, a rank held by
+//!   task after every rank is out, `recover` without a rank or for a rank that never
+//!   joined (e.g. before the first `start`), a rank ≥ n, a rank held by
 //!   a connection that has not finished negotiating (§10.8), a rank already shut down;
 //! - an explicit rank is taken out of the batch's ranks (§10.9);
 //! - a worker that vanishes before it finishes negotiating gives its rank back (§10.5);
@@ -243,7 +244,13 @@ impl Classic {
                     hello.rank, self.n
                 ));
             }
-            Some(hello.rank as u32)
+            let rank = hello.rank as u32;
+            if recover && !self.linked.contains(&rank) {
+                return Err(format!(
+                    "recover from rank {rank}, which never joined this job"
+                ));
+            }
+            Some(rank)
         } else {
             hello
                 .task_id
@@ -560,3 +567,6 @@ impl Classic {
         self.held.get(&rank).is_some_and(|h| h.recover)
     }
 }
+
+#[cfg(test)]
+mod tests;
