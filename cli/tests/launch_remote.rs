@@ -88,7 +88,8 @@ const PRINT: &str = "echo task=$DMLC_TASK_ID cluster=$DMLC_JOB_CLUSTER rank=$SWI
 
 /// Runs 3 workers through `launcher` and checks their output and the log line of each.
 fn three_workers(launcher: &str, with_hostfile: bool) -> Vec<String> {
-    let cluster = Cluster::new(&format!("remote-{launcher}"), HOSTS);
+    // Tests run in parallel in one process: one folder per launcher and hostfile use.
+    let cluster = Cluster::new(&format!("remote-{launcher}-{with_hostfile}"), HOSTS);
     let hostfile = cluster.hostfile();
     let mut args = vec!["-n", "3", "--launcher", launcher, "--host", "127.0.0.1"];
     if with_hostfile {
