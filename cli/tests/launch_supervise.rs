@@ -281,3 +281,32 @@ with collective.CommunicatorContext():
         );
     }
 }
+
+/// On a terminal, progress is one status line redrawn in place, not log lines. The
+/// terminal is a pseudo-terminal from util-linux `script`.
+#[test]
+fn a_terminal_gets_one_status_line_instead_of_log_lines() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: no `script` (util-linux) to give the launcher a terminal");
+        return;
+    }
+    let launch = format!(
+        "'{}' launch -n 2 -- sh -c 'sleep 0.2; echo hi from $SWITCHYARD_RANK'",
+        env!("CARGO_BIN_EXE_switchyard")
+    );
+    let mut cmd = Command::new("script");
+    cmd.args(["-q", "-e", "-c", &launch, "/dev/null"]);
+    let (out, _) = run_bounded(cmd, Duration::from_secs(60));
+    let screen = text(&out.stdout);
+    assert!(out.status.success(), "{screen:?}");
+    assert!(
+        screen.contains("hi from 0") && screen.contains("hi from 1"),
+        "{screen:?}"
+    );
+    assert!(
+        screen.contains("\r\x1b[Kswitchyard: 2 processes | joined 0/2 | running"),
+        "{screen:?}"
+    );
+    assert!(!screen.contains("switchyard: rank 0 running"), "{screen:?}");
+    assert!(screen.contains("switchyard: summary"), "{screen:?}");
+}
