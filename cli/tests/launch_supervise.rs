@@ -310,3 +310,59 @@ fn a_terminal_gets_one_status_line_instead_of_log_lines() {
     assert!(!screen.contains("switchyard: rank 0 running"), "{screen:?}");
     assert!(screen.contains("switchyard: summary"), "{screen:?}");
 }
+
+/// A SIGKILLed launcher cannot stop anything, but its children die with it
+/// (PR_SET_PDEATHSIG). Their background jobs are out of reach; the test ends them.
+#[cfg(target_os = "linux")]
+#[test]
+fn children_die_with_a_sigkilled_launcher() {
+    let dir = TempDir::new("sigkill");
+    let mut cmd = switchyard();
+    // --timeout bounds the blocking reads below: the launcher ends the job (closing
+    // the pipe) if the ranks never say ready.
+    cmd.args([
+        "launch",
+        "-n",
+        "2",
+        "--timeout",
+        "30",
+        "--",
+        "sh",
+        "-c",
+        TREE,
+    ])
+    .env("PIDS", &dir.0)
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null());
+    let mut guard = ChildGuard(Some(cmd.spawn().unwrap()));
+    let launcher = guard.0.as_mut().unwrap();
+    let stdout = BufReader::new(launcher.stdout.take().unwrap());
+    let mut lines = stdout.lines().map_while(Result::ok);
+    let ready = lines
+        .by_ref()
+        .filter(|l| l.ends_with("] ready"))
+        .take(2)
+        .count();
+    assert_eq!(ready, 2);
+    let child = |f: &str| read_pid(&dir.0.join(f));
+    let (children, grandchildren) = (
+        [child("child.0"), child("child.1")],
+        [child("grandchild.0"), child("grandchild.1")],
+    );
+    launcher.kill().unwrap();
+    launcher.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !children.iter().all(|p| gone(*p)) {
+        assert!(
+            Instant::now() < deadline,
+            "children {children:?} outlived the launcher"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for pid in grandchildren {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+}
