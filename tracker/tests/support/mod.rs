@@ -121,12 +121,24 @@ pub struct Worker {
 }
 
 pub fn start_worker(addr: SocketAddr, rank: i32, task: &str) -> Worker {
+    join(addr, rank, -1, task, "start", Vec::new())
+}
+
+/// `start` or `recover` with links `kept` still healthy; accepts with a deadline.
+pub fn join(
+    addr: SocketAddr,
+    rank: i32,
+    world: i32,
+    task: &str,
+    cmd: &str,
+    kept: Vec<(i32, TcpStream)>,
+) -> Worker {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let mut st = hello(addr, rank, -1, task, "start");
+    let mut st = hello(addr, rank, world, task, cmd);
     let assignment = read_assignment(&mut st);
     assert!(assignment.rank >= 0, "refused: {assignment:?}");
     let me = assignment.rank;
-    let mut peers = Vec::new();
+    let mut peers = kept;
     let accept = loop {
         let good: Vec<i32> = peers.iter().map(|(r, _)| *r).collect();
         let mut b = le(good.len() as i32).to_vec();
@@ -159,8 +171,23 @@ pub fn start_worker(addr: SocketAddr, rank: i32, task: &str) -> Worker {
     let port = listener.local_addr().unwrap().port();
     st.write_all(&le(i32::from(port))).unwrap();
     drop(st);
+    listener.set_nonblocking(true).unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
     for _ in 0..accept {
-        let (mut p, _) = listener.accept().unwrap();
+        let (mut p, _) = loop {
+            match listener.accept() {
+                Ok(a) => break a,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "rank {me}: no peer connected"
+                    );
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => panic!("accept: {e}"),
+            }
+        };
+        p.set_nonblocking(false).unwrap();
         p.set_read_timeout(Some(WAIT)).unwrap();
         p.write_all(&le(me)).unwrap();
         let r = read_i32(&mut p);
