@@ -113,6 +113,29 @@ pub fn read_assignment(st: &mut TcpStream) -> Assignment {
     }
 }
 
+/// Accepts one connection, failing the test after [`WAIT`].
+pub fn accept_within(listener: &TcpListener) -> TcpStream {
+    listener.set_nonblocking(true).unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        match listener.accept() {
+            Ok((p, _)) => {
+                p.set_nonblocking(false).unwrap();
+                p.set_read_timeout(Some(WAIT)).unwrap();
+                return p;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no peer connected within {WAIT:?}"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    }
+}
+
 /// A well-behaved classic worker: `start`, negotiation with real peer links (§6, §7).
 /// Returns its assignment and its links by peer rank.
 pub struct Worker {
@@ -171,24 +194,8 @@ pub fn join(
     let port = listener.local_addr().unwrap().port();
     st.write_all(&le(i32::from(port))).unwrap();
     drop(st);
-    listener.set_nonblocking(true).unwrap();
-    let deadline = std::time::Instant::now() + WAIT;
     for _ in 0..accept {
-        let (mut p, _) = loop {
-            match listener.accept() {
-                Ok(a) => break a,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    assert!(
-                        std::time::Instant::now() < deadline,
-                        "rank {me}: no peer connected"
-                    );
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err(e) => panic!("accept: {e}"),
-            }
-        };
-        p.set_nonblocking(false).unwrap();
-        p.set_read_timeout(Some(WAIT)).unwrap();
+        let mut p = accept_within(&listener);
         p.write_all(&le(me)).unwrap();
         let r = read_i32(&mut p);
         peers.push((r, p));
