@@ -130,7 +130,7 @@ fn item_4_bad_input_is_refused_not_fatal() {
         b.write_all(&le(0)).unwrap();
         b.write_all(&le(i32::from(l.local_addr().unwrap().port())))
             .unwrap();
-        let (mut p, _) = l.accept().unwrap();
+        let mut p = accept_within(&l);
         p.write_all(&le(1)).unwrap();
         assert_eq!(read_i32(&mut p), 0);
     });

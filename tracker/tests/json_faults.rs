@@ -210,7 +210,7 @@ fn item_9_an_error_stops_every_worker_and_fails_the_job() {
         r#"{"cmd":3,"code":5,"msg":"out of memory"}"#,
     );
     for l in &listeners {
-        let (mut s, _) = l.accept().unwrap();
+        let mut s = accept_within(l);
         s.set_read_timeout(Some(WAIT)).unwrap();
         assert_eq!(read_i32(&mut s), 1);
     }
