@@ -236,30 +236,25 @@ fn what_a_finished_process_left_running_is_stopped() {
     assert!(gone(pid), "the background sleep {pid} outlived its rank");
 }
 
-/// An unmodified XGBoost 1.7 script (rabit reads DMLC_* from the environment) runs under
-/// the launcher's tracker; each worker joins through it.
-#[test]
-fn an_xgboost_17_script_joins_the_embedded_tracker() {
-    let Some(python) = std::env::var_os("SWITCHYARD_XGB17_PYTHON") else {
+/// The Python of an XGBoost venv, from `var`; `None` (after saying why) when unset,
+/// unless CI requires XGBoost.
+fn xgboost_python(var: &str) -> Option<std::ffi::OsString> {
+    let python = std::env::var_os(var);
+    if python.is_none() {
         assert!(
             std::env::var("SWITCHYARD_REQUIRE_XGBOOST").as_deref() != Ok("1"),
-            "SWITCHYARD_REQUIRE_XGBOOST=1 but SWITCHYARD_XGB17_PYTHON is unset"
+            "SWITCHYARD_REQUIRE_XGBOOST=1 but {var} is unset"
         );
-        eprintln!("skipped: SWITCHYARD_XGB17_PYTHON is unset (scripts/xgboost-venvs.sh makes it)");
-        return;
-    };
-    let script = r#"
-import os
-import numpy as np
-from xgboost import collective
-with collective.CommunicatorContext():
-    r, w = collective.get_rank(), collective.get_world_size()
-    s = collective.allreduce(np.array([r + 1.0] * 4), collective.Op.SUM)
-    collective.communicator_print(f"hello from rank {r}\n")
-    print("rank", r, "of", w, "task", os.environ["DMLC_TASK_ID"], "sum", s[0], flush=True)
-"#;
+        eprintln!("skipped: {var} is unset (scripts/xgboost-venvs.sh makes the venv)");
+    }
+    python
+}
+
+/// Runs `script` in 3 workers under the launcher and checks that each joined through
+/// the tracker, printed through it, and summed the ranks.
+fn xgboost_job(python: std::ffi::OsString, script: &str) {
     let mut cmd = switchyard();
-    cmd.args(["launch", "-n", "3", "--"])
+    cmd.args(["launch", "-n", "3", "--timeout", "100", "--"])
         .arg(python)
         .args(["-c", script]);
     let (out, _) = run_bounded(cmd, Duration::from_secs(120));
@@ -280,6 +275,56 @@ with collective.CommunicatorContext():
             "{stderr}"
         );
     }
+}
+
+/// An unmodified XGBoost 1.7 script (rabit reads DMLC_* from the environment) runs under
+/// the launcher's tracker (classic protocol).
+#[test]
+fn an_xgboost_17_script_joins_the_embedded_tracker() {
+    let Some(python) = xgboost_python("SWITCHYARD_XGB17_PYTHON") else {
+        return;
+    };
+    xgboost_job(
+        python,
+        r#"
+import os
+import numpy as np
+from xgboost import collective
+with collective.CommunicatorContext():
+    r, w = collective.get_rank(), collective.get_world_size()
+    s = collective.allreduce(np.array([r + 1.0] * 4), collective.Op.SUM)
+    collective.communicator_print(f"hello from rank {r}\n")
+    print("rank", r, "of", w, "task", os.environ["DMLC_TASK_ID"], "sum", s[0], flush=True)
+"#,
+    );
+}
+
+/// XGBoost 3.x ignores the environment: the script passes the launcher's DMLC_*
+/// values on, and joins the same embedded tracker over the JSON protocol.
+#[test]
+fn an_xgboost_3_script_joins_the_embedded_tracker() {
+    let Some(python) = xgboost_python("SWITCHYARD_XGB3_PYTHON") else {
+        return;
+    };
+    xgboost_job(
+        python,
+        r#"
+import os
+import numpy as np
+from xgboost import collective
+e = os.environ
+with collective.CommunicatorContext(
+    dmlc_communicator="rabit",
+    dmlc_tracker_uri=e["DMLC_TRACKER_URI"],
+    dmlc_tracker_port=int(e["DMLC_TRACKER_PORT"]),
+    dmlc_task_id=e["DMLC_TASK_ID"],
+):
+    r, w = collective.get_rank(), collective.get_world_size()
+    s = collective.allreduce(np.array([r + 1.0] * 4), collective.Op.SUM)
+    collective.communicator_print(f"hello from rank {r}")
+    print("rank", r, "of", w, "task", e["DMLC_TASK_ID"], "sum", s[0], flush=True)
+"#,
+    );
 }
 
 /// On a terminal, progress is one status line redrawn in place, not log lines. The
@@ -365,4 +410,54 @@ fn children_die_with_a_sigkilled_launcher() {
             .args(["-KILL", &pid.to_string()])
             .status();
     }
+}
+
+/// A XGBoost 1.7 worker that fails before it reaches the tracker is restarted with
+/// DMLC_NUM_ATTEMPT=1 and the job still trains together.
+#[test]
+fn a_restarted_xgboost_17_worker_joins_the_same_job() {
+    let Some(python) = xgboost_python("SWITCHYARD_XGB17_PYTHON") else {
+        return;
+    };
+    let script = r#"
+import os, sys
+import numpy as np
+from xgboost import collective
+task, attempt = os.environ["DMLC_TASK_ID"], os.environ["DMLC_NUM_ATTEMPT"]
+if task == "1" and attempt == "0":
+    sys.exit(3)
+with collective.CommunicatorContext():
+    r = collective.get_rank()
+    s = collective.allreduce(np.array([r + 1.0] * 4), collective.Op.SUM)
+    print("task", task, "attempt", attempt, "sum", s[0], flush=True)
+"#;
+    let mut cmd = switchyard();
+    cmd.args([
+        "launch",
+        "-n",
+        "2",
+        "--max-restarts",
+        "1",
+        "--timeout",
+        "100",
+        "--",
+    ])
+    .arg(python)
+    .args(["-c", script]);
+    let (out, _) = run_bounded(cmd, Duration::from_secs(120));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for line in [
+        "[0] task 0 attempt 0 sum 3.0",
+        "[1] task 1 attempt 1 sum 3.0",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "no {line:?} in\n{stdout}"
+        );
+    }
+    assert!(
+        stderr.contains("rank 1 exited with exit status: 3; restarted with DMLC_NUM_ATTEMPT=1"),
+        "{stderr}"
+    );
 }
