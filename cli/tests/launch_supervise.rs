@@ -154,10 +154,15 @@ fn read_pid(path: &Path) -> u32 {
 const TREE: &str = r#"sleep 300 & echo $! > "$PIDS/grandchild.$SWITCHYARD_RANK"
 echo $$ > "$PIDS/child.$SWITCHYARD_RANK"; echo ready; wait"#;
 
-fn signal_stops_everything(signal: &str) {
-    let dir = TempDir::new(&format!("signal-{signal}"));
+/// Ranks that ignore SIGTERM (inherited by their background jobs) and need the SIGKILL.
+const STUBBORN_TREE: &str = r#"trap '' TERM
+sleep 300 & echo $! > "$PIDS/grandchild.$SWITCHYARD_RANK"
+echo $$ > "$PIDS/child.$SWITCHYARD_RANK"; echo ready; wait"#;
+
+fn signal_stops_everything(signal: &str, tree: &str) {
+    let dir = TempDir::new(&format!("signal-{signal}-{}", tree.len()));
     let mut cmd = switchyard();
-    cmd.args(["launch", "-n", "2", "--", "sh", "-c", TREE])
+    cmd.args(["launch", "-n", "2", "--", "sh", "-c", tree])
         .env("PIDS", &dir.0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -215,12 +220,17 @@ fn signal_stops_everything(signal: &str) {
 
 #[test]
 fn sigterm_stops_every_child_and_grandchild_with_status_130() {
-    signal_stops_everything("TERM");
+    signal_stops_everything("TERM", TREE);
 }
 
 #[test]
 fn sigint_stops_every_child_and_grandchild_with_status_130() {
-    signal_stops_everything("INT");
+    signal_stops_everything("INT", TREE);
+}
+
+#[test]
+fn ranks_that_ignore_sigterm_are_killed_within_5_s() {
+    signal_stops_everything("TERM", STUBBORN_TREE);
 }
 
 #[test]
