@@ -13,6 +13,7 @@
 //! Layers: [`wire`] (bytes, deadlines, caps), [`maps`] (link maps), the sans-IO state
 //! machines, the threaded server, and the worker-side clients.
 
+pub mod client;
 pub mod maps;
 pub mod server;
 pub mod wire;
