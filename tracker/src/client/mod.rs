@@ -14,7 +14,7 @@
 pub mod classic;
 mod config;
 mod error;
-
+pub mod json;
 mod net;
 
 pub use config::ClientConfig;
