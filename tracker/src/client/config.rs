@@ -45,8 +45,16 @@ impl Default for ClientConfig {
 
 impl ClientConfig {
     /// The same configuration with every wait capped at `limit` (tests, and jobs that
-    /// should fail fast rather than wait for stragglers).
+    /// should fail fast rather than wait for stragglers). The connect retries keep
+    /// their number, but their sleeps shrink so that all of them together take at
+    /// most about `limit`.
     pub fn with_timeout(mut self, limit: Duration) -> Self {
+        let attempts = self.connect_attempts.max(1);
+        // Sleeps are unit × (1 + 2 + … + (attempts − 1)).
+        let units = attempts * (attempts - 1) / 2;
+        if units > 0 {
+            self.connect_backoff = self.connect_backoff.min(limit / units);
+        }
         self.connect_timeout = self.connect_timeout.min(limit);
         self.io_timeout = self.io_timeout.min(limit);
         self.batch_timeout = limit;
