@@ -13,7 +13,6 @@
 mod tracker_support;
 
 use std::time::Duration;
-use switchyard::collective::{Communicator, ReduceOp};
 use tracker_support::{worker, RefTracker, Xgb};
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -81,30 +80,5 @@ fn four_workers_under_xgboost_3_json() {
 #[test]
 #[ignore = "a worker process of the tracker tests; needs a tracker in its environment"]
 fn worker_process() {
-    let n: usize = std::env::var("SWITCHYARD_TEST_WORLD")
-        .expect("SWITCHYARD_TEST_WORLD")
-        .parse()
-        .unwrap();
-    let mut comm = Communicator::from_env().unwrap();
-    assert_eq!(comm.world_size(), n);
-    let r = comm.rank();
-    let mut small = vec![(r + 1) as f64; 7];
-    comm.allreduce(&mut small, ReduceOp::Sum).unwrap();
-    assert!(
-        small.iter().all(|&x| x == (n * (n + 1) / 2) as f64),
-        "{small:?}"
-    );
-    let mut large = vec![1.0f32; 100_000];
-    comm.allreduce(&mut large, ReduceOp::Sum).unwrap();
-    assert!(large.iter().all(|&x| x == n as f32));
-    let root = n - 1;
-    let mut model = if r == root {
-        b"weights".to_vec()
-    } else {
-        Vec::new()
-    };
-    comm.broadcast_bytes(&mut model, root).unwrap();
-    assert_eq!(model, b"weights");
-    comm.tracker_print(&format!("rank {r}/{n} ok")).unwrap();
-    comm.finalize().unwrap();
+    tracker_support::worker_body();
 }

@@ -7,6 +7,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::time::{Duration, Instant};
+use switchyard::collective::{Communicator, ReduceOp};
 
 /// Which XGBoost.
 #[derive(Clone, Copy, Debug)]
@@ -186,4 +187,39 @@ pub(crate) fn worker(name: &str, env: &[(&str, String)]) -> Guard {
         cmd.env(k, v);
     }
     Guard(cmd.stdin(Stdio::null()).spawn().expect("start a worker"))
+}
+
+/// The body of a worker process: `Communicator::from_env` (world size expected in
+/// `SWITCHYARD_TEST_WORLD`), an allreduce on the small and on the large path and a
+/// broadcast checked against closed forms, a print through the tracker, finalize.
+pub(crate) fn worker_body() {
+    let n: usize = std::env::var("SWITCHYARD_TEST_WORLD")
+        .expect("SWITCHYARD_TEST_WORLD")
+        .parse()
+        .expect("a number");
+    let mut comm = Communicator::from_env().expect("a communicator");
+    assert_eq!(comm.world_size(), n);
+    let r = comm.rank();
+    let mut small = vec![(r + 1) as f64; 7];
+    comm.allreduce(&mut small, ReduceOp::Sum)
+        .expect("small allreduce");
+    assert!(
+        small.iter().all(|&x| x == (n * (n + 1) / 2) as f64),
+        "{small:?}"
+    );
+    let mut large = vec![1.0f32; 100_000];
+    comm.allreduce(&mut large, ReduceOp::Sum)
+        .expect("large allreduce");
+    assert!(large.iter().all(|&x| x == n as f32));
+    let root = n - 1;
+    let mut model = if r == root {
+        b"weights".to_vec()
+    } else {
+        Vec::new()
+    };
+    comm.broadcast_bytes(&mut model, root).expect("broadcast");
+    assert_eq!(model, b"weights");
+    comm.tracker_print(&format!("rank {r}/{n} ok"))
+        .expect("print");
+    comm.finalize().expect("finalize");
 }
