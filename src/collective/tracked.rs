@@ -6,7 +6,7 @@
 //! tracker's **ring** once: each binds its mesh endpoint on the address it used to
 //! reach the tracker (the address the tracker hands to peers), the endpoints go round
 //! the ring (an allgather of length-prefixed strings, under
-//! [`CommOptions::timeout`]), and then [`MeshBuilder::connect`](super::MeshBuilder)
+//! [`CommOptions::timeout`]), and then [`MeshBuilder::connect`](super::MeshBuilder::connect)
 //! wires the mesh as for any other start. The tracker links are closed afterwards.
 //!
 //! The communicator keeps its tracker session: [`Communicator::tracker_print`] sends
@@ -203,10 +203,20 @@ fn setup_error(reason: String) -> CollectiveError {
 }
 
 impl Communicator {
-    /// Joins the tracker `spec` and forms a mesh with the other workers it links this
-    /// one to (see the [module docs](self)). Every wait is bounded by
-    /// [`CommOptions::timeout`], including the wait for the whole batch of workers to
-    /// reach the tracker.
+    /// Joins the tracker `spec` and forms a mesh with the other workers of its job.
+    ///
+    /// The tracker assigns the rank and links each worker to a few others (tree and
+    /// ring in the classic protocol, the ring in the JSON one). This worker binds its
+    /// mesh endpoint on the address it used to reach the tracker (the one the tracker
+    /// hands to peers), the endpoints go round the tracker's ring once (an allgather,
+    /// as in NCCL's bootstrap), and the mesh is connected as for any other start; the
+    /// tracker links are then closed. Every worker of the job must be a switchyard
+    /// process. Every wait is bounded by [`CommOptions::timeout`], including the wait
+    /// for the whole batch of workers to reach the tracker.
+    ///
+    /// The communicator keeps the tracker session:
+    /// [`tracker_print`](Communicator::tracker_print) goes to the tracker's log, and
+    /// `shutdown` is sent once, by [`finalize`](Communicator::finalize) or on drop.
     ///
     /// # Examples
     ///
