@@ -6,7 +6,8 @@
 use switchyard::collective::TrackerProtocol;
 use switchyard::launch::{Bootstrap, LaunchError, Rendezvous};
 
-const ALL: [&str; 12] = [
+const ALL: [&str; 13] = [
+    "DMLC_ROLE",
     "SWITCHYARD_RANK",
     "SWITCHYARD_WORLD_SIZE",
     "SWITCHYARD_RENDEZVOUS",
@@ -89,6 +90,21 @@ fn dmlc_tracker_variables() {
     assert!(reason.contains("DMLC_TRACKER_URI is set"), "{reason}");
     let (var, _) = env_error(with(&[("DMLC_TRACKER_PORT", "9091")]));
     assert_eq!(var, "DMLC_TRACKER_URI");
+
+    let (var, reason) = env_error(with(&[("DMLC_TASK_ID", "w1")]));
+    assert_eq!(var, "DMLC_TRACKER_URI");
+    assert!(reason.contains("DMLC_TASK_ID is set"), "{reason}");
+
+    // Servers do not join the tracker; workers do.
+    let tracker = [
+        ("DMLC_TRACKER_URI", "127.0.0.1"),
+        ("DMLC_TRACKER_PORT", "9091"),
+    ];
+    let (var, _) = env_error(with(&[tracker[0], tracker[1], ("DMLC_ROLE", "server")]));
+    assert_eq!(var, "DMLC_ROLE");
+    assert!(with(&[tracker[0], tracker[1], ("DMLC_ROLE", "worker")])
+        .unwrap()
+        .is_some());
 
     // Malformed values.
     let (var, _) = env_error(with(&[

@@ -194,3 +194,30 @@ fn an_unreachable_tracker_fails_setup_with_its_address() {
         start.elapsed()
     );
 }
+
+/// A communicator dropped while its thread panics sends no `shutdown`: the tracker
+/// must not count a failed worker as finished. The drop runs before the thread ends,
+/// so once it is joined any `shutdown` connection would already be queued.
+#[test]
+fn a_panicking_worker_sends_no_shutdown() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let worker = thread::spawn(move || {
+        let spec = TrackerJoin::new("127.0.0.1", port);
+        let _comm = Communicator::from_tracker(&spec, options()).unwrap();
+        panic!("the worker fails after joining");
+    });
+    let mut c = Conn::accept(&l);
+    assert_eq!(c.hello().2, "start");
+    c.put(&[0, -1, 1, 0, -1, -1]);
+    assert_eq!(c.i32(), 0);
+    c.put(&[0, 0]);
+    assert_eq!(c.i32(), 0);
+    c.i32();
+    assert!(worker.join().is_err());
+    l.set_nonblocking(true).unwrap();
+    assert!(
+        matches!(l.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "a connection (shutdown) came from the panicking worker"
+    );
+}

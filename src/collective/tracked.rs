@@ -110,7 +110,13 @@ impl TrackerLink {
 }
 
 impl Drop for TrackerLink {
+    /// A communicator dropped while its thread panics did not finish its work: no
+    /// `shutdown` then, so the tracker does not count the job as done.
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            tracing::warn!("communicator dropped during a panic: no shutdown sent to the tracker");
+            return;
+        }
         if let Err(e) = self.shutdown() {
             tracing::warn!(error = %e, "shutdown to the tracker failed");
         }
@@ -239,11 +245,14 @@ impl Communicator {
         let config = ClientConfig::default().with_timeout(options.timeout);
         let at = format!("tracker {}:{}", spec.host, spec.port);
         let joined = join(spec, config).map_err(|e| setup_error(format!("joining {e}")))?;
-        let link = TrackerLink {
+        // Until the mesh stands, a failure must not look like a finished worker to the
+        // tracker: the link sends its `shutdown` only once it is armed.
+        let mut link = TrackerLink {
             session: joined.session,
-            shut: false,
+            shut: true,
         };
         if joined.world == 1 {
+            link.shut = false;
             let mut comm =
                 Communicator::with_engine(Box::new(Solo), options, super::setup::this_host());
             comm.tracker = Some(link);
@@ -277,6 +286,7 @@ impl Communicator {
         .map_err(|e| setup_error(format!("mesh endpoint exchange over the {at} ring: {e}")))?;
         drop((next, prev));
         let mut comm = builder.connect(&endpoints)?;
+        link.shut = false;
         comm.tracker = Some(link);
         Ok(comm)
     }

@@ -83,6 +83,8 @@ const ENV_DMLC_TRACKER_URI: &str = "DMLC_TRACKER_URI";
 const ENV_DMLC_TRACKER_PORT: &str = "DMLC_TRACKER_PORT";
 /// Environment variable holding this worker's task id.
 const ENV_DMLC_TASK_ID: &str = "DMLC_TASK_ID";
+/// Environment variable holding the process's role (`worker`, `server`, ...).
+const ENV_DMLC_ROLE: &str = "DMLC_ROLE";
 /// Environment variable holding the number of workers (informational: the tracker
 /// decides).
 const ENV_DMLC_NUM_WORKER: &str = "DMLC_NUM_WORKER";
@@ -136,29 +138,51 @@ impl Bootstrap {
         }))
     }
 
-    /// The DMLC tracker variables: none set is `None`; one of URI and port without the
-    /// other is an error naming the missing one. A URI of `NULL` means no tracker, as
-    /// for XGBoost's workers.
+    /// The DMLC tracker variables: none set is `None`; a task id, a URI or a port
+    /// without the URI and the port is an error naming the missing one. A URI of
+    /// `NULL` (or empty) means no tracker, as for XGBoost's workers. `DMLC_ROLE`, when
+    /// set, must be `worker`: servers and schedulers do not join the tracker.
     fn from_tracker_env() -> Result<Option<Bootstrap>, LaunchError> {
-        let uri = std::env::var_os(ENV_DMLC_TRACKER_URI);
-        let port = std::env::var_os(ENV_DMLC_TRACKER_PORT);
-        let missing = match (&uri, &port) {
-            (None, None) => return Ok(None),
-            (Some(_), Some(_)) => None,
-            (None, Some(_)) => Some((ENV_DMLC_TRACKER_URI, ENV_DMLC_TRACKER_PORT)),
-            (Some(_), None) => Some((ENV_DMLC_TRACKER_PORT, ENV_DMLC_TRACKER_URI)),
+        let set = |v: &str| std::env::var_os(v).is_some();
+        let no_tracker = std::env::var(ENV_DMLC_TRACKER_URI)
+            .map(|u| u.trim().is_empty() || u.trim() == "NULL")
+            .unwrap_or(false);
+        if no_tracker {
+            return Ok(None);
+        }
+        let present = [
+            ENV_DMLC_TRACKER_URI,
+            ENV_DMLC_TRACKER_PORT,
+            ENV_DMLC_TASK_ID,
+        ]
+        .into_iter()
+        .find(|v| set(v));
+        let Some(present) = present else {
+            return Ok(None);
         };
-        if let Some((absent, present)) = missing {
+        if let Some(absent) = [ENV_DMLC_TRACKER_URI, ENV_DMLC_TRACKER_PORT]
+            .into_iter()
+            .find(|v| !set(v))
+        {
             return Err(LaunchError::Env {
                 var: absent,
                 value: String::new(),
-                reason: format!("missing, but {present} is set: a tracker needs both"),
+                reason: format!(
+                    "missing, but {present} is set: joining a tracker needs \
+                     {ENV_DMLC_TRACKER_URI} and {ENV_DMLC_TRACKER_PORT}"
+                ),
             });
         }
-        let host = var(ENV_DMLC_TRACKER_URI)?.trim().to_string();
-        if host.is_empty() || host == "NULL" {
-            return Ok(None);
+        if let Ok(role) = std::env::var(ENV_DMLC_ROLE) {
+            if role.trim() != "worker" {
+                return Err(LaunchError::Env {
+                    var: ENV_DMLC_ROLE,
+                    value: role,
+                    reason: "only workers join the tracker; this process has another role".into(),
+                });
+            }
         }
+        let host = var(ENV_DMLC_TRACKER_URI)?.trim().to_string();
         let port_text = var(ENV_DMLC_TRACKER_PORT)?;
         let port = port_text
             .trim()
