@@ -91,6 +91,43 @@ fn three_threads_of_each_protocol() {
     }
 }
 
+/// A JSON-protocol worker that panics after setup reports an `error` instead of a
+/// `shutdown`, and the job fails at once rather than waiting for it.
+#[test]
+fn a_panicking_json_worker_fails_the_job() {
+    let tracker = Tracker::start(TrackerConfig::new(2)).unwrap();
+    let port = tracker.addr().port();
+    let ranks: Vec<_> = (0..2)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let spec = TrackerJoin::new("127.0.0.1", port)
+                    .with_task_id(format!("t{i}"))
+                    .with_protocol(TrackerProtocol::Json);
+                let options = CommOptions::default().with_timeout(LIMIT);
+                let comm = Communicator::from_tracker(&spec, options).unwrap();
+                if comm.rank() == 0 {
+                    panic!("rank 0 fails after setup");
+                }
+                comm.finalize().unwrap();
+            })
+        })
+        .collect();
+    let panicked = ranks
+        .into_iter()
+        .map(|r| r.join().is_err())
+        .filter(|&p| p)
+        .count();
+    assert_eq!(panicked, 1);
+    let ended = tracker.wait(Some(LIMIT));
+    assert!(
+        matches!(
+            ended,
+            Err(switchyard_tracker::TrackerError::JobFailed { .. })
+        ),
+        "{ended:?}"
+    );
+}
+
 /// One worker of a job above (run by `processes`, not on its own).
 #[test]
 #[ignore = "a worker process of the tracker tests; needs a tracker in its environment"]

@@ -111,10 +111,16 @@ impl TrackerLink {
 
 impl Drop for TrackerLink {
     /// A communicator dropped while its thread panics did not finish its work: no
-    /// `shutdown` then, so the tracker does not count the job as done.
+    /// `shutdown` then, so the tracker does not count the job as done; a JSON-protocol
+    /// tracker is sent an `error` instead, which fails the job at once.
     fn drop(&mut self) {
         if std::thread::panicking() {
             tracing::warn!("communicator dropped during a panic: no shutdown sent to the tracker");
+            if let Session::Json(s) = &self.session {
+                if !self.shut {
+                    let _ = s.signal_error(1, "a switchyard worker panicked");
+                }
+            }
             return;
         }
         if let Err(e) = self.shutdown() {

@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use switchyard_tracker::client::json::JsonClient;
 use switchyard_tracker::client::{ClientConfig, ClientError};
 
@@ -263,11 +263,11 @@ fn an_error_signal_on_the_error_port_is_noticed() {
     let mut s = TcpStream::connect(("127.0.0.1", error_port)).unwrap();
     s.write_all(&(-1i32).to_le_bytes()).unwrap();
     drop(s);
-    let until = Instant::now() + LIMIT;
-    while !joined.session.error_signalled() {
-        assert!(Instant::now() < until, "the signal was not noticed");
-        thread::sleep(Duration::from_millis(5));
-    }
+    assert!(
+        joined.session.wait_error_signal(LIMIT),
+        "the signal was not noticed"
+    );
+    assert!(joined.session.error_signalled());
 }
 
 /// Kills the child on drop.

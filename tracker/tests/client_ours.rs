@@ -105,3 +105,27 @@ fn json_job_of_four() {
     let outcome = tracker.wait(Some(LIMIT)).unwrap();
     assert_eq!(outcome.shut_down.len(), n as usize);
 }
+
+/// An `error` from one JSON worker reaches every worker's error port through
+/// switchyard's tracker, and the job ends as failed.
+#[test]
+fn json_error_reaches_every_worker_and_fails_the_job() {
+    let n = 2;
+    let tracker = Tracker::start(TrackerConfig::new(n)).unwrap();
+    let port = tracker.addr().port();
+    let workers: Vec<_> = (0..n)
+        .map(|i| {
+            thread::spawn(move || {
+                let client =
+                    JsonClient::new("127.0.0.1", port, Some(format!("w{i}")), config()).unwrap();
+                client.start().unwrap().session
+            })
+        })
+        .collect();
+    let sessions: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    sessions[1].signal_error(7, "rank 1 gives up").unwrap();
+    assert!(tracker.wait(Some(LIMIT)).is_err(), "the job should fail");
+    for s in &sessions {
+        assert!(s.wait_error_signal(LIMIT), "rank {} was not told", s.rank());
+    }
+}

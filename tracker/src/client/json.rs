@@ -34,7 +34,7 @@ use serde::Deserialize;
 use serde_json::json;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Bytes of one host slot in the ring bootstrap (XGBoost's `HOST_NAME_MAX`).
@@ -43,6 +43,7 @@ const HOST_SLOT: usize = 64;
 /// Command codes (§3).
 const CMD_START: i32 = 1;
 const CMD_SHUTDOWN: i32 = 2;
+const CMD_ERROR: i32 = 3;
 const CMD_PRINT: i32 = 4;
 
 /// A worker's handle on a JSON-protocol tracker. Cheap to clone; every command opens
@@ -324,7 +325,23 @@ impl JsonSession {
     /// Whether the error port received an error signal (`1`, or the `-1` XGBoost's
     /// tracker sends): another worker failed and this one should stop.
     pub fn error_signalled(&self) -> bool {
-        self.errors.signalled.load(Ordering::SeqCst)
+        *self
+            .errors
+            .signalled
+            .set
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits at most `limit` for an error signal; whether one came.
+    pub fn wait_error_signal(&self, limit: Duration) -> bool {
+        let flag = &self.errors.signalled;
+        let set = flag.set.lock().unwrap_or_else(|p| p.into_inner());
+        let (set, _) = flag
+            .changed
+            .wait_timeout_while(set, limit, |set| !*set)
+            .unwrap_or_else(|p| p.into_inner());
+        *set
     }
 
     /// Sends `text` to the tracker's log (cmd 4).
@@ -335,6 +352,20 @@ impl JsonSession {
                 self.world.into(),
                 &json!({"cmd": CMD_PRINT, "msg": text}),
                 "print",
+            )
+            .map(drop)
+    }
+
+    /// Reports a failure to the tracker (cmd 3, §4.5) with an error `code` and a
+    /// message; a tracker that handles it (switchyard's does) tells every worker of
+    /// the job through its error port, and the job ends as failed.
+    pub fn signal_error(&self, code: i32, msg: &str) -> Result<(), ClientError> {
+        self.client
+            .command(
+                self.rank.into(),
+                self.world.into(),
+                &json!({"cmd": CMD_ERROR, "code": code, "msg": msg}),
+                "error",
             )
             .map(drop)
     }
@@ -365,12 +396,26 @@ fn local_port(listener: &TcpListener) -> Result<u16, ClientError> {
         })
 }
 
+/// Set once by the error listener's thread, waited on by the session.
+#[derive(Debug, Default)]
+struct Flag {
+    set: Mutex<bool>,
+    changed: Condvar,
+}
+
+impl Flag {
+    fn raise(&self) {
+        *self.set.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.changed.notify_all();
+    }
+}
+
 /// The error listener's thread: `1`/`-1` set `signalled`, `0` ends it.
 #[derive(Debug)]
 struct ErrorWatch {
     port: u16,
     loopback: IpAddr,
-    signalled: Arc<AtomicBool>,
+    signalled: Arc<Flag>,
     stopped: AtomicBool,
 }
 
@@ -381,7 +426,7 @@ impl ErrorWatch {
             Ok(SocketAddr::V6(_)) => IpAddr::V6(Ipv6Addr::LOCALHOST),
             _ => IpAddr::V4(Ipv4Addr::LOCALHOST),
         };
-        let signalled = Arc::new(AtomicBool::new(false));
+        let signalled = Arc::new(Flag::default());
         let flag = Arc::clone(&signalled);
         std::thread::Builder::new()
             .name("tracker-error-port".into())
@@ -394,7 +439,7 @@ impl ErrorWatch {
                                 code,
                                 "the tracker signalled that another worker failed"
                             );
-                            flag.store(true, Ordering::SeqCst);
+                            flag.raise();
                         }
                         Ok(code) => tracing::warn!(code, "unknown value on the error port"),
                         Err(e) => tracing::warn!(error = %e, "bad connection to the error port"),
