@@ -28,13 +28,15 @@
 //! # }
 //! ```
 
+mod error_port;
+
 use super::{net, ClientConfig, ClientError};
 use crate::wire::{self, Deadline, WireError};
+use error_port::ErrorWatch;
 use serde::Deserialize;
 use serde_json::json;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Bytes of one host slot in the ring bootstrap (XGBoost's `HOST_NAME_MAX`).
@@ -325,23 +327,12 @@ impl JsonSession {
     /// Whether the error port received an error signal (`1`, or the `-1` XGBoost's
     /// tracker sends): another worker failed and this one should stop.
     pub fn error_signalled(&self) -> bool {
-        *self
-            .errors
-            .signalled
-            .set
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        self.errors.signalled()
     }
 
     /// Waits at most `limit` for an error signal; whether one came.
     pub fn wait_error_signal(&self, limit: Duration) -> bool {
-        let flag = &self.errors.signalled;
-        let set = flag.set.lock().unwrap_or_else(|p| p.into_inner());
-        let (set, _) = flag
-            .changed
-            .wait_timeout_while(set, limit, |set| !*set)
-            .unwrap_or_else(|p| p.into_inner());
-        *set
+        self.errors.wait(limit)
     }
 
     /// Sends `text` to the tracker's log (cmd 4).
@@ -386,7 +377,7 @@ impl JsonSession {
     }
 }
 
-fn local_port(listener: &TcpListener) -> Result<u16, ClientError> {
+pub(super) fn local_port(listener: &TcpListener) -> Result<u16, ClientError> {
     listener
         .local_addr()
         .map(|a| a.port())
@@ -394,84 +385,4 @@ fn local_port(listener: &TcpListener) -> Result<u16, ClientError> {
             what: "reading the listening port",
             source,
         })
-}
-
-/// Set once by the error listener's thread, waited on by the session.
-#[derive(Debug, Default)]
-struct Flag {
-    set: Mutex<bool>,
-    changed: Condvar,
-}
-
-impl Flag {
-    fn raise(&self) {
-        *self.set.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        self.changed.notify_all();
-    }
-}
-
-/// The error listener's thread: `1`/`-1` set `signalled`, `0` ends it.
-#[derive(Debug)]
-struct ErrorWatch {
-    port: u16,
-    loopback: IpAddr,
-    signalled: Arc<Flag>,
-    stopped: AtomicBool,
-}
-
-impl ErrorWatch {
-    fn start(listener: TcpListener) -> Result<ErrorWatch, ClientError> {
-        let port = local_port(&listener)?;
-        let loopback = match listener.local_addr() {
-            Ok(SocketAddr::V6(_)) => IpAddr::V6(Ipv6Addr::LOCALHOST),
-            _ => IpAddr::V4(Ipv4Addr::LOCALHOST),
-        };
-        let signalled = Arc::new(Flag::default());
-        let flag = Arc::clone(&signalled);
-        std::thread::Builder::new()
-            .name("tracker-error-port".into())
-            .spawn(move || {
-                for stream in listener.incoming().map_while(Result::ok) {
-                    match Deadline::new(&stream, Duration::from_secs(10)).i32("error signal") {
-                        Ok(0) => break,
-                        Ok(code) if code == 1 || code == -1 => {
-                            tracing::error!(
-                                code,
-                                "the tracker signalled that another worker failed"
-                            );
-                            flag.raise();
-                        }
-                        Ok(code) => tracing::warn!(code, "unknown value on the error port"),
-                        Err(e) => tracing::warn!(error = %e, "bad connection to the error port"),
-                    }
-                }
-            })
-            .map_err(|source| ClientError::PeerIo {
-                what: "starting the error-port thread",
-                source,
-            })?;
-        Ok(ErrorWatch {
-            port,
-            loopback,
-            signalled,
-            stopped: AtomicBool::new(false),
-        })
-    }
-
-    /// Sends `0` to our own error port, once.
-    fn stop(&self) {
-        if self.stopped.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        let addr = SocketAddr::new(self.loopback, self.port);
-        if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
-            let _ = wire::write_all_within(&s, &0i32.to_le_bytes(), Duration::from_secs(5), "stop");
-        }
-    }
-}
-
-impl Drop for ErrorWatch {
-    fn drop(&mut self) {
-        self.stop();
-    }
 }
