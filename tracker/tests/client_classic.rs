@@ -98,10 +98,14 @@ fn a_world_of_one_speaks_the_reference_bytes() {
 
 /// Two workers; rank 1 is first sent to a dead port, reports the failure, and is
 /// sent again (§6 rounds). The links carry bytes both ways afterwards.
-#[test]
-fn two_workers_link_after_a_failed_first_round() {
-    let (l, port) = listener();
-    let dead_port = listener().1; // bound then dropped: nothing listens there
+fn two_workers_at(host: &'static str) {
+    let l = TcpListener::bind((host, 0)).unwrap();
+    let port = l.local_addr().unwrap().port();
+    let dead_port = TcpListener::bind((host, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port(); // bound then dropped: nothing listens there
     let tracker = thread::spawn(move || {
         let mut a = Conn::accept(&l);
         let (_, _, task_a, _) = a.hello();
@@ -118,12 +122,12 @@ fn two_workers_link_after_a_failed_first_round() {
         r1.put(&[1, 0, 2, 1, 0, 0, 0]);
         assert_eq!(r1.i32(), 0, "no good links on the first round");
         r1.put(&[1, 0]);
-        r1.put_str("127.0.0.1");
+        r1.put_str(host);
         r1.put(&[i32::from(dead_port), 0]);
         assert_eq!(r1.i32(), 1, "one failed connect");
         assert_eq!(r1.i32(), 0, "still no good links");
         r1.put(&[1, 0]);
-        r1.put_str("127.0.0.1");
+        r1.put_str(host);
         r1.put(&[port0, 0]);
         assert_eq!(r1.i32(), 0, "no failed connects");
         assert!(r1.i32() > 0, "a listening port");
@@ -132,8 +136,7 @@ fn two_workers_link_after_a_failed_first_round() {
         .into_iter()
         .map(|task| {
             thread::spawn(move || {
-                let client =
-                    ClassicClient::new("127.0.0.1", port, Some(task.into()), config()).unwrap();
+                let client = ClassicClient::new(host, port, Some(task.into()), config()).unwrap();
                 client.start(None, None).unwrap()
             })
         })
@@ -144,6 +147,7 @@ fn two_workers_link_after_a_failed_first_round() {
     for (r, j) in joined.iter_mut().enumerate() {
         let other = 1 - r as u32;
         assert_eq!((j.rank, j.world), (r as u32, 2));
+        assert_eq!(j.local_ip.is_ipv6(), host.contains(':'));
         assert_eq!((j.ring_prev, j.ring_next), (Some(other), Some(other)));
         assert_eq!(j.links.keys().copied().collect::<Vec<_>>(), [other]);
         (&j.links[&other]).write_all(&[r as u8 + 10]).unwrap();
@@ -155,6 +159,21 @@ fn two_workers_link_after_a_failed_first_round() {
         s.read_exact(&mut b).unwrap();
         assert_eq!(b[0], 11 - r as u8);
     }
+}
+
+#[test]
+fn two_workers_link_after_a_failed_first_round() {
+    two_workers_at("127.0.0.1");
+}
+
+/// The listener and the links follow the tracker's address family.
+#[test]
+fn two_workers_over_ipv6() {
+    if TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("skipped: no IPv6 loopback on this machine");
+        return;
+    }
+    two_workers_at("::1");
 }
 
 #[test]
