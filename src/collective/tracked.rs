@@ -280,7 +280,15 @@ impl Communicator {
             joined.world as usize,
             &endpoint,
             options,
-        )?;
+        )
+        .map_err(|e| match joined.local_ip {
+            // The zmq backend does not enable IPv6 on its sockets.
+            IpAddr::V6(_) => setup_error(format!(
+                "{e}; the {at} was reached over IPv6 and the mesh needs IPv4: give the \
+                 tracker's IPv4 address (DMLC_TRACKER_URI)"
+            )),
+            IpAddr::V4(_) => e,
+        })?;
         let endpoints = ring_allgather(
             builder.endpoint(),
             joined.rank,
