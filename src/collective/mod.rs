@@ -67,6 +67,7 @@ mod mpi_engine;
 mod options;
 mod setup;
 mod signature;
+mod tracked;
 mod user;
 
 pub use element::{DType, ReduceOp, Reducible};
@@ -77,6 +78,7 @@ pub use options::{
     CommOptions, DataPath, ENV_CHECK, ENV_DATA_PATH, ENV_DEADLINE, ENV_LARGE_THRESHOLD, ENV_TIMEOUT,
 };
 pub use setup::MeshBuilder;
+pub use tracked::{TrackerJoin, TrackerProtocol, ENV_TRACKER_PROTOCOL};
 
 use engine::{Collective, Elem, Engine};
 use switchyard_msg::payload::Element;
@@ -92,6 +94,9 @@ pub struct Communicator {
     engine: Box<dyn Engine>,
     options: CommOptions,
     processor_name: String,
+    /// The tracker session of a communicator formed through a tracker; last, so that
+    /// the engine's links close before its `shutdown` goes out.
+    tracker: Option<tracked::TrackerLink>,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -100,6 +105,7 @@ impl std::fmt::Debug for Communicator {
             .field("rank", &self.rank)
             .field("size", &self.size)
             .field("engine", &self.engine.name())
+            .field("tracker", &self.tracker.is_some())
             .finish()
     }
 }
@@ -117,6 +123,7 @@ impl Communicator {
             engine,
             options,
             processor_name,
+            tracker: None,
         }
     }
 

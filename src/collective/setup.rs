@@ -6,7 +6,7 @@ use super::error::{Call, CollectiveError};
 use super::mesh::MeshEngine;
 use super::options::{CommOptions, DataPath};
 // Through the re-exports, which stay whatever files the links live in.
-use super::{BoundLink, Communicator, Link, StreamLink};
+use super::{BoundLink, Communicator, Link, StreamLink, TrackerJoin};
 use crate::launch::{Bootstrap, Rendezvous};
 
 /// A mesh communicator whose endpoint is bound but whose peers are not connected:
@@ -77,7 +77,7 @@ fn tcp_host(endpoint: &str) -> Option<String> {
     })
 }
 
-fn this_host() -> String {
+pub(super) fn this_host() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|h| h.trim().to_string())
@@ -143,7 +143,8 @@ impl Communicator {
     }
 
     /// The communicator of a process started by `switchyard launch` (a mesh on
-    /// loopback, endpoints exchanged through the launcher's rendezvous) or by
+    /// loopback, endpoints exchanged through the launcher's rendezvous), under a
+    /// rabit/XGBoost tracker ([`from_tracker`](Communicator::from_tracker)) or by
     /// `mpirun` (the MPI engine; needs the `mpi` feature).
     pub fn from_bootstrap(
         boot: &Bootstrap,
@@ -174,6 +175,16 @@ impl Communicator {
                     .exchange(builder.endpoint(), builder.options.timeout)
                     .map_err(|e| setup(format!("endpoint exchange: {e}")))?;
                 builder.connect(&endpoints)
+            }
+            Rendezvous::Tracker {
+                host,
+                port,
+                task_id,
+                protocol,
+            } => {
+                let mut spec = TrackerJoin::new(host.clone(), *port).with_protocol(*protocol);
+                spec.task_id = task_id.clone();
+                Communicator::from_tracker(&spec, options)
             }
         }
     }

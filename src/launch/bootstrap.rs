@@ -1,23 +1,39 @@
 use super::{rendezvous, LaunchError, ENV_RANK, ENV_RENDEZVOUS, ENV_WORLD_SIZE};
+use crate::collective::{TrackerProtocol, ENV_TRACKER_PROTOCOL};
 use std::time::Duration;
 
 /// What a process learns from whoever started it: its rank, the job size, and how to
 /// learn every rank's endpoint.
 ///
-/// Two starters are recognised: `switchyard launch` (the `SWITCHYARD_*` variables,
-/// endpoints swapped at its rendezvous) and, in builds with the `mpi` feature,
-/// `mpirun` (OpenMPI's `OMPI_COMM_WORLD_*`, or `PMI_RANK`/`PMIX_RANK` of MPICH and
-/// Slurm), where rank and size come from MPI itself and every endpoint is `mpi://RANK`.
+/// Three starters are recognised, in this order of precedence:
+///
+/// 1. `switchyard launch` (the `SWITCHYARD_*` variables, endpoints swapped at its
+///    rendezvous);
+/// 2. a rabit/XGBoost tracker (`DMLC_TRACKER_URI` and `DMLC_TRACKER_PORT`, optional
+///    `DMLC_TASK_ID`, as set by `switchyard launch`, XGBoost's `worker_envs()` or
+///    dmlc-core's launchers): [`Rendezvous::Tracker`]; the tracker assigns the rank
+///    when the process joins it (see [`Rendezvous::Tracker`]);
+/// 3. in builds with the `mpi` feature, `mpirun` (OpenMPI's `OMPI_COMM_WORLD_*`, or
+///    `PMI_RANK`/`PMIX_RANK` of MPICH and Slurm), where rank and size come from MPI
+///    itself and every endpoint is `mpi://RANK`.
 ///
 /// # Examples
 ///
 /// ```
 /// use switchyard::launch::Bootstrap;
 /// # fn main() -> Result<(), switchyard::launch::LaunchError> {
-/// // Outside `switchyard launch` and `mpirun` there is nothing to bootstrap from.
-/// let launched = ["SWITCHYARD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"]
-///     .iter()
-///     .any(|v| std::env::var_os(v).is_some());
+/// // Outside `switchyard launch`, a tracker and `mpirun` there is nothing to
+/// // bootstrap from.
+/// let launched = [
+///     "SWITCHYARD_RANK",
+///     "DMLC_TRACKER_URI",
+///     "DMLC_TRACKER_PORT",
+///     "OMPI_COMM_WORLD_RANK",
+///     "PMI_RANK",
+///     "PMIX_RANK",
+/// ]
+/// .iter()
+/// .any(|v| std::env::var_os(v).is_some());
 /// if !launched {
 ///     assert!(Bootstrap::from_env()?.is_none());
 /// }
@@ -42,7 +58,36 @@ pub enum Rendezvous {
     Launcher(String),
     /// `mpirun` wired the processes: rank `r`'s endpoint is `mpi://r`.
     Mpi,
+    /// A rabit/XGBoost tracker at `host:port` assigns ranks and links the workers
+    /// ([`Communicator::from_tracker`](crate::collective::Communicator::from_tracker)).
+    ///
+    /// The rank is only known after joining: until then [`Bootstrap::rank`] is 0 and
+    /// [`Bootstrap::world_size`] is `DMLC_NUM_WORKER` (0 when unset).
+    Tracker {
+        /// The tracker's host name or address (`DMLC_TRACKER_URI`).
+        host: String,
+        /// The tracker's port (`DMLC_TRACKER_PORT`).
+        port: u16,
+        /// This worker's identity across restarts (`DMLC_TASK_ID`), if any.
+        task_id: Option<String>,
+        /// Which protocol the tracker speaks: classic unless
+        /// `SWITCHYARD_TRACKER_PROTOCOL=json`
+        /// ([`ENV_TRACKER_PROTOCOL`](crate::collective::ENV_TRACKER_PROTOCOL)).
+        protocol: TrackerProtocol,
+    },
 }
+
+/// Environment variable naming the tracker's host (rabit, XGBoost ≤ 2.0, dmlc-core).
+const ENV_DMLC_TRACKER_URI: &str = "DMLC_TRACKER_URI";
+/// Environment variable naming the tracker's port.
+const ENV_DMLC_TRACKER_PORT: &str = "DMLC_TRACKER_PORT";
+/// Environment variable holding this worker's task id.
+const ENV_DMLC_TASK_ID: &str = "DMLC_TASK_ID";
+/// Environment variable holding the process's role (`worker`, `server`, ...).
+const ENV_DMLC_ROLE: &str = "DMLC_ROLE";
+/// Environment variable holding the number of workers (informational: the tracker
+/// decides).
+const ENV_DMLC_NUM_WORKER: &str = "DMLC_NUM_WORKER";
 
 /// Variables by which MPI launchers mark their processes.
 const MPI_RANK_VARS: [&str; 3] = ["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"];
@@ -71,6 +116,9 @@ impl Bootstrap {
     /// the `mpi` feature.
     pub fn from_env() -> Result<Option<Bootstrap>, LaunchError> {
         if std::env::var_os(ENV_RANK).is_none() {
+            if let Some(tracker) = Bootstrap::from_tracker_env()? {
+                return Ok(Some(tracker));
+            }
             return Bootstrap::from_mpi_env();
         }
         let rank = number(ENV_RANK)?;
@@ -87,6 +135,89 @@ impl Bootstrap {
             rank,
             world_size,
             rendezvous,
+        }))
+    }
+
+    /// The DMLC tracker variables: none set is `None`; a task id, a URI or a port
+    /// without the URI and the port is an error naming the missing one. A URI of
+    /// `NULL` (or empty) means no tracker, as for XGBoost's workers. `DMLC_ROLE`, when
+    /// set, must be `worker`: servers and schedulers do not join the tracker.
+    fn from_tracker_env() -> Result<Option<Bootstrap>, LaunchError> {
+        let set = |v: &str| std::env::var_os(v).is_some();
+        let no_tracker = std::env::var(ENV_DMLC_TRACKER_URI)
+            .map(|u| u.trim().is_empty() || u.trim() == "NULL")
+            .unwrap_or(false);
+        if no_tracker {
+            return Ok(None);
+        }
+        let present = [
+            ENV_DMLC_TRACKER_URI,
+            ENV_DMLC_TRACKER_PORT,
+            ENV_DMLC_TASK_ID,
+        ]
+        .into_iter()
+        .find(|v| set(v));
+        let Some(present) = present else {
+            return Ok(None);
+        };
+        if let Some(absent) = [ENV_DMLC_TRACKER_URI, ENV_DMLC_TRACKER_PORT]
+            .into_iter()
+            .find(|v| !set(v))
+        {
+            return Err(LaunchError::Env {
+                var: absent,
+                value: String::new(),
+                reason: format!(
+                    "missing, but {present} is set: joining a tracker needs \
+                     {ENV_DMLC_TRACKER_URI} and {ENV_DMLC_TRACKER_PORT}"
+                ),
+            });
+        }
+        if let Ok(role) = std::env::var(ENV_DMLC_ROLE) {
+            if role.trim() != "worker" {
+                return Err(LaunchError::Env {
+                    var: ENV_DMLC_ROLE,
+                    value: role,
+                    reason: "only workers join the tracker; this process has another role".into(),
+                });
+            }
+        }
+        let host = var(ENV_DMLC_TRACKER_URI)?.trim().to_string();
+        let port_text = var(ENV_DMLC_TRACKER_PORT)?;
+        let port = port_text
+            .trim()
+            .parse::<u16>()
+            .ok()
+            .filter(|&p| p != 0)
+            .ok_or_else(|| LaunchError::Env {
+                var: ENV_DMLC_TRACKER_PORT,
+                value: port_text.clone(),
+                reason: "not a port number (1..65535)".into(),
+            })?;
+        let task_id = std::env::var(ENV_DMLC_TASK_ID)
+            .ok()
+            .filter(|t| !t.is_empty());
+        let world_size = match std::env::var_os(ENV_DMLC_NUM_WORKER) {
+            Some(_) => number(ENV_DMLC_NUM_WORKER)?,
+            None => 0,
+        };
+        let protocol = match std::env::var(ENV_TRACKER_PROTOCOL) {
+            Ok(text) => text.parse().map_err(|reason| LaunchError::Env {
+                var: ENV_TRACKER_PROTOCOL,
+                value: text.clone(),
+                reason,
+            })?,
+            Err(_) => TrackerProtocol::Classic,
+        };
+        Ok(Some(Bootstrap {
+            rank: 0,
+            world_size,
+            rendezvous: Rendezvous::Tracker {
+                host,
+                port,
+                task_id,
+                protocol,
+            },
         }))
     }
 
@@ -121,13 +252,19 @@ impl Bootstrap {
         })
     }
 
-    /// Where this process's stub should bind: `mpi://RANK` under `mpirun`, otherwise
-    /// `tcp://127.0.0.1:0` (any free port on loopback, since `switchyard launch` starts
-    /// every process on this machine).
+    /// Where this process's stub should bind: `mpi://RANK` under `mpirun`; under a
+    /// tracker, any free port on the address this host uses to reach the tracker
+    /// (peers may be on other machines); otherwise `tcp://127.0.0.1:0` (any free port
+    /// on loopback, since `switchyard launch` starts every process on this machine).
     pub fn stub_endpoint(&self) -> String {
         match &self.rendezvous {
             Rendezvous::Mpi => format!("mpi://{}", self.rank),
             Rendezvous::Launcher(_) => "tcp://127.0.0.1:0".into(),
+            Rendezvous::Tracker { host, port, .. } => match local_ip_towards(host, *port) {
+                Some(std::net::IpAddr::V6(ip)) => format!("tcp://[{ip}]:0"),
+                Some(ip) => format!("tcp://{ip}:0"),
+                None => "tcp://0.0.0.0:0".into(),
+            },
         }
     }
 
@@ -155,6 +292,30 @@ impl Bootstrap {
                 }
                 Ok((0..self.world_size).map(|r| format!("mpi://{r}")).collect())
             }
+            Rendezvous::Tracker { host, port, .. } => Err(LaunchError::Rendezvous {
+                addr: format!("{host}:{port}"),
+                reason: "a tracker assigns ranks and links workers itself: join it with \
+                         Communicator::from_tracker (or Communicator::from_env)"
+                    .into(),
+            }),
         }
     }
+}
+
+/// The local address of a route to `host:port`, found by connecting a UDP socket
+/// (which sends nothing).
+fn local_ip_towards(host: &str, port: u16) -> Option<std::net::IpAddr> {
+    use std::net::{ToSocketAddrs, UdpSocket};
+    let target = (host.trim_start_matches('[').trim_end_matches(']'), port)
+        .to_socket_addrs()
+        .ok()?
+        .next()?;
+    let any = if target.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    };
+    let socket = UdpSocket::bind(any).ok()?;
+    socket.connect(target).ok()?;
+    Some(socket.local_addr().ok()?.ip())
 }

@@ -15,6 +15,7 @@
 //! the [`journal`] keeps), the threaded [`server`], and the worker-side clients.
 
 pub mod classic;
+pub mod client;
 pub mod journal;
 pub mod json;
 pub mod maps;

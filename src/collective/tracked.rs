@@ -1,0 +1,335 @@
+//! Forming a [`Communicator`] through a rabit/XGBoost tracker.
+//!
+//! The tracker only assigns ranks and links each worker to a few others (a tree and a
+//! ring in the classic protocol, the ring alone in the JSON one). switchyard's
+//! collectives need a full mesh, so, as NCCL's bootstrap does, the workers use the
+//! tracker's **ring** once: each binds its mesh endpoint on the address it used to
+//! reach the tracker (the address the tracker hands to peers), the endpoints go round
+//! the ring (an allgather of length-prefixed strings, under
+//! [`CommOptions::timeout`]), and then [`MeshBuilder::connect`](super::MeshBuilder::connect)
+//! wires the mesh as for any other start. The tracker links are closed afterwards.
+//!
+//! The communicator keeps its tracker session: [`Communicator::tracker_print`] sends
+//! to the tracker's log, and `shutdown` is sent exactly once, by
+//! [`Communicator::finalize`] or, failing that, when the communicator is dropped.
+//!
+//! The ring allgather on the tracker links is switchyard's own: every worker of a
+//! job must be a switchyard process (XGBoost workers cannot share a job with them).
+
+use super::engine::Solo;
+use super::error::{Call, CollectiveError};
+use super::options::CommOptions;
+use super::Communicator;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, TcpStream};
+use std::time::{Duration, Instant};
+use switchyard_tracker::client::classic::{ClassicClient, ClassicSession};
+use switchyard_tracker::client::json::{JsonClient, JsonSession};
+use switchyard_tracker::client::{ClientConfig, ClientError};
+use switchyard_tracker::wire::{self, Deadline};
+
+pub use switchyard_tracker::client::Protocol as TrackerProtocol;
+
+/// Environment variable choosing the tracker protocol for
+/// [`Communicator::from_env`]: `classic` (the default: rabit, XGBoost ≤ 2.0's
+/// tracker, switchyard's tracker) or `json` (XGBoost ≥ 2.1's tracker; switchyard's
+/// tracker serves it too).
+pub const ENV_TRACKER_PROTOCOL: &str = "SWITCHYARD_TRACKER_PROTOCOL";
+
+/// Longest mesh endpoint accepted from a peer during the ring allgather.
+const MAX_ENDPOINT: usize = 4096;
+
+/// Where a tracker is and who this worker is to it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TrackerJoin {
+    /// Host name or address of the tracker.
+    pub host: String,
+    /// Its port.
+    pub port: u16,
+    /// This worker's identity across restarts (`DMLC_TASK_ID`); `None` for none.
+    pub task_id: Option<String>,
+    /// The protocol it speaks.
+    pub protocol: TrackerProtocol,
+}
+
+impl TrackerJoin {
+    /// A classic tracker at `host:port`, no task id.
+    pub fn new(host: impl Into<String>, port: u16) -> Self {
+        TrackerJoin {
+            host: host.into(),
+            port,
+            task_id: None,
+            protocol: TrackerProtocol::Classic,
+        }
+    }
+
+    /// Sets the task id.
+    pub fn with_task_id(mut self, task_id: impl Into<String>) -> Self {
+        self.task_id = Some(task_id.into());
+        self
+    }
+
+    /// Sets the protocol.
+    pub fn with_protocol(mut self, protocol: TrackerProtocol) -> Self {
+        self.protocol = protocol;
+        self
+    }
+}
+
+/// A communicator's tracker session: `print`s, and one `shutdown`.
+#[derive(Debug)]
+pub(super) struct TrackerLink {
+    session: Session,
+    shut: bool,
+}
+
+#[derive(Debug)]
+enum Session {
+    Classic(ClassicSession),
+    Json(JsonSession),
+}
+
+impl TrackerLink {
+    fn print(&self, text: &str) -> Result<(), ClientError> {
+        match &self.session {
+            Session::Classic(s) => s.print(text),
+            Session::Json(s) => s.print(text),
+        }
+    }
+
+    fn shutdown(&mut self) -> Result<(), ClientError> {
+        if std::mem::replace(&mut self.shut, true) {
+            return Ok(());
+        }
+        match &self.session {
+            Session::Classic(s) => s.shutdown(),
+            Session::Json(s) => s.shutdown(),
+        }
+    }
+}
+
+impl Drop for TrackerLink {
+    /// A communicator dropped while its thread panics did not finish its work: no
+    /// `shutdown` then, so the tracker does not count the job as done; a JSON-protocol
+    /// tracker is sent an `error` instead, which fails the job at once.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            tracing::warn!("communicator dropped during a panic: no shutdown sent to the tracker");
+            if let Session::Json(s) = &self.session {
+                if !self.shut {
+                    let _ = s.signal_error(1, "a switchyard worker panicked");
+                }
+            }
+            return;
+        }
+        if let Err(e) = self.shutdown() {
+            tracing::warn!(error = %e, "shutdown to the tracker failed");
+        }
+    }
+}
+
+/// What either protocol yields: rank, world, the ring links, the session.
+struct Joined {
+    rank: u32,
+    world: u32,
+    /// Stream to the ring successor (send side) and from the predecessor (receive
+    /// side); the same stream in a world of two.
+    next: Option<TcpStream>,
+    prev: Option<TcpStream>,
+    local_ip: IpAddr,
+    session: Session,
+}
+
+fn join(spec: &TrackerJoin, config: ClientConfig) -> Result<Joined, ClientError> {
+    match spec.protocol {
+        TrackerProtocol::Classic => {
+            let client = ClassicClient::new(&spec.host, spec.port, spec.task_id.clone(), config)?;
+            let mut j = client.start(None, None)?;
+            let take = |links: &mut BTreeMap<u32, TcpStream>, r: Option<u32>| {
+                r.and_then(|r| links.get(&r).and_then(|s| s.try_clone().ok()))
+            };
+            let next = take(&mut j.links, j.ring_next);
+            let prev = take(&mut j.links, j.ring_prev);
+            Ok(Joined {
+                rank: j.rank,
+                world: j.world,
+                next,
+                prev,
+                local_ip: j.local_ip,
+                session: Session::Classic(j.session),
+            })
+        }
+        TrackerProtocol::Json => {
+            let client = JsonClient::new(&spec.host, spec.port, spec.task_id.clone(), config)?;
+            let j = client.start()?;
+            Ok(Joined {
+                rank: j.rank,
+                world: j.world,
+                next: Some(j.successor),
+                prev: Some(j.predecessor),
+                local_ip: j.local_ip,
+                session: Session::Json(j.session),
+            })
+        }
+    }
+}
+
+/// Every rank's `mine`, in rank order, passed round the ring: at step `k` this rank
+/// sends entry `rank − k` to its successor and receives entry `rank − k − 1` from its
+/// predecessor. Entries are an `i32` byte count and the bytes.
+fn ring_allgather(
+    mine: &str,
+    rank: u32,
+    world: u32,
+    next: &TcpStream,
+    prev: &TcpStream,
+    limit: Duration,
+) -> Result<Vec<String>, String> {
+    let n = world as usize;
+    let r = rank as usize;
+    let until = Instant::now() + limit;
+    let mut all = vec![String::new(); n];
+    all[r] = mine.to_string();
+    for k in 0..n - 1 {
+        let out = &all[(r + n - k) % n];
+        let mut frame = Vec::with_capacity(4 + out.len());
+        wire::put_str(&mut frame, out);
+        let left = until.saturating_duration_since(Instant::now());
+        wire::write_all_within(next, &frame, left, "mesh endpoint")
+            .map_err(|e| format!("sending to the ring successor: {e}"))?;
+        let left = until.saturating_duration_since(Instant::now());
+        let got = Deadline::new(prev, left)
+            .str("mesh endpoint", MAX_ENDPOINT)
+            .map_err(|e| format!("receiving from the ring predecessor: {e}"))?;
+        all[(r + n - k - 1) % n] = got;
+    }
+    Ok(all)
+}
+
+fn setup_error(reason: String) -> CollectiveError {
+    CollectiveError::InvalidArgument {
+        call: Call::Setup,
+        reason,
+    }
+}
+
+impl Communicator {
+    /// Joins the tracker `spec` and forms a mesh with the other workers of its job.
+    ///
+    /// The tracker assigns the rank and links each worker to a few others (tree and
+    /// ring in the classic protocol, the ring in the JSON one). This worker binds its
+    /// mesh endpoint on the address it used to reach the tracker (the one the tracker
+    /// hands to peers), the endpoints go round the tracker's ring once (an allgather,
+    /// as in NCCL's bootstrap), and the mesh is connected as for any other start; the
+    /// tracker links are then closed. Every worker of the job must be a switchyard
+    /// process. Every wait is bounded by [`CommOptions::timeout`], including the wait
+    /// for the whole batch of workers to reach the tracker.
+    ///
+    /// The communicator keeps the tracker session:
+    /// [`tracker_print`](Communicator::tracker_print) goes to the tracker's log, and
+    /// `shutdown` is sent once, by [`finalize`](Communicator::finalize) or on drop.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use switchyard::collective::{CommOptions, Communicator, ReduceOp, TrackerJoin};
+    /// # fn main() -> Result<(), switchyard::collective::CollectiveError> {
+    /// let spec = TrackerJoin::new("127.0.0.1", 9091).with_task_id("worker-0");
+    /// let mut comm = Communicator::from_tracker(&spec, CommOptions::default())?;
+    /// let mut total = [1u32];
+    /// comm.allreduce(&mut total, ReduceOp::Sum)?;
+    /// comm.tracker_print(&format!("rank {} sees {} workers", comm.rank(), total[0]))?;
+    /// comm.finalize()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn from_tracker(
+        spec: &TrackerJoin,
+        options: CommOptions,
+    ) -> Result<Communicator, CollectiveError> {
+        let config = ClientConfig::default().with_timeout(options.timeout);
+        let at = format!("tracker {}:{}", spec.host, spec.port);
+        let joined = join(spec, config).map_err(|e| setup_error(format!("joining {e}")))?;
+        // Until the mesh stands, a failure must not look like a finished worker to the
+        // tracker: the link sends its `shutdown` only once it is armed.
+        let mut link = TrackerLink {
+            session: joined.session,
+            shut: true,
+        };
+        if joined.world == 1 {
+            link.shut = false;
+            let mut comm =
+                Communicator::with_engine(Box::new(Solo), options, super::setup::this_host());
+            comm.tracker = Some(link);
+            return Ok(comm);
+        }
+        let (Some(next), Some(prev)) = (joined.next, joined.prev) else {
+            return Err(setup_error(format!(
+                "{at} gave rank {} of {} no ring neighbours",
+                joined.rank, joined.world
+            )));
+        };
+        let endpoint = match joined.local_ip {
+            IpAddr::V6(ip) => format!("tcp://[{ip}]:0"),
+            ip => format!("tcp://{ip}:0"),
+        };
+        let timeout = options.timeout;
+        let builder = Communicator::bind_mesh(
+            joined.rank as usize,
+            joined.world as usize,
+            &endpoint,
+            options,
+        )
+        .map_err(|e| match joined.local_ip {
+            // The zmq backend does not enable IPv6 on its sockets.
+            IpAddr::V6(_) => setup_error(format!(
+                "{e}; the {at} was reached over IPv6 and the mesh needs IPv4: give the \
+                 tracker's IPv4 address (DMLC_TRACKER_URI)"
+            )),
+            IpAddr::V4(_) => e,
+        })?;
+        let endpoints = ring_allgather(
+            builder.endpoint(),
+            joined.rank,
+            joined.world,
+            &next,
+            &prev,
+            timeout,
+        )
+        .map_err(|e| setup_error(format!("mesh endpoint exchange over the {at} ring: {e}")))?;
+        drop((next, prev));
+        let mut comm = builder.connect(&endpoints)?;
+        link.shut = false;
+        comm.tracker = Some(link);
+        Ok(comm)
+    }
+
+    /// Sends `text` to the tracker's log (the tracker prints it), or to stderr when
+    /// this communicator was not formed through a tracker.
+    pub fn tracker_print(&self, text: &str) -> Result<(), CollectiveError> {
+        match &self.tracker {
+            Some(link) => link
+                .print(text)
+                .map_err(|e| setup_error(format!("tracker print: {e}"))),
+            None => {
+                eprintln!("{text}");
+                Ok(())
+            }
+        }
+    }
+
+    /// Closes the communicator: the mesh first, then (when formed through a tracker)
+    /// the `shutdown` to the tracker, whose failure is returned. Dropping a
+    /// communicator does the same but can only log a failed `shutdown`.
+    pub fn finalize(mut self) -> Result<(), CollectiveError> {
+        let link = self.tracker.take();
+        drop(self);
+        match link {
+            Some(mut link) => link
+                .shutdown()
+                .map_err(|e| setup_error(format!("tracker shutdown: {e}"))),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,411 @@
+//! The classic rabit protocol, worker side (`shared/rabit-protocol.md` §2–§8, and the
+//! worker half of the checklist in §11).
+//!
+//! [`ClassicClient::start`] opens the peer listener first, sends the `start` hello,
+//! waits (long: the tracker answers only when the whole batch has arrived) for the
+//! assignment, runs the link negotiation rounds, connecting to the peers the tracker
+//! names and reporting failures, reports its listening port, and finally accepts
+//! exactly the `num_accept` links of the last round. Every link starts with the peer
+//! handshake: both sides send their rank, then read the other's.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! use switchyard_tracker::client::{classic::ClassicClient, ClientConfig};
+//! # fn main() -> Result<(), switchyard_tracker::client::ClientError> {
+//! let client = ClassicClient::new("127.0.0.1", 9091, Some("worker-0".into()), ClientConfig::default())?;
+//! let joined = client.start(None, None)?;
+//! println!("rank {} of {}, links to {:?}", joined.rank, joined.world, joined.links.keys());
+//! joined.session.print("hello from a switchyard worker")?;
+//! joined.session.shutdown()?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod assignment;
+
+use super::{net, ClientConfig, ClientError};
+use crate::wire::{self, Deadline, WireError};
+use assignment::Assignment;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::time::Instant;
+
+/// The task id sent when a worker has none (the reference's sentinel).
+const NO_TASK: &str = "NULL";
+
+/// A worker's handle on a classic tracker: where it is, this worker's task id, and how
+/// patient to be. Cheap to clone; every command opens its own connection.
+#[derive(Clone, Debug)]
+pub struct ClassicClient {
+    addr: SocketAddr,
+    task_id: Option<String>,
+    config: ClientConfig,
+}
+
+/// What the tracker assigned, and the connected links.
+#[derive(Debug)]
+pub struct Joined {
+    /// This worker's rank.
+    pub rank: u32,
+    /// Number of workers.
+    pub world: u32,
+    /// Tree parent (`None` for the root).
+    pub parent: Option<u32>,
+    /// Tree neighbours (parent and children), ascending.
+    pub tree: Vec<u32>,
+    /// Ring predecessor (`None` in a world of one).
+    pub ring_prev: Option<u32>,
+    /// Ring successor (`None` in a world of one).
+    pub ring_next: Option<u32>,
+    /// One connected stream per linked rank (tree and ring neighbours), handshake done.
+    pub links: BTreeMap<u32, TcpStream>,
+    /// This host's address on the tracker connection: the address the tracker tells
+    /// peers, so the one to listen on for anything else peers must reach.
+    pub local_ip: IpAddr,
+    /// For `print` and `shutdown`.
+    pub session: ClassicSession,
+}
+
+/// A joined worker's later commands (`print`, `shutdown`), each on a new connection.
+#[derive(Clone, Debug)]
+pub struct ClassicSession {
+    client: ClassicClient,
+    rank: u32,
+    world: u32,
+}
+
+impl ClassicClient {
+    /// A client for the tracker at `host:port`. `task_id` identifies this worker
+    /// across restarts (`DMLC_TASK_ID`; `None` sends `NULL`).
+    pub fn new(
+        host: &str,
+        port: u16,
+        task_id: Option<String>,
+        config: ClientConfig,
+    ) -> Result<Self, ClientError> {
+        Ok(ClassicClient {
+            addr: net::resolve(host, port)?,
+            task_id: task_id.filter(|t| !t.is_empty()),
+            config,
+        })
+    }
+
+    /// The tracker's address.
+    pub fn tracker(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Joins the job: `rank` asks for a given rank (`None`: the tracker picks),
+    /// `world` a world size (`None`: the tracker's).
+    pub fn start(&self, rank: Option<u32>, world: Option<u32>) -> Result<Joined, ClientError> {
+        let listener = net::listen_like(&self.addr)?;
+        let port = listener
+            .local_addr()
+            .map_err(|source| ClientError::PeerIo {
+                what: "reading the listening port",
+                source,
+            })?
+            .port();
+        let stream = self.command(
+            rank.map_or(-1, |r| r as i32),
+            world.map_or(-1, |w| w as i32),
+            "start",
+        )?;
+        let local_ip = stream
+            .local_addr()
+            .map_err(|source| ClientError::PeerIo {
+                what: "reading the tracker connection's local address",
+                source,
+            })?
+            .ip();
+        let assignment = self.read_assignment(&stream)?;
+        if let Some(wanted) = rank.filter(|&r| r != assignment.rank) {
+            return Err(self.bad(
+                "assignment",
+                format!("asked for rank {wanted}, got {}", assignment.rank),
+            ));
+        }
+        let (mut links, num_accept) = self.negotiate(&stream, &assignment)?;
+        let mut report = Vec::with_capacity(4);
+        wire::put_i32(&mut report, i32::from(port));
+        wire::write_all_within(&stream, &report, self.config.io_timeout, "listening port")
+            .map_err(|e| self.wire("start", e))?;
+        drop(stream);
+        self.accept_links(&listener, &assignment, num_accept, &mut links)?;
+        let missing: Vec<u32> = assignment
+            .link_set
+            .iter()
+            .filter(|r| !links.contains_key(r))
+            .copied()
+            .collect();
+        if !missing.is_empty() {
+            return Err(self.bad(
+                "negotiation",
+                format!("it ended with links to ranks {missing:?} missing"),
+            ));
+        }
+        Ok(Joined {
+            rank: assignment.rank,
+            world: assignment.world,
+            parent: assignment.parent,
+            tree: assignment.tree,
+            ring_prev: assignment.prev,
+            ring_next: assignment.next,
+            links,
+            local_ip,
+            session: ClassicSession {
+                client: self.clone(),
+                rank: assignment.rank,
+                world: assignment.world,
+            },
+        })
+    }
+
+    /// A session for a worker that already has `rank` of `world` (to `print` or
+    /// `shutdown` without having joined through this client).
+    pub fn session(&self, rank: u32, world: u32) -> ClassicSession {
+        ClassicSession {
+            client: self.clone(),
+            rank,
+            world,
+        }
+    }
+
+    /// Connects, exchanges the magic and sends the hello with `command`.
+    fn command(
+        &self,
+        rank: i32,
+        world: i32,
+        command: &'static str,
+    ) -> Result<TcpStream, ClientError> {
+        let stream = net::connect_tracker(self.addr, &self.config)?;
+        net::magic(&stream, self.config.io_timeout).map_err(|e| self.wire(command, e))?;
+        let mut hello = Vec::new();
+        wire::put_i32(&mut hello, rank);
+        wire::put_i32(&mut hello, world);
+        wire::put_str(&mut hello, self.task_id.as_deref().unwrap_or(NO_TASK));
+        wire::put_str(&mut hello, command);
+        wire::write_all_within(&stream, &hello, self.config.io_timeout, "hello")
+            .map_err(|e| self.wire(command, e))?;
+        Ok(stream)
+    }
+
+    /// §5.2, checked: a rank in the world, neighbours that are other ranks in it.
+    fn read_assignment(&self, stream: &TcpStream) -> Result<Assignment, ClientError> {
+        let e = |err| self.wire("start (waiting for the assignment)", err);
+        // The first field comes when the whole batch is in: the long wait.
+        let rank = Deadline::new(stream, self.config.batch_timeout)
+            .i32("assigned rank")
+            .map_err(e)?;
+        if rank == -1 {
+            return Err(ClientError::Refused {
+                addr: self.addr.to_string(),
+                reason: "it assigned rank -1 (duplicate rank, wrong world size, or a full job)"
+                    .into(),
+            });
+        }
+        let mut r = Deadline::new(stream, self.config.io_timeout);
+        let parent = r.i32("parent").map_err(e)?;
+        let world = r.i32("world size").map_err(e)?;
+        let k = r
+            .length("tree neighbour count", self.config.limits.max_list)
+            .map_err(e)?;
+        let mut tree = Vec::with_capacity(k);
+        for _ in 0..k {
+            tree.push(r.i32("tree neighbour").map_err(e)?);
+        }
+        let prev = r.i32("ring prev").map_err(e)?;
+        let next = r.i32("ring next").map_err(e)?;
+        Assignment::check(rank, parent, world, tree, prev, next)
+            .map_err(|reason| self.bad("assignment", reason))
+    }
+
+    /// §6 rounds until the tracker's peers are all reached; returns the links and the
+    /// last round's `num_accept`.
+    fn negotiate(
+        &self,
+        stream: &TcpStream,
+        a: &Assignment,
+    ) -> Result<(BTreeMap<u32, TcpStream>, usize), ClientError> {
+        let e = |err| self.wire("link negotiation", err);
+        let mut links: BTreeMap<u32, TcpStream> = BTreeMap::new();
+        loop {
+            let mut good = Vec::new();
+            wire::put_i32(&mut good, links.len() as i32);
+            for &r in links.keys() {
+                wire::put_i32(&mut good, r as i32);
+            }
+            wire::write_all_within(stream, &good, self.config.io_timeout, "good links")
+                .map_err(e)?;
+            let mut r = Deadline::new(stream, self.config.io_timeout);
+            let cap = a.link_set.len();
+            let num_conn = r.length("num_conn", cap).map_err(e)?;
+            let num_accept = r.length("num_accept", cap).map_err(e)?;
+            let mut peers = Vec::with_capacity(num_conn);
+            for _ in 0..num_conn {
+                let host = r.str("peer host", self.config.limits.max_str).map_err(e)?;
+                let port = r.i32("peer port").map_err(e)?;
+                let rank = r.i32("peer rank").map_err(e)?;
+                peers.push((host, port, rank));
+            }
+            if links.len() + num_conn + num_accept != cap {
+                return Err(self.bad(
+                    "negotiation round",
+                    format!(
+                        "{num_conn} to connect + {num_accept} to accept + {} linked != {cap} links",
+                        links.len()
+                    ),
+                ));
+            }
+            let mut failed = 0i32;
+            for (host, port, rank) in peers {
+                let rank = a
+                    .peer_rank(rank, &links)
+                    .map_err(|reason| self.bad("peer", reason))?;
+                let port = u16::try_from(port)
+                    .map_err(|_| self.bad("peer", format!("rank {rank} has port {port}")))?;
+                match self.link_to(&host, port, rank, a.rank)? {
+                    Some(s) => {
+                        links.insert(rank, s);
+                    }
+                    None => failed += 1,
+                }
+            }
+            let mut report = Vec::with_capacity(4);
+            wire::put_i32(&mut report, failed);
+            wire::write_all_within(stream, &report, self.config.io_timeout, "failed connects")
+                .map_err(e)?;
+            if failed == 0 {
+                return Ok((links, num_accept));
+            }
+        }
+    }
+
+    /// Connects to `rank` at `host:port` and runs the handshake. `Ok(None)`: the
+    /// connect failed (the tracker is told and offers it again); a peer that says it is
+    /// another rank is an error.
+    fn link_to(
+        &self,
+        host: &str,
+        port: u16,
+        rank: u32,
+        me: u32,
+    ) -> Result<Option<TcpStream>, ClientError> {
+        let Ok(addr) = net::resolve(host, port) else {
+            return Ok(None);
+        };
+        let Ok(stream) = net::connect_peer(addr, &self.config) else {
+            tracing::debug!(%addr, rank, "peer connect failed; reporting it to the tracker");
+            return Ok(None);
+        };
+        match handshake(&stream, me, &self.config) {
+            Ok(got) if got == rank as i32 => Ok(Some(stream)),
+            Ok(got) => Err(ClientError::WrongPeer {
+                peer: addr.to_string(),
+                got,
+                reason: format!("the tracker named rank {rank} there"),
+            }),
+            Err(err) => {
+                tracing::debug!(%addr, rank, error = %err, "peer handshake failed; reporting it");
+                Ok(None)
+            }
+        }
+    }
+
+    /// Accepts exactly `count` peers, each of which must be a linked rank not yet
+    /// connected.
+    fn accept_links(
+        &self,
+        listener: &TcpListener,
+        a: &Assignment,
+        count: usize,
+        links: &mut BTreeMap<u32, TcpStream>,
+    ) -> Result<(), ClientError> {
+        let started = Instant::now();
+        let until = started + self.config.accept_timeout;
+        for got in 0..count {
+            let Some((stream, peer)) =
+                net::accept_until(listener, until).map_err(|source| ClientError::PeerIo {
+                    what: "accepting a peer",
+                    source,
+                })?
+            else {
+                return Err(ClientError::AcceptTimeout {
+                    got,
+                    expected: count,
+                    waited: started.elapsed(),
+                });
+            };
+            let rank =
+                handshake(&stream, a.rank, &self.config).map_err(|source| ClientError::Peer {
+                    peer: peer.to_string(),
+                    rank: None,
+                    source,
+                })?;
+            let rank = a
+                .peer_rank(rank, links)
+                .map_err(|reason| ClientError::WrongPeer {
+                    peer: peer.to_string(),
+                    got: rank,
+                    reason,
+                })?;
+            links.insert(rank, stream);
+        }
+        Ok(())
+    }
+
+    fn wire(&self, step: &'static str, source: WireError) -> ClientError {
+        ClientError::Tracker {
+            addr: self.addr.to_string(),
+            step,
+            source,
+        }
+    }
+
+    fn bad(&self, what: &'static str, reason: String) -> ClientError {
+        ClientError::BadReply {
+            addr: self.addr.to_string(),
+            what,
+            reason,
+        }
+    }
+}
+
+impl ClassicSession {
+    /// This worker's rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// Number of workers.
+    pub fn world(&self) -> u32 {
+        self.world
+    }
+
+    /// Sends `text` to the tracker's log (`print`).
+    pub fn print(&self, text: &str) -> Result<(), ClientError> {
+        let c = &self.client;
+        let stream = c.command(self.rank as i32, self.world as i32, "print")?;
+        let mut body = Vec::new();
+        wire::put_str(&mut body, text);
+        wire::write_all_within(&stream, &body, c.config.io_timeout, "print text")
+            .map_err(|e| c.wire("print", e))
+    }
+
+    /// Tells the tracker this worker is done (`shutdown`). Send it once, after every
+    /// link is closed or no longer needed.
+    pub fn shutdown(&self) -> Result<(), ClientError> {
+        self.client
+            .command(self.rank as i32, self.world as i32, "shutdown")
+            .map(drop)
+    }
+}
+
+/// §7: send our rank, read the peer's.
+fn handshake(stream: &TcpStream, me: u32, config: &ClientConfig) -> Result<i32, WireError> {
+    let mut buf = Vec::with_capacity(4);
+    wire::put_i32(&mut buf, me as i32);
+    wire::write_all_within(stream, &buf, config.io_timeout, "peer handshake")?;
+    Deadline::new(stream, config.io_timeout).i32("peer rank")
+}

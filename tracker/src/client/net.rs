@@ -1,0 +1,115 @@
+//! Sockets for the clients: resolving and connecting with retries, listening, and
+//! accepting under a deadline.
+
+use super::{ClientConfig, ClientError};
+use crate::wire::{self, Deadline, WireError};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+/// `host:port` resolved to its first address (IPv6 literals may come with or without
+/// brackets).
+pub(crate) fn resolve(host: &str, port: u16) -> Result<SocketAddr, ClientError> {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let text = if bare.contains(':') {
+        format!("[{bare}]:{port}")
+    } else {
+        format!("{bare}:{port}")
+    };
+    let fail = |reason: String| ClientError::Address {
+        addr: text.clone(),
+        reason,
+    };
+    text.to_socket_addrs()
+        .map_err(|e| fail(e.to_string()))?
+        .next()
+        .ok_or_else(|| fail("no address".into()))
+}
+
+/// A connection to the tracker, retried per [`ClientConfig`]'s schedule.
+pub(crate) fn connect_tracker(
+    addr: SocketAddr,
+    config: &ClientConfig,
+) -> Result<TcpStream, ClientError> {
+    let attempts = config.connect_attempts.max(1);
+    let mut k = 0;
+    loop {
+        k += 1;
+        match TcpStream::connect_timeout(&addr, config.connect_timeout) {
+            Ok(stream) => {
+                // Small messages, each answered before the next: never wait for Nagle.
+                let _ = stream.set_nodelay(true);
+                return Ok(stream);
+            }
+            Err(source) if k >= attempts => {
+                return Err(ClientError::Connect {
+                    addr: addr.to_string(),
+                    attempts,
+                    source,
+                })
+            }
+            Err(e) => {
+                tracing::debug!(%addr, attempt = k, error = %e, "tracker connect failed; retrying");
+                std::thread::sleep(config.backoff_after(k));
+            }
+        }
+    }
+}
+
+/// One connect to a peer, no retry (a failed peer connect is reported to the tracker,
+/// which decides what happens next).
+pub(crate) fn connect_peer(addr: SocketAddr, config: &ClientConfig) -> io::Result<TcpStream> {
+    let stream = TcpStream::connect_timeout(&addr, config.connect_timeout)?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+/// A listener on the wildcard address of `family`'s family, OS-chosen port: peers
+/// reach it at whatever address the tracker saw for this worker.
+pub(crate) fn listen_like(family: &SocketAddr) -> Result<TcpListener, ClientError> {
+    let any: IpAddr = match family {
+        SocketAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+        SocketAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
+    };
+    let addr = SocketAddr::new(any, 0);
+    TcpListener::bind(addr).map_err(|source| ClientError::Listen {
+        addr: addr.to_string(),
+        source,
+    })
+}
+
+/// The next connection on `listener`, waiting until `until`.
+///
+/// std has no accept timeout, so the listener is polled in non-blocking mode every
+/// few milliseconds; peers arrive within the negotiation, so the cost is small.
+pub(crate) fn accept_until(
+    listener: &TcpListener,
+    until: Instant,
+) -> io::Result<Option<(TcpStream, SocketAddr)>> {
+    listener.set_nonblocking(true)?;
+    loop {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                stream.set_nonblocking(false)?;
+                stream.set_nodelay(true)?;
+                return Ok(Some((stream, peer)));
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if Instant::now() >= until {
+                    return Ok(None);
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Sends the magic and checks the tracker's.
+pub(crate) fn magic(stream: &TcpStream, limit: Duration) -> Result<(), WireError> {
+    let mut buf = Vec::with_capacity(4);
+    wire::put_i32(&mut buf, wire::MAGIC);
+    wire::write_all_within(stream, &buf, limit, "magic")?;
+    Deadline::new(stream, limit).magic()
+}
