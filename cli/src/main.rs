@@ -6,6 +6,7 @@
 //! ```
 
 mod bench;
+mod tracker_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -41,6 +42,8 @@ enum Command {
         #[arg(last = true, required = true)]
         program: Vec<String>,
     },
+    /// Serve a rabit / XGBoost job as its tracker (classic and JSON protocols).
+    Tracker(tracker_cmd::TrackerArgs),
     /// Run a benchmark suite.
     Bench {
         #[command(subcommand)]
@@ -71,6 +74,7 @@ fn main() -> ExitCode {
                 .with_rendezvous_timeout(Duration::from_secs(rendezvous_timeout));
             run_local(&options).map_err(Into::into)
         }
+        Command::Tracker(args) => tracker_cmd::run(args),
         Command::Bench { suite } => bench::run(suite),
     };
     match result {

@@ -11,9 +11,15 @@
 //! `{"` where a classic worker sends its world size.
 //!
 //! Layers: [`wire`] (bytes, deadlines, caps), [`maps`] (link maps), the sans-IO state
-//! machines, the threaded server, and the worker-side clients.
+//! machines ([`classic`], [`json`], fed by [`order`] and reporting [`record`]s, which
+//! the [`journal`] keeps), the threaded [`server`], and the worker-side clients.
 
+pub mod classic;
+pub mod journal;
+pub mod json;
 pub mod maps;
+pub mod order;
+pub mod record;
 pub mod server;
 pub mod wire;
 

@@ -207,6 +207,11 @@ impl<'a> Deadline<'a> {
     /// A length-prefixed byte string (a JSON frame's body).
     pub fn bytes(&mut self, what: &'static str, cap: usize) -> Result<Vec<u8>, WireError> {
         let len = self.length(what, cap)?;
+        self.exact(what, len)
+    }
+
+    /// Exactly `len` bytes (a body whose length was read and checked already).
+    pub fn exact(&mut self, what: &'static str, len: usize) -> Result<Vec<u8>, WireError> {
         // Grows as bytes arrive: a large but allowed length that never comes costs
         // nothing up front.
         let mut out = Vec::with_capacity(len.min(4096));

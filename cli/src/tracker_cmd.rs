@@ -1,0 +1,101 @@
+//! `switchyard tracker`: a standalone tracker for rabit / XGBoost jobs (both the classic
+//! protocol of XGBoost ≤ 2.0 and the JSON protocol of 2.1+, on one port).
+//!
+//! As soon as it listens it prints `DMLC_TRACKER_URI=…` and `DMLC_TRACKER_PORT=…` on
+//! standard output (for 1.x workers' environment, or 3.x's `dmlc_tracker_uri` /
+//! `dmlc_tracker_port` arguments), then logs workers' prints and its events on standard
+//! error. It exits 0 once every rank has shut down, non-zero with the reason if the job
+//! failed. With `--state FILE` a tracker killed mid-job and started again with the same
+//! port and file finishes the job.
+
+use std::error::Error;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+use switchyard_tracker::{Event, SortBy, Tracker, TrackerConfig};
+
+/// How a batch of workers is ordered into ranks.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub(crate) enum SortArg {
+    /// By the worker's IP address, then task id (numeric task ids by value).
+    Host,
+    /// By task id only.
+    Task,
+}
+
+/// The arguments of `switchyard tracker`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct TrackerArgs {
+    /// Number of workers.
+    #[arg(short = 'n', long = "workers", value_parser = clap::value_parser!(u32).range(1..))]
+    workers: u32,
+    /// Address to listen on (the workers must reach it there).
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on; 0 lets the system choose.
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// Rank order within a batch.
+    #[arg(long, value_enum, default_value = "host")]
+    sort_by: SortArg,
+    /// Append-only state file: replayed at start, so a restarted tracker resumes the job.
+    #[arg(long)]
+    state: Option<PathBuf>,
+    /// Seconds a worker may take for each message.
+    #[arg(long, default_value_t = 30)]
+    read_timeout: u64,
+    /// Seconds a worker may wait for the rest of its batch.
+    #[arg(long, default_value_t = 3600)]
+    batch_timeout: u64,
+}
+
+/// Runs the tracker until the job ends.
+pub(crate) fn run(args: TrackerArgs) -> Result<(), Box<dyn Error>> {
+    let mut config = TrackerConfig::new(args.workers);
+    config.host = args.host;
+    config.port = args.port;
+    config.sort_by = match args.sort_by {
+        SortArg::Host => SortBy::Host,
+        SortArg::Task => SortBy::Task,
+    };
+    config.state_file = args.state;
+    config.read_timeout = Duration::from_secs(args.read_timeout.max(1));
+    config.batch_timeout = Duration::from_secs(args.batch_timeout.max(1));
+    let tracker = Tracker::start(config)?;
+    let events = tracker.events();
+    let mut out = std::io::stdout().lock();
+    for (k, v) in tracker.worker_env() {
+        writeln!(out, "{k}={v}")?;
+    }
+    out.flush()?;
+    drop(out);
+    std::thread::spawn(move || {
+        for e in events {
+            eprintln!("[tracker] {}", describe(&e));
+        }
+    });
+    let outcome = tracker.wait(None)?;
+    eprintln!(
+        "[tracker] job finished: ranks {:?} shut down",
+        outcome.shut_down
+    );
+    Ok(())
+}
+
+fn describe(e: &Event) -> String {
+    match e {
+        Event::Assigned {
+            rank,
+            task_id,
+            host,
+        } => format!(
+            "rank {rank} assigned to task {} at {host}",
+            task_id.as_deref().unwrap_or("(none)")
+        ),
+        Event::Recovered { rank } => format!("rank {rank} recovers its links"),
+        Event::Print { rank, text } => format!("rank {rank}: {text}"),
+        Event::Shutdown { rank } => format!("rank {rank} shut down"),
+        Event::Dropped { peer, reason } => format!("dropped {peer}: {reason}"),
+        other => format!("{other:?}"),
+    }
+}

@@ -1,0 +1,572 @@
+//! The classic rabit protocol's tracker side as a state machine without sockets
+//! (`shared/rabit-protocol.md` §4–§8).
+//!
+//! The server feeds it what connections say (a hello, a good-link list, a port) and
+//! acts on what it returns: refusals, [`Action::Turn`]s (a connection holding a rank
+//! may now send its assignment and negotiate) and [`Record`]s.
+//!
+//! Differences from the reference, each fixing an item of §10:
+//! - the world size is fixed by the configuration; another one is refused (§10.4);
+//! - refusals are the protocol's polite one (rank −1), never a crash (§10.4): unknown
+//!   task after every rank is out, `recover` without a rank or for a rank that never
+//!   joined (e.g. before the first `start`), a rank ≥ n, a rank held by
+//!   a connection that has not finished negotiating (§10.8), a rank already shut down;
+//! - an explicit rank is taken out of the batch's ranks (§10.9);
+//! - a worker that vanishes before it finishes negotiating gives its rank back (§10.5);
+//! - every rank handed out in any round loses one expected link (§10.6);
+//! - `shutdown` counts only ranks that finished negotiating, once each (§10.7); one
+//!   that arrives before the port report of a peer linking to it is accepted (§11).
+//!
+//! Negotiations run one at a time, in the order ranks were decided (a batch in rank
+//! order), as in the reference: that keeps every pair's connect/accept choice
+//! consistent, since each side's choice depends on whether the other already reported
+//! its port.
+
+use crate::maps::{link_maps, Links};
+use crate::order::sort_batch;
+use crate::record::{Protocol, Record};
+use crate::server::SortBy;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+/// Identifies a connection to the server.
+pub type ConnId = u64;
+
+/// The most negotiation rounds one connection may take: a worker that cannot reach a
+/// peer would otherwise hold every later negotiation forever.
+pub const MAX_ROUNDS: u32 = 64;
+
+/// A classic command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Join the job.
+    Start,
+    /// Rejoin with a known rank and repair links.
+    Recover,
+    /// Print a message.
+    Print,
+    /// Leave the job.
+    Shutdown,
+}
+
+impl Command {
+    /// The command named `s`, if it is one of the four.
+    pub fn parse(s: &str) -> Option<Command> {
+        Some(match s {
+            "start" => Command::Start,
+            "recover" => Command::Recover,
+            "print" => Command::Print,
+            "shutdown" => Command::Shutdown,
+            _ => return None,
+        })
+    }
+}
+
+/// The fields of a classic hello (§3).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hello {
+    /// The rank the worker claims, −1 for none.
+    pub rank: i32,
+    /// The world size it wants, −1 for "the tracker's".
+    pub world: i32,
+    /// Its task id; `None` for `NULL` or empty.
+    pub task_id: Option<String>,
+    /// The command.
+    pub command: Command,
+}
+
+/// Normalises a task id as sent: `NULL` and empty mean none.
+pub fn task_id(raw: String) -> Option<String> {
+    if raw.is_empty() || raw == "NULL" {
+        None
+    } else {
+        Some(raw)
+    }
+}
+
+/// What the server must do for the machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Connection `conn` holds `rank`: send the assignment and negotiate now.
+    Turn {
+        /// The connection.
+        conn: ConnId,
+        /// Its rank.
+        rank: u32,
+    },
+    /// A fact to log, publish and (if durable) keep.
+    Record(Record),
+}
+
+/// The assignment message (§5.2).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Assignment {
+    /// The rank.
+    pub rank: u32,
+    /// The world size.
+    pub world: u32,
+    /// Tree and ring links.
+    pub links: Links,
+}
+
+/// One connection's negotiation in progress (§6).
+#[derive(Clone, Debug)]
+pub struct Negotiation {
+    conn: ConnId,
+    rank: u32,
+    task_id: Option<String>,
+    host: String,
+    links: Vec<u32>,
+    handed: BTreeSet<u32>,
+    accept: u32,
+    rounds: u32,
+}
+
+impl Negotiation {
+    /// The rank being negotiated.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+}
+
+/// One round's answer: peers to connect to, and how many will connect instead.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Round {
+    /// (host, port, rank) of each peer to connect to.
+    pub connect: Vec<(String, u16, u32)>,
+    /// How many connections to accept.
+    pub accept: u32,
+}
+
+#[derive(Clone, Debug)]
+struct Pending {
+    conn: ConnId,
+    host: String,
+    task_id: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+struct Waiting {
+    host: String,
+    port: u16,
+    remaining: u32,
+}
+
+#[derive(Clone, Debug)]
+struct Holder {
+    conn: ConnId,
+    host: String,
+    task_id: Option<String>,
+    recover: bool,
+}
+
+/// The classic tracker's state.
+#[derive(Debug)]
+pub struct Classic {
+    n: u32,
+    sort_by: SortBy,
+    maps: Vec<Links>,
+    todo: BTreeSet<u32>,
+    pending: Vec<Pending>,
+    job_map: HashMap<String, u32>,
+    wait_conn: BTreeMap<u32, Waiting>,
+    linked: BTreeSet<u32>,
+    shut_down: BTreeSet<u32>,
+    held: BTreeMap<u32, Holder>,
+    turns: VecDeque<(ConnId, u32)>,
+    current: Option<ConnId>,
+}
+
+impl Classic {
+    /// A job of `n` workers, batches ordered by `sort_by`.
+    pub fn new(n: u32, sort_by: SortBy) -> Classic {
+        Classic {
+            n,
+            sort_by,
+            maps: link_maps(n as usize),
+            todo: (0..n).collect(),
+            pending: Vec::new(),
+            job_map: HashMap::new(),
+            wait_conn: BTreeMap::new(),
+            linked: BTreeSet::new(),
+            shut_down: BTreeSet::new(),
+            held: BTreeMap::new(),
+            turns: VecDeque::new(),
+            current: None,
+        }
+    }
+
+    /// The world size.
+    pub fn world(&self) -> u32 {
+        self.n
+    }
+
+    /// Whether `n` distinct ranks have shut down.
+    pub fn is_done(&self) -> bool {
+        self.shut_down.len() as u32 >= self.n
+    }
+
+    /// The ranks that shut down, ascending.
+    pub fn shut_down(&self) -> Vec<u32> {
+        self.shut_down.iter().copied().collect()
+    }
+
+    /// How many `start`s wait for their batch.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// A `start` or `recover` from `conn` at `host`. `Ok` with actions, the caller's
+    /// connection either gets a [`Action::Turn`] now or later, or waits in the batch;
+    /// `Err` with the reason to refuse it (assignment rank −1).
+    pub fn start(
+        &mut self,
+        conn: ConnId,
+        host: &str,
+        hello: &Hello,
+    ) -> Result<Vec<Action>, String> {
+        let recover = hello.command == Command::Recover;
+        if hello.world != -1 && hello.world != self.n as i32 {
+            return Err(format!(
+                "world size {} in the hello, but this job has {} workers",
+                hello.world, self.n
+            ));
+        }
+        if recover && hello.rank < 0 {
+            return Err(format!(
+                "recover with rank {}: it needs the worker's rank",
+                hello.rank
+            ));
+        }
+        let decided = if hello.rank >= 0 {
+            if hello.rank as u32 >= self.n {
+                return Err(format!(
+                    "rank {} is not below the world size {}",
+                    hello.rank, self.n
+                ));
+            }
+            let rank = hello.rank as u32;
+            if recover && !self.linked.contains(&rank) {
+                return Err(format!(
+                    "recover from rank {rank}, which never joined this job"
+                ));
+            }
+            Some(rank)
+        } else {
+            hello
+                .task_id
+                .as_ref()
+                .and_then(|t| self.job_map.get(t).copied())
+        };
+        let mut actions = Vec::new();
+        match decided {
+            Some(rank) => {
+                if let Some(h) = self.held.get(&rank) {
+                    return Err(format!(
+                        "rank {rank} is held by a connection from {} that has not finished negotiating",
+                        h.host
+                    ));
+                }
+                if self.shut_down.contains(&rank) {
+                    return Err(format!("rank {rank} has already shut down"));
+                }
+                if self.todo.remove(&rank) && self.pending.len() == self.todo.len() {
+                    self.run_batch(&mut actions);
+                }
+                if let Some(t) = &hello.task_id {
+                    self.job_map.insert(t.clone(), rank);
+                }
+                self.hold(
+                    conn,
+                    rank,
+                    host,
+                    hello.task_id.clone(),
+                    recover,
+                    &mut actions,
+                );
+            }
+            None => {
+                if self.todo.len() <= self.pending.len() {
+                    return Err(format!(
+                        "every rank is handed out and task id {:?} is not known",
+                        hello.task_id.as_deref().unwrap_or("NULL")
+                    ));
+                }
+                self.pending.push(Pending {
+                    conn,
+                    host: host.to_string(),
+                    task_id: hello.task_id.clone(),
+                });
+                if self.pending.len() == self.todo.len() {
+                    self.run_batch(&mut actions);
+                }
+            }
+        }
+        Ok(actions)
+    }
+
+    /// Gives the pending batch the smallest ranks left, in sorted order (§4 step 6).
+    fn run_batch(&mut self, actions: &mut Vec<Action>) {
+        let mut batch = std::mem::take(&mut self.pending);
+        sort_batch(&mut batch, self.sort_by, |p| {
+            (p.host.as_str(), p.task_id.as_deref())
+        });
+        for p in batch {
+            let Some(rank) = self.todo.pop_first() else {
+                break;
+            };
+            if let Some(t) = &p.task_id {
+                self.job_map.insert(t.clone(), rank);
+            }
+            self.hold(p.conn, rank, &p.host, p.task_id, false, actions);
+        }
+    }
+
+    fn hold(
+        &mut self,
+        conn: ConnId,
+        rank: u32,
+        host: &str,
+        task_id: Option<String>,
+        recover: bool,
+        actions: &mut Vec<Action>,
+    ) {
+        actions.push(Action::Record(Record::Assigned {
+            rank,
+            task_id: task_id.clone(),
+            host: host.to_string(),
+            recover,
+        }));
+        self.held.insert(
+            rank,
+            Holder {
+                conn,
+                host: host.to_string(),
+                task_id,
+                recover,
+            },
+        );
+        self.turns.push_back((conn, rank));
+        self.advance(actions);
+    }
+
+    fn advance(&mut self, actions: &mut Vec<Action>) {
+        if self.current.is_none() {
+            if let Some((conn, rank)) = self.turns.pop_front() {
+                self.current = Some(conn);
+                actions.push(Action::Turn { conn, rank });
+            }
+        }
+    }
+
+    /// A waiting `start` whose connection closed or timed out: it leaves the batch.
+    /// Returns whether it was waiting.
+    pub fn vanish(&mut self, conn: ConnId) -> bool {
+        let before = self.pending.len();
+        self.pending.retain(|p| p.conn != conn);
+        before != self.pending.len()
+    }
+
+    /// Starts the negotiation of `rank` on its turn; the assignment to send.
+    pub fn begin(&self, conn: ConnId, rank: u32) -> Result<(Assignment, Negotiation), String> {
+        let holder = self
+            .held
+            .get(&rank)
+            .filter(|h| h.conn == conn && self.current == Some(conn))
+            .ok_or_else(|| format!("connection {conn} does not hold the turn for rank {rank}"))?;
+        let links = self.maps[rank as usize].clone();
+        let neg = Negotiation {
+            conn,
+            rank,
+            task_id: holder.task_id.clone(),
+            host: holder.host.clone(),
+            links: links.link_set(),
+            handed: BTreeSet::new(),
+            accept: 0,
+            rounds: 0,
+        };
+        Ok((
+            Assignment {
+                rank,
+                world: self.n,
+                links,
+            },
+            neg,
+        ))
+    }
+
+    /// One round (§6 steps 1–3): `good` are the links the worker has.
+    pub fn round(&self, neg: &mut Negotiation, good: &[i32]) -> Result<Round, String> {
+        neg.rounds += 1;
+        if neg.rounds > MAX_ROUNDS {
+            return Err(format!(
+                "rank {} took more than {MAX_ROUNDS} negotiation rounds",
+                neg.rank
+            ));
+        }
+        let mut have = BTreeSet::new();
+        for &g in good {
+            if g < 0 || !neg.links.contains(&(g as u32)) {
+                return Err(format!(
+                    "rank {} reports a link to {g}, which is not one of its links {:?}",
+                    neg.rank, neg.links
+                ));
+            }
+            have.insert(g as u32);
+        }
+        let missing: Vec<u32> = neg
+            .links
+            .iter()
+            .copied()
+            .filter(|r| !have.contains(r))
+            .collect();
+        let connect: Vec<(String, u16, u32)> = missing
+            .iter()
+            .filter_map(|r| self.wait_conn.get(r).map(|w| (w.host.clone(), w.port, *r)))
+            .collect();
+        neg.handed.extend(connect.iter().map(|c| c.2));
+        neg.accept = (missing.len() - connect.len()) as u32;
+        Ok(Round {
+            connect,
+            accept: neg.accept,
+        })
+    }
+
+    /// The worker reported its listening port (§6 step 6): the negotiation is over.
+    pub fn finish(&mut self, neg: Negotiation, port: i32) -> Result<Vec<Action>, String> {
+        let port = match u16::try_from(port) {
+            Ok(p) if p > 0 => p,
+            _ if neg.accept == 0 => 0,
+            _ => return Err(format!("rank {} reported listening port {port}", neg.rank)),
+        };
+        let record = Record::Linked {
+            rank: neg.rank,
+            task_id: neg.task_id,
+            host: neg.host,
+            port,
+            accept: neg.accept,
+            reached: neg.handed.into_iter().collect(),
+        };
+        let mut actions = Vec::new();
+        self.apply(&record);
+        if self.current == Some(neg.conn) {
+            self.current = None;
+        }
+        actions.push(Action::Record(record));
+        self.advance(&mut actions);
+        Ok(actions)
+    }
+
+    /// A connection holding `rank` failed before it finished: the rank is released (and
+    /// goes back to the batch if it never finished a negotiation), the next turn starts.
+    pub fn abandon(&mut self, conn: ConnId, rank: u32, actions: &mut Vec<Action>) {
+        if self.held.get(&rank).is_some_and(|h| h.conn == conn) {
+            let holder = self.held.remove(&rank);
+            if !self.linked.contains(&rank) {
+                self.todo.insert(rank);
+                if let Some(t) = holder.and_then(|h| h.task_id) {
+                    self.job_map.remove(&t);
+                }
+            }
+        }
+        self.turns.retain(|&(c, _)| c != conn);
+        if self.current == Some(conn) {
+            self.current = None;
+        }
+        self.advance(actions);
+    }
+
+    /// A `shutdown` from `rank` (§8). `Err` says why it does not count.
+    pub fn shutdown(&mut self, rank: i32) -> Result<Vec<Action>, String> {
+        let r = u32::try_from(rank).map_err(|_| format!("shutdown from rank {rank}"))?;
+        if !self.linked.contains(&r) {
+            return Err(format!(
+                "shutdown from rank {rank}, which never finished negotiating"
+            ));
+        }
+        if self.held.contains_key(&r) {
+            return Err(format!("shutdown from rank {rank} while it is negotiating"));
+        }
+        if self.shut_down.contains(&r) {
+            return Err(format!("second shutdown from rank {rank}"));
+        }
+        let record = Record::ShutDown {
+            protocol: Protocol::Classic,
+            rank: r,
+        };
+        self.apply(&record);
+        Ok(vec![Action::Record(record)])
+    }
+
+    /// Applies a durable record: what [`finish`](Self::finish) and
+    /// [`shutdown`](Self::shutdown) do to the state, and how a state file is replayed.
+    pub fn apply(&mut self, record: &Record) {
+        match record {
+            Record::Linked {
+                rank,
+                task_id,
+                host,
+                port,
+                accept,
+                reached,
+            } => {
+                let rank = *rank;
+                self.todo.remove(&rank);
+                self.held.remove(&rank);
+                self.linked.insert(rank);
+                if let Some(t) = task_id {
+                    self.job_map.insert(t.clone(), rank);
+                }
+                for r in reached {
+                    if let Some(w) = self.wait_conn.get_mut(r) {
+                        w.remaining = w.remaining.saturating_sub(1);
+                        if w.remaining == 0 {
+                            self.wait_conn.remove(r);
+                        }
+                    }
+                }
+                if *accept > 0 {
+                    self.wait_conn.insert(
+                        rank,
+                        Waiting {
+                            host: host.clone(),
+                            port: *port,
+                            remaining: *accept,
+                        },
+                    );
+                } else {
+                    self.wait_conn.remove(&rank);
+                }
+            }
+            Record::ShutDown {
+                protocol: Protocol::Classic,
+                rank,
+            } => {
+                // Its peers are done linking to it, whatever order the tracker heard.
+                self.wait_conn.remove(rank);
+                self.shut_down.insert(*rank);
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether `conn` holds a rank (assigned and not finished).
+    pub fn holds(&self, conn: ConnId) -> Option<u32> {
+        self.held
+            .iter()
+            .find(|(_, h)| h.conn == conn)
+            .map(|(r, _)| *r)
+    }
+
+    /// Whether a connection holds `rank` (assigned, negotiation not finished).
+    pub fn is_held(&self, rank: u32) -> bool {
+        self.held.contains_key(&rank)
+    }
+
+    /// Whether the holder of `rank` came with `recover`.
+    pub fn is_recover(&self, rank: u32) -> bool {
+        self.held.get(&rank).is_some_and(|h| h.recover)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,298 @@
+//! The tracker server: one listening port for both protocols, one thread per
+//! connection, the state machines behind one lock.
+//!
+//! Every read has a deadline ([`TrackerConfig::read_timeout`]) and every length a cap
+//! ([`TrackerConfig::limits`]); a connection that breaks the protocol is dropped with a
+//! `tracing` warning naming the peer and the reason, and an [`Event::Dropped`]; serving
+//! goes on. `start`s waiting for their batch are watched for end of stream and give up
+//! after [`TrackerConfig::batch_timeout`].
+
+mod accept;
+mod classic_conn;
+mod json_conn;
+mod shared;
+
+use crate::journal::{Journal, JournalError};
+use crate::wire::Limits;
+use crossbeam_channel::Receiver;
+use shared::{lock, Ending, Shared};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How a batch of `start`s is ordered into ranks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SortBy {
+    /// By the peer's IP address text, then task id (the default).
+    #[default]
+    Host,
+    /// By task id.
+    Task,
+}
+
+/// What a [`Tracker`] serves and how patient it is.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct TrackerConfig {
+    /// The number of workers, `n`.
+    pub workers: u32,
+    /// Address to bind (default `127.0.0.1`).
+    pub host: String,
+    /// Port to bind (default 0: the OS picks).
+    pub port: u16,
+    /// Rank order within a batch.
+    pub sort_by: SortBy,
+    /// Caps on lengths.
+    pub limits: Limits,
+    /// Deadline on each read of a connection that is in the middle of a message.
+    pub read_timeout: Duration,
+    /// How long a `start` may wait for the rest of its batch.
+    pub batch_timeout: Duration,
+    /// Append-only state file, so that a restarted tracker picks up the job.
+    pub state_file: Option<PathBuf>,
+}
+
+impl TrackerConfig {
+    /// `workers` workers on 127.0.0.1, an OS-chosen port, default limits and timeouts.
+    pub fn new(workers: u32) -> Self {
+        TrackerConfig {
+            workers,
+            host: "127.0.0.1".into(),
+            port: 0,
+            sort_by: SortBy::Host,
+            limits: Limits::default(),
+            read_timeout: Duration::from_secs(30),
+            batch_timeout: Duration::from_secs(3600),
+            state_file: None,
+        }
+    }
+}
+
+/// Something the tracker saw, for launchers and logs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// A worker got its rank.
+    Assigned {
+        /// The rank.
+        rank: u32,
+        /// Its task id (`None` for `NULL`/empty).
+        task_id: Option<String>,
+        /// The peer's IP address text.
+        host: String,
+    },
+    /// A worker asked for its links again (`recover`).
+    Recovered {
+        /// The rank.
+        rank: u32,
+    },
+    /// A `print` from a worker.
+    Print {
+        /// The rank it claimed.
+        rank: i32,
+        /// The text, trimmed.
+        text: String,
+    },
+    /// A rank shut down.
+    Shutdown {
+        /// The rank.
+        rank: u32,
+    },
+    /// A connection was dropped.
+    Dropped {
+        /// The peer address.
+        peer: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Why the tracker failed (to start, or the job).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TrackerError {
+    /// Binding failed.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The state file could not be read or written (see [`TrackerConfig::state_file`]).
+    #[error(transparent)]
+    StateFile(#[from] JournalError),
+    /// The serving thread could not be started.
+    #[error("cannot start the tracker's thread: {0}")]
+    Thread(std::io::Error),
+    /// The job failed: a worker signalled an error, or the tracker could not finish it.
+    #[error("the job failed: {reason}")]
+    JobFailed {
+        /// What happened.
+        reason: String,
+    },
+    /// [`Tracker::stop`] was called before the job ended.
+    #[error("the tracker was stopped before the job ended")]
+    Stopped,
+    /// [`Tracker::wait`] gave up; the job goes on.
+    #[error("the job had not ended after {waited:?}")]
+    WaitTimedOut {
+        /// How long it waited.
+        waited: Duration,
+    },
+}
+
+/// How a job ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JobOutcome {
+    /// Ranks that shut down.
+    pub shut_down: Vec<u32>,
+}
+
+/// A running tracker. Dropping it stops it.
+///
+/// ```
+/// # fn main() -> Result<(), switchyard_tracker::TrackerError> {
+/// use switchyard_tracker::{Tracker, TrackerConfig};
+/// let tracker = Tracker::start(TrackerConfig::new(2))?;
+/// let env = tracker.worker_env();
+/// assert_eq!(env[0].0, "DMLC_TRACKER_URI");
+/// assert_eq!(env[1].1, tracker.addr().port().to_string());
+/// tracker.stop();
+/// assert!(matches!(tracker.wait(None), Err(switchyard_tracker::TrackerError::Stopped)));
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Tracker {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    accept: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Tracker {
+    /// Binds, replays the state file if there is one, and starts serving on background
+    /// threads.
+    pub fn start(config: TrackerConfig) -> Result<Tracker, TrackerError> {
+        let bind_addr = format!("{}:{}", config.host, config.port);
+        let bind_err = |source| TrackerError::Bind {
+            addr: bind_addr.clone(),
+            source,
+        };
+        let journal = match &config.state_file {
+            Some(path) => Some(Journal::open(path, config.workers)?),
+            None => None,
+        };
+        let listener = TcpListener::bind(bind_addr.as_str()).map_err(bind_err)?;
+        let addr = listener.local_addr().map_err(bind_err)?;
+        let shared = Arc::new(Shared::new(config, journal));
+        let accept = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("tracker-accept".into())
+                .spawn(move || accept::run(&shared, &listener))
+                .map_err(TrackerError::Thread)?
+        };
+        tracing::info!(%addr, workers = shared.config.workers, "tracker listening");
+        Ok(Tracker {
+            addr,
+            shared,
+            accept: Mutex::new(Some(accept)),
+        })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `DMLC_TRACKER_URI` and `DMLC_TRACKER_PORT` for the workers. A tracker bound to
+    /// the wildcard address gives the address this machine would use to reach others
+    /// (loopback if it has none).
+    pub fn worker_env(&self) -> Vec<(String, String)> {
+        let ip = if self.addr.ip().is_unspecified() {
+            outward_ip().unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+        } else {
+            self.addr.ip()
+        };
+        vec![
+            ("DMLC_TRACKER_URI".into(), ip.to_string()),
+            ("DMLC_TRACKER_PORT".into(), self.addr.port().to_string()),
+        ]
+    }
+
+    /// Events, in order (each receiver gets every event from its subscription on).
+    pub fn events(&self) -> Receiver<Event> {
+        self.shared.subscribe()
+    }
+
+    /// Waits until `n` distinct ranks shut down (Ok) or the job failed (Err), at most
+    /// `timeout`.
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<JobOutcome, TrackerError> {
+        let started = Instant::now();
+        let mut end = lock(&self.shared.end);
+        loop {
+            match &*end {
+                Some(Ending::Done(outcome)) => return Ok(outcome.clone()),
+                Some(Ending::Failed(reason)) => {
+                    return Err(TrackerError::JobFailed {
+                        reason: reason.clone(),
+                    })
+                }
+                Some(Ending::Stopped) => return Err(TrackerError::Stopped),
+                None => {}
+            }
+            end = match timeout {
+                None => self
+                    .shared
+                    .ended
+                    .wait(end)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+                Some(t) => {
+                    let left = t.saturating_sub(started.elapsed());
+                    if left.is_zero() {
+                        return Err(TrackerError::WaitTimedOut { waited: t });
+                    }
+                    self.shared
+                        .ended
+                        .wait_timeout(end, left)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .0
+                }
+            };
+        }
+    }
+
+    /// Stops serving and closes the port. Connections in progress end at their next
+    /// read deadline or wait check.
+    pub fn stop(&self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        // Wake the accept loop with a connection of our own.
+        let wake = if self.addr.ip().is_unspecified() {
+            SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), self.addr.port())
+        } else {
+            self.addr
+        };
+        let _ = std::net::TcpStream::connect_timeout(&wake, Duration::from_secs(1));
+        if let Some(handle) = lock(&self.accept).take() {
+            let _ = handle.join();
+        }
+        self.shared.end_with(Ending::Stopped);
+    }
+}
+
+impl Drop for Tracker {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The address of the interface that would route to the outside (no packet is sent).
+fn outward_ip() -> Option<IpAddr> {
+    let s = UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect("10.255.255.255:1").ok()?;
+    s.local_addr().ok().map(|a| a.ip())
+}

@@ -1,0 +1,273 @@
+//! What every connection thread shares: the state machines (one lock), the inboxes
+//! through which a machine's decision reaches another connection's thread, event
+//! subscribers, and the job's ending.
+
+use super::{Event, JobOutcome, TrackerConfig};
+use crate::classic::{self, Classic, ConnId};
+use crate::journal::Journal;
+use crate::json::{self, Json};
+use crate::record::Record;
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+
+/// Locks, ignoring poisoning: a panicking connection thread must not stop the others
+/// (the machines never leave a half-made change behind a panic point).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A decision for a connection's thread.
+#[derive(Debug)]
+pub(crate) enum Go {
+    /// Classic: send the assignment and negotiate, as `rank`.
+    Turn(u32),
+    /// JSON: send this peer frame.
+    Peer { host: String, port: u16, rank: u32 },
+}
+
+/// How the job ended.
+#[derive(Clone, Debug)]
+pub(crate) enum Ending {
+    Done(JobOutcome),
+    Failed(String),
+    Stopped,
+}
+
+/// The state machines and the state file, changed together.
+#[derive(Debug)]
+pub(crate) struct Machines {
+    pub(crate) classic: Classic,
+    pub(crate) json: Json,
+    journal: Option<Journal>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) config: TrackerConfig,
+    pub(crate) machines: Mutex<Machines>,
+    /// Notified whenever the classic machine's holders change.
+    pub(crate) changed: Condvar,
+    inboxes: Mutex<HashMap<ConnId, Sender<Go>>>,
+    subscribers: Mutex<Vec<Sender<Event>>>,
+    pub(crate) end: Mutex<Option<Ending>>,
+    pub(crate) ended: Condvar,
+    pub(crate) stopping: AtomicBool,
+    pub(crate) open_conns: AtomicUsize,
+    next_conn: AtomicU64,
+}
+
+impl Shared {
+    pub(crate) fn new(config: TrackerConfig, journal: Option<(Journal, Vec<Record>)>) -> Shared {
+        let mut classic = Classic::new(config.workers, config.sort_by);
+        let mut json = Json::new(config.workers, config.sort_by);
+        let journal = journal.map(|(j, records)| {
+            for r in &records {
+                classic.apply(r);
+                json.apply(r);
+            }
+            if !records.is_empty() {
+                tracing::info!(records = records.len(), "replayed the state file");
+            }
+            j
+        });
+        let shared = Shared {
+            config,
+            machines: Mutex::new(Machines {
+                classic,
+                json,
+                journal,
+            }),
+            changed: Condvar::new(),
+            inboxes: Mutex::new(HashMap::new()),
+            subscribers: Mutex::new(Vec::new()),
+            end: Mutex::new(None),
+            ended: Condvar::new(),
+            stopping: AtomicBool::new(false),
+            open_conns: AtomicUsize::new(0),
+            next_conn: AtomicU64::new(1),
+        };
+        shared.check_done(&lock(&shared.machines));
+        shared
+    }
+
+    pub(crate) fn next_conn(&self) -> ConnId {
+        self.next_conn.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// An inbox for `conn`, removed again when the returned guard drops.
+    pub(crate) fn inbox(&self, conn: ConnId) -> Inbox<'_> {
+        let (tx, rx) = unbounded();
+        lock(&self.inboxes).insert(conn, tx);
+        Inbox {
+            shared: self,
+            conn,
+            rx,
+        }
+    }
+
+    fn send(&self, conn: ConnId, go: Go) {
+        if let Some(tx) = lock(&self.inboxes).get(&conn) {
+            let _ = tx.send(go);
+        }
+    }
+
+    pub(crate) fn subscribe(&self) -> Receiver<Event> {
+        let (tx, rx) = unbounded();
+        lock(&self.subscribers).push(tx);
+        rx
+    }
+
+    pub(crate) fn publish(&self, event: Event) {
+        lock(&self.subscribers).retain(|s| s.send(event.clone()).is_ok());
+    }
+
+    /// A connection was dropped: warn, naming the peer and the reason, and publish it.
+    pub(crate) fn dropped(&self, peer: &str, reason: String) {
+        tracing::warn!(%peer, %reason, "tracker dropped a connection");
+        self.publish(Event::Dropped {
+            peer: peer.to_string(),
+            reason,
+        });
+    }
+
+    pub(crate) fn print(&self, rank: i32, text: &str) {
+        tracing::info!(rank, "{text}");
+        self.publish(Event::Print {
+            rank,
+            text: text.to_string(),
+        });
+    }
+
+    /// Carries out a classic machine's actions (under the machines' lock).
+    pub(crate) fn classic_actions(&self, m: &mut Machines, actions: Vec<classic::Action>) {
+        for a in actions {
+            match a {
+                classic::Action::Turn { conn, rank } => self.send(conn, Go::Turn(rank)),
+                classic::Action::Record(r) => self.note(m, r),
+            }
+        }
+        self.changed.notify_all();
+    }
+
+    /// Carries out a JSON machine's actions (under the machines' lock); returns the
+    /// error ports to signal, which the caller does after unlocking.
+    pub(crate) fn json_actions(
+        &self,
+        m: &mut Machines,
+        actions: Vec<json::Action>,
+    ) -> Vec<(String, u16)> {
+        let mut signal = Vec::new();
+        for a in actions {
+            match a {
+                json::Action::PeerFrame {
+                    conn,
+                    host,
+                    port,
+                    rank,
+                } => self.send(conn, Go::Peer { host, port, rank }),
+                json::Action::SignalError { targets } => signal.extend(targets),
+                json::Action::Record(r) => self.note(m, r),
+            }
+        }
+        self.check_done(m);
+        signal
+    }
+
+    /// Logs, keeps (if durable) and publishes a record, then checks whether the job
+    /// ended.
+    fn note(&self, m: &mut Machines, record: Record) {
+        if record.is_durable() {
+            if let Some(j) = &mut m.journal {
+                if let Err(e) = j.append(&record) {
+                    tracing::error!(error = %e, "cannot write the state file; a restart would lose this");
+                }
+            }
+        }
+        match record {
+            Record::Assigned {
+                rank,
+                task_id,
+                host,
+                recover,
+            } => {
+                tracing::info!(rank, ?task_id, %host, recover, "rank assigned");
+                self.publish(if recover {
+                    Event::Recovered { rank }
+                } else {
+                    Event::Assigned {
+                        rank,
+                        task_id,
+                        host,
+                    }
+                });
+            }
+            Record::JsonBatch { members } => {
+                for (rank, mb) in members.into_iter().enumerate() {
+                    tracing::info!(rank, task_id = ?mb.task_id, host = %mb.host, "rank assigned");
+                    self.publish(Event::Assigned {
+                        rank: rank as u32,
+                        task_id: mb.task_id,
+                        host: mb.host,
+                    });
+                }
+            }
+            Record::Linked { rank, accept, .. } => {
+                tracing::debug!(rank, accept, "links negotiated");
+            }
+            Record::ShutDown { rank, .. } => {
+                tracing::info!(rank, "rank shut down");
+                self.publish(Event::Shutdown { rank });
+            }
+            _ => {}
+        }
+        self.check_done(m);
+    }
+
+    fn check_done(&self, m: &Machines) {
+        if let Some(reason) = m.json.failed() {
+            self.end_with(Ending::Failed(reason.to_string()));
+        } else if m.classic.is_done() {
+            self.end_with(Ending::Done(JobOutcome {
+                shut_down: m.classic.shut_down(),
+            }));
+        } else if m.json.is_done() {
+            self.end_with(Ending::Done(JobOutcome {
+                shut_down: m.json.shut_down(),
+            }));
+        }
+    }
+
+    /// Ends the job (the first ending wins).
+    pub(crate) fn end_with(&self, ending: Ending) {
+        let mut end = lock(&self.end);
+        if end.is_none() {
+            match &ending {
+                Ending::Done(o) => tracing::info!(ranks = ?o.shut_down, "job finished"),
+                Ending::Failed(r) => tracing::error!(reason = %r, "job failed"),
+                Ending::Stopped => tracing::info!("tracker stopped"),
+            }
+            *end = Some(ending);
+            self.ended.notify_all();
+        }
+    }
+}
+
+/// A connection's inbox; unregistered on drop.
+#[derive(Debug)]
+pub(crate) struct Inbox<'a> {
+    shared: &'a Shared,
+    conn: ConnId,
+    pub(crate) rx: Receiver<Go>,
+}
+
+impl Drop for Inbox<'_> {
+    fn drop(&mut self) {
+        lock(&self.shared.inboxes).remove(&self.conn);
+    }
+}
