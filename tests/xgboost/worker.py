@@ -3,7 +3,7 @@
 Joins the tracker named by DMLC_TRACKER_URI / DMLC_TRACKER_PORT (task id from
 DMLC_TASK_ID), trains a small deterministic model on its rank's slice of a fixed data
 set, checks a few collectives whose answers every rank can compute, and writes one JSON
-line: {"rank", "world", "model_sha256", "collectives_ok", "xgboost"}.
+line: {"rank", "task_id", "world", "model_sha256", "collectives_ok", "xgboost"}.
 
 XGBoost 1.x reads the DMLC_* variables from the environment itself, so this script
 passes nothing (it is then an unmodified 1.7 worker, as `switchyard launch` runs it).
@@ -80,6 +80,7 @@ def main():
     line = json.dumps(
         {
             "rank": rank,
+            "task_id": os.environ.get("DMLC_TASK_ID", ""),
             "world": world,
             "model_sha256": digest,
             "collectives_ok": ok,
