@@ -11,7 +11,7 @@ mod tracker_cmd;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use std::time::Duration;
-use switchyard::launch::{run_local, LaunchOptions};
+use switchyard::launch::{run_local, LaunchError, LaunchOptions};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -26,16 +26,38 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Start N copies of a program on this machine, with a rendezvous for their
-    /// endpoints (SWITCHYARD_RANK, SWITCHYARD_WORLD_SIZE, SWITCHYARD_RENDEZVOUS).
+    /// Start N copies of a program (here, or through ssh, srun or mpirun), serve their
+    /// tracker and rendezvous, and watch them: output prefixed by rank, progress on
+    /// stderr, restarts, a summary at the end. Ctrl-C/SIGTERM stops every process
+    /// (exit status 130).
     Launch {
-        /// Number of processes.
+        /// Number of worker processes (SWITCHYARD_RANK and DMLC_TASK_ID 0..N).
         #[arg(short = 'n', long = "processes", value_parser = clap::value_parser!(u32).range(1..))]
         processes: u32,
+        /// Number of server processes (DMLC_ROLE=server), started after the workers.
+        #[arg(long, default_value_t = 0)]
+        servers: u32,
+        /// How to start each process: local, ssh, slurm (srun) or mpi (mpirun).
+        #[arg(long, default_value = "local")]
+        launcher: switchyard::launch::LauncherKind,
+        /// Hosts for --launcher ssh|slurm|mpi: one per line, optional `slots=N`.
+        #[arg(long)]
+        hostfile: Option<std::path::PathBuf>,
+        /// Address the tracker and rendezvous bind and that processes are told
+        /// (default: 127.0.0.1 for local jobs, else every interface and this machine's
+        /// outward address).
+        #[arg(long)]
+        host: Option<String>,
+        /// Restart a process that exits abnormally up to K times (DMLC_NUM_ATTEMPT+1).
+        #[arg(long, default_value_t = 0)]
+        max_restarts: u32,
+        /// Do not serve the rabit/XGBoost tracker (no DMLC_TRACKER_* variables).
+        #[arg(long)]
+        no_tracker: bool,
         /// Stop every process if the job runs longer than this many seconds.
         #[arg(long, default_value_t = 3600)]
         timeout: u64,
-        /// Seconds every process has to check in at the rendezvous.
+        /// Seconds every worker has to check in at the rendezvous or the tracker.
         #[arg(long, default_value_t = 60)]
         rendezvous_timeout: u64,
         /// The program and its arguments, after `--`.
@@ -60,6 +82,12 @@ fn main() -> ExitCode {
     let result: Result<(), Box<dyn std::error::Error>> = match cli.command {
         Command::Launch {
             processes,
+            servers,
+            launcher,
+            hostfile,
+            host,
+            max_restarts,
+            no_tracker,
             timeout,
             rendezvous_timeout,
             program,
@@ -68,11 +96,27 @@ fn main() -> ExitCode {
                 .split_first()
                 .map(|(p, a)| (p.clone(), a.to_vec()))
                 .unwrap_or_default();
-            let options = LaunchOptions::new(processes, program)
+            let mut options = LaunchOptions::new(processes, program)
                 .with_args(args)
+                .with_servers(servers)
+                .with_launcher(launcher, hostfile)
+                .with_max_restarts(max_restarts)
+                .with_tracker(!no_tracker)
+                .with_progress(true)
+                .with_stop_on_signals(true)
                 .with_timeout(Duration::from_secs(timeout))
                 .with_rendezvous_timeout(Duration::from_secs(rendezvous_timeout));
-            run_local(&options).map_err(Into::into)
+            if let Some(host) = host {
+                options = options.with_host(host);
+            }
+            match run_local(&options) {
+                Err(e @ LaunchError::Interrupted { .. }) => {
+                    eprintln!("switchyard: {e}");
+                    // 128 + SIGINT, as a shell reports a job ended by Ctrl-C.
+                    return ExitCode::from(130);
+                }
+                other => other.map_err(Into::into),
+            }
         }
         Command::Tracker(args) => tracker_cmd::run(args),
         Command::Bench { suite } => bench::run(suite),

@@ -41,8 +41,9 @@ pub enum LaunchError {
         /// What was wrong with what it sent.
         reason: String,
     },
-    /// Not every process checked in before the timeout.
-    #[error("rendezvous timed out after {waited:?}: ranks {missing:?} never checked in")]
+    /// Not every worker joined (checked in at the rendezvous or got a rank from the
+    /// tracker) before the timeout.
+    #[error("rendezvous timed out after {waited:?}: ranks {missing:?} never checked in (at the rendezvous or the tracker; --rendezvous-timeout)")]
     Missing {
         /// Ranks that did not arrive.
         missing: Vec<u32>,
@@ -57,13 +58,37 @@ pub enum LaunchError {
         /// What the system reported.
         reason: String,
     },
-    /// A process exited unsuccessfully; the others were stopped.
-    #[error("rank {rank} exited with {status}; the other ranks were stopped")]
+    /// A process exited unsuccessfully with no restarts left; the others were stopped.
+    #[error("{process} exited with {status}{}; every other process was stopped", restarts_text(*.restarts))]
     RankFailed {
-        /// The rank.
-        rank: u32,
-        /// Its exit status.
+        /// `rank N` for worker `N`, `server N` for server `N`.
+        process: String,
+        /// Its last exit status.
         status: String,
+        /// How often it had been restarted before (`--max-restarts`).
+        restarts: u32,
+    },
+    /// SIGINT or SIGTERM arrived; every process was stopped.
+    #[error("interrupted by {signal}; every process was stopped")]
+    Interrupted {
+        /// The signal's name.
+        signal: &'static str,
+    },
+    /// The hostfile cannot be read or has a bad line.
+    #[error("hostfile {path}, line {line}: {reason}")]
+    Hostfile {
+        /// The file.
+        path: String,
+        /// The line number (0: the file as a whole).
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The embedded tracker could not start.
+    #[error("cannot start the tracker: {reason}")]
+    Tracker {
+        /// What it reported.
+        reason: String,
     },
     /// The job ran past its time limit; every process was stopped.
     #[error("job still running after {limit:?}; every rank was stopped (LaunchOptions::timeout)")]
@@ -71,4 +96,13 @@ pub enum LaunchError {
         /// The limit.
         limit: Duration,
     },
+}
+
+/// ` after N restart(s)` when there were any.
+fn restarts_text(restarts: u32) -> String {
+    match restarts {
+        0 => String::new(),
+        1 => " after 1 restart".into(),
+        n => format!(" after {n} restarts"),
+    }
 }

@@ -1,32 +1,95 @@
-//! Starting a job on one machine and letting its processes find each other.
+//! Starting a job, watching it, and letting its processes find each other.
 //!
-//! [`run_local`] (behind `switchyard launch -n N -- PROG ARGS`) starts `N` copies of
-//! a program and serves a small rendezvous on 127.0.0.1; each process calls
-//! [`Bootstrap::from_env`] to learn its rank and the job size, binds its stub wherever
-//! it likes (port 0 is fine), and [`Bootstrap::exchange`]s its endpoint for everyone's.
-//! The environment the launcher sets:
+//! [`run_local`] (behind `switchyard launch -n N -- PROG ARGS`) starts `N` worker
+//! processes (and [`LaunchOptions::servers`] servers after them), serves two ways for
+//! them to meet, and supervises them until they are done:
+//!
+//! - a small **rendezvous** for switchyard programs: each process calls
+//!   [`Bootstrap::from_env`] to learn its rank and the job size, binds its stub wherever
+//!   it likes (port 0 is fine), and [`Bootstrap::exchange`]s its endpoint for
+//!   everyone's (protocol in [`rendezvous`]);
+//! - a **rabit/XGBoost tracker** (`switchyard_tracker::Tracker`, both the classic and
+//!   the JSON protocol) for programs that speak it: an unmodified XGBoost 1.7 script
+//!   finds it through `DMLC_TRACKER_URI`/`DMLC_TRACKER_PORT`.
+//!
+//! The environment of each process:
 //!
 //! | variable | meaning |
 //! |---|---|
-//! | `SWITCHYARD_RANK` | this process's rank, `0..N` |
-//! | `SWITCHYARD_WORLD_SIZE` | `N` |
-//! | `SWITCHYARD_RENDEZVOUS` | `host:port` of the launcher's rendezvous |
+//! | `SWITCHYARD_RANK` | worker's rank, `0..N` (workers only) |
+//! | `SWITCHYARD_WORLD_SIZE` | `N` (workers only) |
+//! | `SWITCHYARD_RENDEZVOUS` | `host:port` of the launcher's rendezvous (workers only) |
+//! | `DMLC_TRACKER_URI`, `DMLC_TRACKER_PORT` | the tracker |
+//! | `DMLC_TASK_ID` | `0..N` for workers, then `N..N+S` for servers |
+//! | `DMLC_ROLE` | `worker` or `server` |
+//! | `DMLC_NUM_WORKER`, `DMLC_NUM_SERVER` | `N`, `S` |
+//! | `DMLC_NUM_ATTEMPT` | `0`, then `1, 2, ...` on each restart of that process |
+//! | `DMLC_JOB_CLUSTER` | `local`, `ssh`, `slurm` or `mpi` |
 //!
-//! The rendezvous protocol is in [`rendezvous`]. A later issue replaces this with the
-//! rabit-compatible tracker; the environment stays.
+//! # Supervision
+//!
+//! - Output is forwarded line by line, prefixed `[rank] ` (`[sJ] ` for server `J`).
+//! - With [`LaunchOptions::progress`], stderr shows one status line on a terminal
+//!   (joined, running, finished, restarted) or one log line per event otherwise, and a
+//!   summary (per process: starts, wall time, exit status) at the end.
+//! - A process that exits abnormally is restarted with `DMLC_NUM_ATTEMPT` one higher,
+//!   up to [`LaunchOptions::max_restarts`] times; then every process is stopped and the
+//!   error names it ([`LaunchError::RankFailed`]).
+//! - Every process leads its own process group; stopping sends SIGTERM to the group and
+//!   SIGKILL after [`LaunchOptions::grace`], and a process's group is killed when it
+//!   exits, so nothing it started outlives it. With
+//!   [`LaunchOptions::stop_on_signals`], SIGINT and SIGTERM stop the job
+//!   ([`LaunchError::Interrupted`]; the command exits with status 130).
+//! - A worker that neither checks in at the rendezvous nor gets a rank from the tracker
+//!   within [`LaunchOptions::rendezvous_timeout`] stops the job
+//!   ([`LaunchError::Missing`]); one that exits successfully first is fine.
+//!
+//! # Clusters: `ssh`, `slurm`, `mpi`
+//!
+//! [`LauncherKind::Ssh`], [`LauncherKind::Slurm`] and [`LauncherKind::Mpi`] start each
+//! process through `ssh HOST`, `srun` or `mpirun -np 1`, with its variables on the
+//! command line (`env K=V ...`); the hosts come from [`LaunchOptions::hostfile`] (one
+//! host per line, `slots=N` optional), dealt to processes in turn. A real cluster needs:
+//!
+//! - the program (and for ssh, the current directory) at the same path on every host;
+//! - the tracker and rendezvous reachable from every host: without
+//!   [`LaunchOptions::host`] they bind every interface and processes are told the
+//!   address this machine uses to reach others; pass `--host` when that is the wrong
+//!   network, and open the ports (chosen by the OS) in firewalls;
+//! - ssh: passwordless login (`BatchMode=yes`: a password prompt fails instead of
+//!   hanging); stopping the local `ssh` closes the connection, and the remote process
+//!   ends when it next writes or when its tracker connection fails, since no terminal
+//!   is allocated to carry SIGHUP;
+//! - slurm: run inside an allocation (`salloc`/`sbatch`) with one task per process;
+//!   `srun` delivers the launcher's SIGTERM to its task;
+//! - mpi: an `mpirun` on `PATH` that accepts `-np` and `--host` (OpenMPI; MPICH's
+//!   Hydra uses `-hosts`), and, as root, OpenMPI's `--allow-run-as-root` through
+//!   `OMPI_ALLOW_RUN_AS_ROOT=1` and `OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1`.
+//!
+//! # MPI programs
 //!
 //! Under `mpirun` (builds with the `mpi` feature) [`Bootstrap::from_env`] takes rank and
 //! size from MPI instead, and every endpoint is `mpi://RANK`: the same program runs
 //! either way if it binds [`Bootstrap::stub_endpoint`].
 
 mod bootstrap;
+mod console;
+mod embedded;
 mod error;
+mod group;
+mod hostfile;
+mod options;
 mod process;
+mod remote;
 pub mod rendezvous;
+mod rendezvous_server;
+mod signals;
+mod supervise;
 
 pub use bootstrap::{Bootstrap, Rendezvous};
 pub use error::LaunchError;
-pub use process::{run_local, LaunchOptions};
+pub use options::{LaunchOptions, LauncherKind};
+pub use process::run_local;
 
 /// Environment variable holding the rank.
 pub const ENV_RANK: &str = "SWITCHYARD_RANK";
@@ -34,3 +97,9 @@ pub const ENV_RANK: &str = "SWITCHYARD_RANK";
 pub const ENV_WORLD_SIZE: &str = "SWITCHYARD_WORLD_SIZE";
 /// Environment variable holding the rendezvous address.
 pub const ENV_RENDEZVOUS: &str = "SWITCHYARD_RENDEZVOUS";
+/// Environment variable holding the tracker's host (rabit's name).
+pub const ENV_TRACKER_URI: &str = "DMLC_TRACKER_URI";
+/// Environment variable holding the tracker's port (rabit's name).
+pub const ENV_TRACKER_PORT: &str = "DMLC_TRACKER_PORT";
+/// Environment variable holding how often this process was restarted (rabit's name).
+pub const ENV_NUM_ATTEMPT: &str = "DMLC_NUM_ATTEMPT";

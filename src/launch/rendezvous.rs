@@ -149,9 +149,11 @@ pub fn exchange(
             "endpoint longer than {MAX_ENDPOINT} bytes"
         )));
     }
-    let socket_addr: std::net::SocketAddr = addr
-        .parse()
-        .map_err(|_| unreachable("not a host:port address".into()))?;
+    // A host name is fine too: on a cluster the launcher tells its host name.
+    let socket_addr = std::net::ToSocketAddrs::to_socket_addrs(addr)
+        .map_err(|e| unreachable(format!("not a reachable host:port address: {e}")))?
+        .next()
+        .ok_or_else(|| unreachable("the host name has no address".into()))?;
     // The launcher listens before it starts any process, so a refused connection is
     // final; a slow accept is covered by the connect timeout.
     let mut stream = TcpStream::connect_timeout(&socket_addr, timeout)

@@ -1,0 +1,66 @@
+//! The tracker `switchyard launch` serves for its workers, and the bridge from its
+//! events to the supervision loop.
+//!
+//! A worker counts as joined when the tracker assigns it a rank: its `task_id` is the
+//! `DMLC_TASK_ID` the launcher gave it, which is the worker's index. Tracker `print`s
+//! and dropped connections become log lines.
+
+use super::supervise::Notice;
+use super::LaunchError;
+use crossbeam_channel::{RecvTimeoutError, Sender};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use switchyard_tracker::{Event, Tracker, TrackerConfig};
+
+/// Starts a tracker for `workers` workers bound to `bind`, and a thread that forwards
+/// its events as notices until `done` is set.
+pub(crate) fn start(
+    workers: u32,
+    bind: &str,
+    notices: Sender<Notice>,
+    done: Arc<AtomicBool>,
+) -> Result<Tracker, LaunchError> {
+    let mut config = TrackerConfig::new(workers);
+    config.host = bind.to_string();
+    let tracker = Tracker::start(config).map_err(|e| LaunchError::Tracker {
+        reason: e.to_string(),
+    })?;
+    let events = tracker.events();
+    std::thread::spawn(move || loop {
+        let notice = match events.recv_timeout(Duration::from_millis(100)) {
+            Ok(event) => notice_for(event),
+            Err(RecvTimeoutError::Timeout) if done.load(Ordering::SeqCst) => return,
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        if let Some(notice) = notice {
+            if notices.send(notice).is_err() {
+                return;
+            }
+        }
+    });
+    Ok(tracker)
+}
+
+/// What the supervision loop should hear of `event`.
+fn notice_for(event: Event) -> Option<Notice> {
+    match event {
+        Event::Assigned { rank, task_id, .. } => {
+            // The launcher's task ids are worker indices; a worker that set its own
+            // (or none) is matched by rank, which equals the index on one host.
+            let index = task_id
+                .and_then(|t| t.trim().parse::<u32>().ok())
+                .unwrap_or(rank);
+            Some(Notice::Joined {
+                index,
+                via: "tracker",
+            })
+        }
+        Event::Print { text, .. } => Some(Notice::Log(format!("[tracker] {text}"))),
+        Event::Dropped { peer, reason } => {
+            Some(Notice::Log(format!("[tracker] dropped {peer}: {reason}")))
+        }
+        _ => None,
+    }
+}

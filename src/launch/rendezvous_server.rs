@@ -1,0 +1,101 @@
+//! The launcher's side of the [`rendezvous`](super::rendezvous): collect every rank's
+//! endpoint, answer everyone, then keep answering restarted ranks until the job ends.
+//!
+//! A rank that checks in again (a restarted process) replaces its endpoint; once every
+//! rank has checked in at least once, each later check-in is answered at once with the
+//! current list. Every check-in is reported to the supervision loop, which counts it as
+//! the rank having joined.
+
+use super::rendezvous::{read_check_in, write_endpoints};
+use super::supervise::Notice;
+use crossbeam_channel::Sender;
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long one client may take to send its check-in; a silent client holds the loop
+/// for at most this long.
+const CHECK_IN_LIMIT: Duration = Duration::from_secs(5);
+/// How long writing the endpoint list to one client may take.
+const ANSWER_LIMIT: Duration = Duration::from_secs(10);
+
+/// Serves the rendezvous on a background thread until `done` is set.
+pub(crate) fn spawn(
+    listener: TcpListener,
+    world: u32,
+    notices: Sender<Notice>,
+    done: Arc<AtomicBool>,
+) -> Result<(), std::io::Error> {
+    listener.set_nonblocking(true)?;
+    std::thread::spawn(move || serve(listener, world, &notices, &done));
+    Ok(())
+}
+
+fn serve(listener: TcpListener, world: u32, notices: &Sender<Notice>, done: &AtomicBool) {
+    let mut waiting: Vec<Option<TcpStream>> = (0..world).map(|_| None).collect();
+    let mut endpoints: Vec<Option<String>> = vec![None; world as usize];
+    let mut answered = false;
+    while !done.load(Ordering::SeqCst) {
+        let (mut stream, peer) = match listener.accept() {
+            Ok(accepted) => accepted,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "rendezvous accept failed");
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+        };
+        let _ = stream.set_nonblocking(false);
+        let check_in = match read_check_in(&mut stream, Instant::now() + CHECK_IN_LIMIT) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(%peer, error = %e, "rendezvous: bad check-in; closed");
+                continue;
+            }
+        };
+        if check_in.world != world {
+            tracing::warn!(%peer, claimed = check_in.world, world, "rendezvous: wrong world size; closed");
+            continue;
+        }
+        let Some(slot) = endpoints.get_mut(check_in.rank as usize) else {
+            tracing::warn!(%peer, rank = check_in.rank, world, "rendezvous: rank outside the job; closed");
+            continue;
+        };
+        if slot.is_some() {
+            tracing::info!(%peer, rank = check_in.rank, "rendezvous: rank checked in again (restarted); endpoint replaced");
+        }
+        *slot = Some(check_in.endpoint);
+        let _ = notices.send(Notice::Joined {
+            index: check_in.rank,
+            via: "rendezvous",
+        });
+        if answered {
+            answer(&mut stream, &endpoints, check_in.rank);
+        } else {
+            waiting[check_in.rank as usize] = Some(stream);
+            if endpoints.iter().all(Option::is_some) {
+                answered = true;
+                for (rank, stream) in waiting.iter_mut().enumerate() {
+                    if let Some(mut stream) = stream.take() {
+                        answer(&mut stream, &endpoints, rank as u32);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Sends the endpoint list (every slot is filled when this is called).
+fn answer(stream: &mut TcpStream, endpoints: &[Option<String>], rank: u32) {
+    let list: Vec<String> = endpoints
+        .iter()
+        .map(|e| e.clone().unwrap_or_default())
+        .collect();
+    if let Err(e) = write_endpoints(stream, &list, Instant::now() + ANSWER_LIMIT) {
+        tracing::warn!(rank, error = %e, "rendezvous: could not send the endpoint list");
+    }
+}
