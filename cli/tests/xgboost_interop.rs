@@ -227,10 +227,10 @@ fn logs(dir: &Path) -> String {
 }
 
 /// Reads `rank-0.json` .. `rank-(n-1).json` and checks one job's invariants: every
-/// rank present with world n, rank i held by task `wi` (the order both trackers give
-/// one host's batch), the collectives right, one model everywhere. Returns the model's
-/// hash.
-fn check_results(dir: &Path, n: usize) -> String {
+/// rank present with world n, rank i held by task `task(i)` (the order both trackers
+/// give one host's batch), the collectives right, one model everywhere. Returns the
+/// model's hash.
+fn check_results(dir: &Path, n: usize, task: impl Fn(usize) -> String) -> String {
     let mut hashes = Vec::new();
     for rank in 0..n {
         let path = dir.join(format!("rank-{rank}.json"));
@@ -239,7 +239,7 @@ fn check_results(dir: &Path, n: usize) -> String {
             .unwrap_or_else(|e| panic!("{}: {e}: {text:?}\n{}", path.display(), logs(dir)));
         assert_eq!(result.rank, rank, "{}", path.display());
         assert_eq!(result.world, n, "rank {rank}'s world\n{}", logs(dir));
-        assert_eq!(result.task_id, format!("w{rank}"), "rank {rank}'s task");
+        assert_eq!(result.task_id, task(rank), "rank {rank}'s task");
         assert!(
             result.collectives_ok,
             "rank {rank}'s collectives\n{}",
@@ -303,7 +303,7 @@ fn run_job(xgb: Xgb, python: &Path, tracker: Tracker, n: usize) -> String {
     for ((name, _), status) in children.iter().zip(&statuses) {
         assert!(status.success(), "{name}: {status}\n{}", logs(&dir));
     }
-    check_results(&dir, n)
+    check_results(&dir, n, |rank| format!("w{rank}"))
 }
 
 /// The reference job's model hash for (version, n), computed once per test binary.
@@ -368,4 +368,43 @@ fn xgboost3_two_workers_same_model_as_reference() {
 #[test]
 fn xgboost3_four_workers_same_model_as_reference() {
     same_model_under_both_trackers(Xgb::V3, 4);
+}
+
+/// `worker.py` under `switchyard launch`, whose embedded tracker and task ids (`0`, `1`)
+/// replace the reference's: the same model as the reference job of two workers. For
+/// 1.7 the script is an unmodified XGBoost program (it reads `DMLC_*` from the
+/// environment); for 3.x it copies them into its `CommunicatorContext` arguments.
+fn same_model_under_switchyard_launch(xgb: Xgb) {
+    let Some(python) = xgb.python() else { return };
+    let _one = one_job_at_a_time();
+    let theirs = reference_hash(xgb, &python, 2);
+    let dir = job_dir(&format!("{xgb:?}-launch-n2"));
+    let mut launch = switchyard();
+    launch
+        .args(["launch", "-n", "2", "--timeout"])
+        .arg(JOB_LIMIT.as_secs().to_string())
+        .arg("--")
+        .arg(&python)
+        .arg(scripts().join("worker.py"))
+        .arg("--out-dir")
+        .arg(&dir);
+    let guard = spawn_logged(launch, &dir, "launch", false);
+    let mut children = vec![("launch".to_string(), guard)];
+    let status = wait_all(&mut children, Instant::now() + JOB_LIMIT, &dir);
+    assert!(status[0].success(), "launch: {}\n{}", status[0], logs(&dir));
+    let ours = check_results(&dir, 2, |rank| rank.to_string());
+    assert_eq!(
+        ours, theirs,
+        "{xgb:?}: the model differs from the reference job's"
+    );
+}
+
+#[test]
+fn xgboost17_script_under_switchyard_launch_same_model_as_reference() {
+    same_model_under_switchyard_launch(Xgb::V17);
+}
+
+#[test]
+fn xgboost3_script_under_switchyard_launch_same_model_as_reference() {
+    same_model_under_switchyard_launch(Xgb::V3);
 }
