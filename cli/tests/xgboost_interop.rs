@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -28,6 +28,8 @@ use support::{switchyard, ChildGuard};
 /// How long one job (tracker start, n workers training, tracker exit) may take. A job
 /// takes a few seconds; the margin is for a loaded 2-core CI machine.
 const JOB_LIMIT: Duration = Duration::from_secs(240);
+/// How much earlier than `JOB_LIMIT` `switchyard launch` is told to give up.
+const LAUNCH_MARGIN: Duration = Duration::from_secs(30);
 /// How long a tracker has to print its port.
 const ANNOUNCE_LIMIT: Duration = Duration::from_secs(60);
 
@@ -170,25 +172,26 @@ fn announced_port(child: &mut Child, dir: &Path) -> u16 {
     }
 }
 
-/// Waits for every child to exit, all within `deadline`; on expiry the guards kill
-/// whatever is left. Returns the exit statuses in order.
-fn wait_all(
-    children: &mut [(String, ChildGuard)],
-    deadline: Instant,
-    dir: &Path,
-) -> Vec<ExitStatus> {
-    let mut statuses: Vec<Option<ExitStatus>> = vec![None; children.len()];
-    while statuses.iter().any(Option::is_none) {
-        for (slot, (_, guard)) in statuses.iter_mut().zip(children.iter_mut()) {
-            if slot.is_none() {
-                *slot = guard.0.as_mut().unwrap().try_wait().unwrap();
+/// Waits for every child to exit successfully, all within `deadline`. Fails at the
+/// first child that exits otherwise, or at the deadline; the guards then kill whatever
+/// is left (so a crashed worker does not leave the test waiting for the deadline).
+fn wait_all_succeed(children: &mut [(String, ChildGuard)], deadline: Instant, dir: &Path) {
+    let mut done = vec![false; children.len()];
+    while done.contains(&false) {
+        for (done, (name, guard)) in done.iter_mut().zip(children.iter_mut()) {
+            if *done {
+                continue;
+            }
+            if let Some(status) = guard.0.as_mut().unwrap().try_wait().unwrap() {
+                assert!(status.success(), "{name}: {status}\n{}", logs(dir));
+                *done = true;
             }
         }
         if Instant::now() > deadline {
             let stuck: Vec<&str> = children
                 .iter()
-                .zip(&statuses)
-                .filter(|(_, s)| s.is_none())
+                .zip(&done)
+                .filter(|(_, done)| !**done)
                 .map(|((name, _), _)| name.as_str())
                 .collect();
             panic!(
@@ -201,7 +204,6 @@ fn wait_all(
     for (_, guard) in children.iter_mut() {
         guard.0 = None;
     }
-    statuses.into_iter().map(Option::unwrap).collect()
 }
 
 fn read(path: &Path) -> String {
@@ -299,10 +301,7 @@ fn run_job(xgb: Xgb, python: &Path, tracker: Tracker, n: usize) -> String {
         children.push((name.clone(), spawn_logged(worker, &dir, &name, false)));
     }
     children.push(("tracker".into(), tracker_guard));
-    let statuses = wait_all(&mut children, deadline, &dir);
-    for ((name, _), status) in children.iter().zip(&statuses) {
-        assert!(status.success(), "{name}: {status}\n{}", logs(&dir));
-    }
+    wait_all_succeed(&mut children, deadline, &dir);
     check_results(&dir, n, |rank| format!("w{rank}"))
 }
 
@@ -380,9 +379,11 @@ fn same_model_under_switchyard_launch(xgb: Xgb) {
     let theirs = reference_hash(xgb, &python, 2);
     let dir = job_dir(&format!("{xgb:?}-launch-n2"));
     let mut launch = switchyard();
+    // The launcher's own limit comes first: it stops its workers, which the guard's
+    // SIGKILL of the launcher would leave running.
     launch
         .args(["launch", "-n", "2", "--timeout"])
-        .arg(JOB_LIMIT.as_secs().to_string())
+        .arg((JOB_LIMIT - LAUNCH_MARGIN).as_secs().to_string())
         .arg("--")
         .arg(&python)
         .arg(scripts().join("worker.py"))
@@ -390,8 +391,7 @@ fn same_model_under_switchyard_launch(xgb: Xgb) {
         .arg(&dir);
     let guard = spawn_logged(launch, &dir, "launch", false);
     let mut children = vec![("launch".to_string(), guard)];
-    let status = wait_all(&mut children, Instant::now() + JOB_LIMIT, &dir);
-    assert!(status[0].success(), "launch: {}\n{}", status[0], logs(&dir));
+    wait_all_succeed(&mut children, Instant::now() + JOB_LIMIT, &dir);
     let ours = check_results(&dir, 2, |rank| rank.to_string());
     assert_eq!(
         ours, theirs,
