@@ -138,9 +138,10 @@ fn spawn_logged(mut command: Command, dir: &Path, name: &str, piped_stdout: bool
     ChildGuard(Some(child))
 }
 
-/// Reads the tracker's stdout until it names its port, within `ANNOUNCE_LIMIT`.
-/// Later lines are copied to `dir/tracker.out` by the reading thread.
-fn announced_port(child: &mut Child, dir: &Path) -> u16 {
+/// Reads the tracker's stdout until it has named its address and port (the
+/// `DMLC_TRACKER_URI=` and `DMLC_TRACKER_PORT=` lines, in that order), within
+/// `ANNOUNCE_LIMIT`. Every line is copied to `dir/tracker.out` by the reading thread.
+fn announced(child: &mut Child, dir: &Path) -> (String, u16) {
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = mpsc::channel();
     let copy = dir.join("tracker.out");
@@ -156,12 +157,16 @@ fn announced_port(child: &mut Child, dir: &Path) -> u16 {
         }
     });
     let deadline = Instant::now() + ANNOUNCE_LIMIT;
+    let mut uri = None;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
             Ok(line) => {
-                if let Some(port) = line.strip_prefix("DMLC_TRACKER_PORT=") {
-                    return port.trim().parse().expect("a port number");
+                if let Some(host) = line.strip_prefix("DMLC_TRACKER_URI=") {
+                    uri = Some(host.trim().to_string());
+                } else if let Some(port) = line.strip_prefix("DMLC_TRACKER_PORT=") {
+                    let uri = uri.expect("DMLC_TRACKER_URI before DMLC_TRACKER_PORT");
+                    return (uri, port.trim().parse().expect("a port number"));
                 }
             }
             Err(e) => panic!(
@@ -285,7 +290,8 @@ fn run_job(xgb: Xgb, python: &Path, tracker: Tracker, n: usize) -> String {
     };
     command.env("RUST_LOG", "info");
     let mut tracker_guard = spawn_logged(command, &dir, "tracker", true);
-    let port = announced_port(tracker_guard.0.as_mut().unwrap(), &dir);
+    let (uri, port) = announced(tracker_guard.0.as_mut().unwrap(), &dir);
+    assert_eq!(uri, "127.0.0.1", "the address the tracker was told to use");
 
     let mut children: Vec<(String, ChildGuard)> = Vec::new();
     for i in (0..n).rev() {
@@ -294,7 +300,7 @@ fn run_job(xgb: Xgb, python: &Path, tracker: Tracker, n: usize) -> String {
             .arg(scripts().join("worker.py"))
             .arg("--out-dir")
             .arg(&dir)
-            .env("DMLC_TRACKER_URI", "127.0.0.1")
+            .env("DMLC_TRACKER_URI", &uri)
             .env("DMLC_TRACKER_PORT", port.to_string())
             .env("DMLC_TASK_ID", format!("w{i}"));
         let name = format!("w{i}");
