@@ -11,74 +11,21 @@
 //! passes, unless `SWITCHYARD_REQUIRE_XGBOOST=1` (CI), where it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "xgboost_interop/harness.rs"]
+mod harness;
 mod support;
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::sync::{Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
 
-use serde::Deserialize;
+use harness::{
+    announced, check_results, job_dir, logs, one_job_at_a_time, read, scripts, spawn_logged,
+    wait_all_succeed, wait_for_files, Xgb, JOB_LIMIT, LAUNCH_MARGIN,
+};
 use support::{switchyard, ChildGuard};
-
-/// How long one job (tracker start, n workers training, tracker exit) may take. A job
-/// takes a few seconds; the margin is for a loaded 2-core CI machine.
-const JOB_LIMIT: Duration = Duration::from_secs(240);
-/// How much earlier than `JOB_LIMIT` `switchyard launch` is told to give up.
-const LAUNCH_MARGIN: Duration = Duration::from_secs(30);
-/// How long a tracker has to print its port.
-const ANNOUNCE_LIMIT: Duration = Duration::from_secs(60);
-
-/// An XGBoost generation under test, with the variable naming its interpreter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Xgb {
-    /// 1.7.6: classic rabit protocol; workers read `DMLC_*` from the environment.
-    V17,
-    /// 3.x: JSON protocol; `worker.py` passes the `DMLC_*` values as arguments.
-    V3,
-}
-
-impl Xgb {
-    fn var(self) -> &'static str {
-        match self {
-            Xgb::V17 => "SWITCHYARD_XGB17_PYTHON",
-            Xgb::V3 => "SWITCHYARD_XGB3_PYTHON",
-        }
-    }
-
-    /// The interpreter, or `None` (after saying why) when the variable is unset and
-    /// XGBoost is not required.
-    fn python(self) -> Option<PathBuf> {
-        let required = std::env::var("SWITCHYARD_REQUIRE_XGBOOST").as_deref() == Ok("1");
-        match std::env::var_os(self.var()) {
-            Some(path) if !path.is_empty() => {
-                let path = PathBuf::from(path);
-                assert!(
-                    path.exists(),
-                    "{} names {}, which does not exist",
-                    self.var(),
-                    path.display()
-                );
-                Some(path)
-            }
-            _ if required => panic!(
-                "SWITCHYARD_REQUIRE_XGBOOST=1 but {} is unset (scripts/xgboost-venvs.sh)",
-                self.var()
-            ),
-            _ => {
-                eprintln!(
-                    "skipped: {} is unset (scripts/xgboost-venvs.sh makes the venvs)",
-                    self.var()
-                );
-                None
-            }
-        }
-    }
-}
 
 /// Whose tracker serves the job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,178 +34,6 @@ enum Tracker {
     Reference,
     /// `switchyard tracker`.
     Switchyard,
-}
-
-/// One line of `worker.py`'s output.
-#[derive(Debug, Deserialize)]
-struct WorkerResult {
-    rank: usize,
-    task_id: String,
-    world: usize,
-    model_sha256: String,
-    collectives_ok: bool,
-}
-
-/// The Python scripts' folder.
-fn scripts() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/xgboost")
-}
-
-/// A fresh, empty folder for one job's logs and results.
-fn job_dir(label: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("xgboost_interop")
-        .join(label);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// One job at a time: n training processes per job are already more than the CI
-/// machine's cores, and a job's time limit should not depend on its neighbours.
-fn one_job_at_a_time() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Starts `command` with stdin closed and stderr (and stdout, unless `piped_stdout`)
-/// going to files `dir/name.out` and `dir/name.err`.
-fn spawn_logged(mut command: Command, dir: &Path, name: &str, piped_stdout: bool) -> ChildGuard {
-    let stdout = if piped_stdout {
-        Stdio::piped()
-    } else {
-        Stdio::from(File::create(dir.join(format!("{name}.out"))).unwrap())
-    };
-    let child = command
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(File::create(dir.join(format!("{name}.err"))).unwrap())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawning {command:?}: {e}"));
-    ChildGuard(Some(child))
-}
-
-/// Reads the tracker's stdout until it has named its address and port (the
-/// `DMLC_TRACKER_URI=` and `DMLC_TRACKER_PORT=` lines, in that order), within
-/// `ANNOUNCE_LIMIT`. Every line is copied to `dir/tracker.out` by the reading thread.
-fn announced(child: &mut Child, dir: &Path) -> (String, u16) {
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    let copy = dir.join("tracker.out");
-    std::thread::spawn(move || {
-        let mut log = File::create(copy).ok();
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if let Some(log) = log.as_mut() {
-                use std::io::Write;
-                let _ = writeln!(log, "{line}");
-            }
-            let _ = tx.send(line);
-        }
-    });
-    let deadline = Instant::now() + ANNOUNCE_LIMIT;
-    let mut uri = None;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(line) => {
-                if let Some(host) = line.strip_prefix("DMLC_TRACKER_URI=") {
-                    uri = Some(host.trim().to_string());
-                } else if let Some(port) = line.strip_prefix("DMLC_TRACKER_PORT=") {
-                    let uri = uri.expect("DMLC_TRACKER_URI before DMLC_TRACKER_PORT");
-                    return (uri, port.trim().parse().expect("a port number"));
-                }
-            }
-            Err(e) => panic!(
-                "the tracker named no port within {ANNOUNCE_LIMIT:?} ({e}); stderr:\n{}",
-                read(&dir.join("tracker.err"))
-            ),
-        }
-    }
-}
-
-/// Waits for every child to exit successfully, all within `deadline`. Fails at the
-/// first child that exits otherwise, or at the deadline; the guards then kill whatever
-/// is left (so a crashed worker does not leave the test waiting for the deadline).
-fn wait_all_succeed(children: &mut [(String, ChildGuard)], deadline: Instant, dir: &Path) {
-    let mut done = vec![false; children.len()];
-    while done.contains(&false) {
-        for (done, (name, guard)) in done.iter_mut().zip(children.iter_mut()) {
-            if *done {
-                continue;
-            }
-            if let Some(status) = guard.0.as_mut().unwrap().try_wait().unwrap() {
-                assert!(status.success(), "{name}: {status}\n{}", logs(dir));
-                *done = true;
-            }
-        }
-        if Instant::now() > deadline {
-            let stuck: Vec<&str> = children
-                .iter()
-                .zip(&done)
-                .filter(|(_, done)| !**done)
-                .map(|((name, _), _)| name.as_str())
-                .collect();
-            panic!(
-                "still running after {JOB_LIMIT:?}: {stuck:?}\n{}",
-                logs(dir)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    for (_, guard) in children.iter_mut() {
-        guard.0 = None;
-    }
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_else(|e| format!("<{}: {e}>", path.display()))
-}
-
-/// Every log of a job, for a failure message (the last 3000 bytes of each).
-fn logs(dir: &Path) -> String {
-    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("out" | "err")))
-        .collect();
-    names.sort();
-    let mut text = String::new();
-    for path in names {
-        let body = read(&path);
-        let tail = &body[body.len().saturating_sub(3000)..];
-        let tail = tail.trim_start_matches(|c: char| !c.is_ascii());
-        text += &format!("--- {}\n{tail}\n", path.display());
-    }
-    text
-}
-
-/// Reads `rank-0.json` .. `rank-(n-1).json` and checks one job's invariants: every
-/// rank present with world n, rank i held by task `task(i)` (the order both trackers
-/// give one host's batch), the collectives right, one model everywhere. Returns the
-/// model's hash.
-fn check_results(dir: &Path, n: usize, task: impl Fn(usize) -> String) -> String {
-    let mut hashes = Vec::new();
-    for rank in 0..n {
-        let path = dir.join(format!("rank-{rank}.json"));
-        let text = read(&path);
-        let result: WorkerResult = serde_json::from_str(text.trim())
-            .unwrap_or_else(|e| panic!("{}: {e}: {text:?}\n{}", path.display(), logs(dir)));
-        assert_eq!(result.rank, rank, "{}", path.display());
-        assert_eq!(result.world, n, "rank {rank}'s world\n{}", logs(dir));
-        assert_eq!(result.task_id, task(rank), "rank {rank}'s task");
-        assert!(
-            result.collectives_ok,
-            "rank {rank}'s collectives\n{}",
-            logs(dir)
-        );
-        hashes.push(result.model_sha256);
-    }
-    assert!(
-        hashes.iter().all(|h| *h == hashes[0]),
-        "ranks hold different models: {hashes:?}"
-    );
-    hashes.swap_remove(0)
 }
 
 /// Runs one job of `n` workers of `xgb` under `tracker` and returns the model hash.
@@ -290,25 +65,40 @@ fn run_job(xgb: Xgb, python: &Path, tracker: Tracker, n: usize) -> String {
     };
     command.env("RUST_LOG", "info");
     let mut tracker_guard = spawn_logged(command, &dir, "tracker", true);
-    let (uri, port) = announced(tracker_guard.0.as_mut().unwrap(), &dir);
+    let (uri, port) = announced(tracker_guard.0.as_mut().unwrap(), &dir, "tracker");
     assert_eq!(uri, "127.0.0.1", "the address the tracker was told to use");
 
-    let mut children: Vec<(String, ChildGuard)> = Vec::new();
+    let mut children = spawn_workers(python, &dir, &uri, port, n, &[]);
+    children.push(("tracker".into(), tracker_guard));
+    wait_all_succeed(&mut children, deadline, &dir);
+    check_results(&dir, n, |rank| format!("w{rank}"))
+}
+
+/// Starts workers `w(n-1)` .. `w0` (in that order) of a tracker at `uri:port`, with
+/// `--out-dir dir` and `extra` arguments.
+fn spawn_workers(
+    python: &Path,
+    dir: &Path,
+    uri: &str,
+    port: u16,
+    n: usize,
+    extra: &[&std::ffi::OsStr],
+) -> Vec<(String, ChildGuard)> {
+    let mut children = Vec::new();
     for i in (0..n).rev() {
         let mut worker = Command::new(python);
         worker
             .arg(scripts().join("worker.py"))
             .arg("--out-dir")
-            .arg(&dir)
-            .env("DMLC_TRACKER_URI", &uri)
+            .arg(dir)
+            .args(extra)
+            .env("DMLC_TRACKER_URI", uri)
             .env("DMLC_TRACKER_PORT", port.to_string())
             .env("DMLC_TASK_ID", format!("w{i}"));
         let name = format!("w{i}");
-        children.push((name.clone(), spawn_logged(worker, &dir, &name, false)));
+        children.push((name.clone(), spawn_logged(worker, dir, &name, false)));
     }
-    children.push(("tracker".into(), tracker_guard));
-    wait_all_succeed(&mut children, deadline, &dir);
-    check_results(&dir, n, |rank| format!("w{rank}"))
+    children
 }
 
 /// The reference job's model hash for (version, n), computed once per test binary.
@@ -413,4 +203,88 @@ fn xgboost17_script_under_switchyard_launch_same_model_as_reference() {
 #[test]
 fn xgboost3_script_under_switchyard_launch_same_model_as_reference() {
     same_model_under_switchyard_launch(Xgb::V3);
+}
+
+/// `switchyard tracker -n n --state file` (and `--port`, for the restart), logging to
+/// `dir/name.{out,err}`; returns the guard and the announced address and port.
+fn start_our_tracker(
+    dir: &Path,
+    name: &str,
+    n: usize,
+    state: &Path,
+    port: Option<u16>,
+) -> (ChildGuard, String, u16) {
+    let mut command = switchyard();
+    command
+        .args([
+            "tracker",
+            "-n",
+            &n.to_string(),
+            "--host",
+            "127.0.0.1",
+            "--state",
+        ])
+        .arg(state)
+        .env("RUST_LOG", "info");
+    if let Some(port) = port {
+        command.args(["--port", &port.to_string()]);
+    }
+    let mut guard = spawn_logged(command, dir, name, true);
+    let (uri, port) = announced(guard.0.as_mut().unwrap(), dir, name);
+    (guard, uri, port)
+}
+
+/// Our tracker is SIGKILLed once every worker has bootstrapped and trained, and started
+/// again on the same port with the same state file; the workers' remaining calls
+/// (`print`, `shutdown`) reach the new one, which ends the job, and the model is the
+/// reference job's.
+fn job_survives_a_tracker_restart(xgb: Xgb) {
+    let Some(python) = xgb.python() else { return };
+    let _one = one_job_at_a_time();
+    let n = 2;
+    let theirs = reference_hash(xgb, &python, n);
+    let dir = job_dir(&format!("{xgb:?}-restart-n{n}"));
+    let deadline = Instant::now() + JOB_LIMIT;
+    let state = dir.join("tracker.state");
+    let go = dir.join("go");
+
+    let (mut first, uri, port) = start_our_tracker(&dir, "tracker1", n, &state, None);
+    let hold: [&std::ffi::OsStr; 2] = ["--hold-until".as_ref(), go.as_os_str()];
+    let mut children = spawn_workers(&python, &dir, &uri, port, n, &hold);
+    let trained: Vec<_> = (0..n).map(|r| dir.join(format!("trained-{r}"))).collect();
+    wait_for_files(&trained, &mut children, deadline, &dir);
+
+    let mut killed = first.0.take().unwrap();
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    let (second, _, again) = start_our_tracker(&dir, "tracker2", n, &state, Some(port));
+    assert_eq!(again, port, "the restarted tracker's port");
+    std::fs::write(&go, b"").unwrap();
+    children.push(("tracker2".into(), second));
+    wait_all_succeed(&mut children, deadline, &dir);
+
+    let ours = check_results(&dir, n, |rank| format!("w{rank}"));
+    assert_eq!(
+        ours, theirs,
+        "{xgb:?}: the model differs from the reference job's"
+    );
+    let log = read(&dir.join("tracker2.err"));
+    for rank in 0..n {
+        let print = format!("worker rank {rank}/{n} done");
+        assert!(
+            log.contains(&print),
+            "no {print:?} at the restarted tracker\n{}",
+            logs(&dir)
+        );
+    }
+}
+
+#[test]
+fn xgboost17_job_survives_a_tracker_restart() {
+    job_survives_a_tracker_restart(Xgb::V17);
+}
+
+#[test]
+fn xgboost3_job_survives_a_tracker_restart() {
+    job_survives_a_tracker_restart(Xgb::V3);
 }

@@ -11,7 +11,12 @@ XGBoost 2.1+ ignores the environment, so the same values are passed to
 CommunicatorContext as arguments.
 
 The line goes to stdout and, with --out-dir DIR, to DIR/rank-<rank>.json. Exit status:
-0 when the collectives gave the expected answers, 3 when they did not.
+0 when the collectives gave the expected answers, 3 when they did not, 4 when
+--hold-until waited too long.
+
+--hold-until PATH (with --out-dir): after training, write DIR/trained-<rank> and wait
+for PATH to exist before the last tracker calls (print, shutdown), so that a test can
+restart the tracker between bootstrap and the end of the job.
 """
 
 import argparse
@@ -19,6 +24,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 
 import numpy as np
 import xgboost as xgb
@@ -28,6 +34,7 @@ ROWS = 3000
 COLS = 6
 ROUNDS = 8
 BIG = 40000
+HOLD_LIMIT_S = 120
 
 
 def context_args():
@@ -67,15 +74,32 @@ def collectives_ok(rank, world):
     return bool(np.all(total == world)) and int(top[0]) == world - 1
 
 
+def hold(out_dir, rank, path):
+    """Says this rank has trained, then waits (bounded) for the go-ahead file."""
+    with open(os.path.join(out_dir, f"trained-{rank}"), "w", encoding="utf-8"):
+        pass
+    deadline = time.monotonic() + HOLD_LIMIT_S
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            print(f"worker: {path} did not appear in {HOLD_LIMIT_S} s", file=sys.stderr)
+            sys.exit(4)
+        time.sleep(0.02)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", help="also write the result to DIR/rank-<rank>.json")
+    parser.add_argument("--hold-until", help="wait for this file before the last calls")
     opts = parser.parse_args()
+    if opts.hold_until and not opts.out_dir:
+        parser.error("--hold-until needs --out-dir")
 
     with collective.CommunicatorContext(**context_args()):
         rank, world = collective.get_rank(), collective.get_world_size()
         digest = train(rank, world)
         ok = collectives_ok(rank, world)
+        if opts.hold_until:
+            hold(opts.out_dir, rank, opts.hold_until)
         collective.communicator_print(f"worker rank {rank}/{world} done\n")
     line = json.dumps(
         {
