@@ -3,7 +3,9 @@
 //! `xgboost-collective-protocol.md`) train the same small model once under XGBoost's own
 //! tracker and once under ours. Every rank must hold the same model, and our job's model
 //! must be byte-identical to the reference job's (the rank order, hence each rank's data
-//! slice, has to match too). An unmodified 1.7 script also runs under `switchyard launch`.
+//! slice, has to match too). The same worker script runs under `switchyard launch` (for
+//! 1.7 an unmodified XGBoost program), and a job of each version survives our tracker
+//! being SIGKILLed after bootstrap and restarted with its state file.
 //!
 //! The Python side is `tests/xgboost/worker.py` and `tests/xgboost/ref_tracker.py`. The
 //! interpreters come from `SWITCHYARD_XGB17_PYTHON` and `SWITCHYARD_XGB3_PYTHON`
