@@ -39,17 +39,28 @@ fn processes(n: usize, protocol: &str) {
     }
     let outcome = tracker.wait(Some(LIMIT)).unwrap();
     assert_eq!(outcome.shut_down.len(), n);
-    let mut prints: Vec<String> = events
-        .try_iter()
-        .filter_map(|e| match e {
-            Event::Print { text, .. } => Some(text),
-            _ => None,
-        })
-        .collect();
+    let mut prints = prints(&events, n, LIMIT);
     prints.sort();
     let mut expected: Vec<String> = (0..n).map(|r| format!("rank {r}/{n} ok")).collect();
     expected.sort();
     assert_eq!(prints, expected);
+}
+
+/// The first `n` prints among the tracker's events, waiting at most `limit`: the
+/// tracker serves connections concurrently, so a worker's `print` may be handled after
+/// its `shutdown` ended the job.
+fn prints(events: &crossbeam_channel::Receiver<Event>, n: usize, limit: Duration) -> Vec<String> {
+    let until = std::time::Instant::now() + limit;
+    let mut out = Vec::new();
+    while out.len() < n {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        match events.recv_timeout(left) {
+            Ok(Event::Print { text, .. }) => out.push(text),
+            Ok(_) => {}
+            Err(e) => panic!("{} of {n} prints within {limit:?}: {e}", out.len()),
+        }
+    }
+    out
 }
 
 #[test]

@@ -20,7 +20,6 @@ use super::engine::Solo;
 use super::error::{Call, CollectiveError};
 use super::options::CommOptions;
 use super::Communicator;
-use std::collections::BTreeMap;
 use std::net::{IpAddr, TcpStream};
 use std::time::{Duration, Instant};
 use switchyard_tracker::client::classic::{ClassicClient, ClassicSession};
@@ -145,12 +144,12 @@ fn join(spec: &TrackerJoin, config: ClientConfig) -> Result<Joined, ClientError>
     match spec.protocol {
         TrackerProtocol::Classic => {
             let client = ClassicClient::new(&spec.host, spec.port, spec.task_id.clone(), config)?;
-            let mut j = client.start(None, None)?;
-            let take = |links: &mut BTreeMap<u32, TcpStream>, r: Option<u32>| {
-                r.and_then(|r| links.get(&r).and_then(|s| s.try_clone().ok()))
+            let j = client.start(None, None)?;
+            // Only the ring links are used; in a world of two both name one stream.
+            let ring = |r: Option<u32>| -> Option<TcpStream> {
+                r.and_then(|r| j.links.get(&r).and_then(|s| s.try_clone().ok()))
             };
-            let next = take(&mut j.links, j.ring_next);
-            let prev = take(&mut j.links, j.ring_prev);
+            let (next, prev) = (ring(j.ring_next), ring(j.ring_prev));
             Ok(Joined {
                 rank: j.rank,
                 world: j.world,

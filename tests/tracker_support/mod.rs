@@ -99,11 +99,22 @@ impl Guard {
     }
 }
 
+/// Sends every line of `from` (invalid UTF-8 replaced, so that nothing ends the
+/// stream early) until it ends.
 fn forward(from: impl Read + Send + 'static, to: Sender<String>) {
     std::thread::spawn(move || {
-        for line in BufReader::new(from).lines().map_while(Result::ok) {
-            if to.send(line).is_err() {
-                break;
+        for line in BufReader::new(from).split(b'\n') {
+            match line {
+                Ok(bytes) => {
+                    let text = String::from_utf8_lossy(&bytes).trim_end().to_string();
+                    if to.send(text).is_err() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    eprintln!("reading the reference tracker's output: {e}");
+                    break;
+                }
             }
         }
     });
@@ -115,6 +126,9 @@ pub(crate) struct RefTracker {
     /// Its port on 127.0.0.1.
     pub(crate) port: u16,
     lines: Receiver<String>,
+    /// Whether `JOINED` went by while another line was awaited (stdout and stderr
+    /// are read by two threads, so their lines interleave in any order).
+    joined: bool,
 }
 
 impl RefTracker {
@@ -134,6 +148,7 @@ impl RefTracker {
             child: Guard(child),
             port: 0,
             lines,
+            joined: false,
         };
         let first = t.line_matching(Duration::from_secs(60), |l| l.starts_with("PORT "));
         t.port = first[5..].trim().parse().expect("a port number");
@@ -147,7 +162,10 @@ impl RefTracker {
             let left = until.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
                 Ok(line) if want(&line) => return line,
-                Ok(line) => eprintln!("tracker: {line}"),
+                Ok(line) => {
+                    self.joined |= line == "JOINED";
+                    eprintln!("tracker: {line}");
+                }
                 Err(e) => panic!("reference tracker: no expected line within {limit:?} ({e})"),
             }
         }
@@ -155,7 +173,9 @@ impl RefTracker {
 
     /// Waits (at most `limit`) for `JOINED` and the tracker's exit.
     pub(crate) fn finish(mut self, limit: Duration) {
-        self.line_matching(limit, |l| l == "JOINED");
+        if !self.joined {
+            self.line_matching(limit, |l| l == "JOINED");
+        }
         let status = self.child.wait_for(limit).expect("tracker exits");
         assert!(status.success(), "reference tracker exited with {status}");
     }

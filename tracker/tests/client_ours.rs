@@ -59,11 +59,25 @@ fn classic_job(n: u32) {
     }
     let outcome = tracker.wait(Some(LIMIT)).unwrap();
     assert_eq!(outcome.shut_down.len(), n as usize);
-    let prints = events
-        .try_iter()
-        .filter(|e| matches!(e, Event::Print { .. }))
-        .count();
+    let prints = prints(&events, n as usize, LIMIT).len();
     assert_eq!(prints, n as usize);
+}
+
+/// The first `n` prints among the tracker's events, waiting at most `limit`: the
+/// tracker serves connections concurrently, so a worker's `print` may be handled after
+/// its `shutdown` ended the job.
+fn prints(events: &crossbeam_channel::Receiver<Event>, n: usize, limit: Duration) -> Vec<String> {
+    let until = std::time::Instant::now() + limit;
+    let mut out = Vec::new();
+    while out.len() < n {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        match events.recv_timeout(left) {
+            Ok(Event::Print { text, .. }) => out.push(text),
+            Ok(_) => {}
+            Err(e) => panic!("{} of {n} prints within {limit:?}: {e}", out.len()),
+        }
+    }
+    out
 }
 
 #[test]

@@ -42,6 +42,9 @@ use std::time::{Duration, Instant};
 /// Bytes of one host slot in the ring bootstrap (XGBoost's `HOST_NAME_MAX`).
 const HOST_SLOT: usize = 64;
 
+/// Longest wait for the tracker to close a `print` connection.
+const PRINT_CLOSE_WAIT: Duration = Duration::from_secs(5);
+
 /// Command codes (§3).
 const CMD_START: i32 = 1;
 const CMD_SHUTDOWN: i32 = 2;
@@ -336,15 +339,21 @@ impl JsonSession {
     }
 
     /// Sends `text` to the tracker's log (cmd 4).
+    ///
+    /// Returns once the tracker has closed the connection (at most 5 s, or
+    /// `io_timeout` if shorter): XGBoost 3.x's tracker reads connections
+    /// concurrently and stops at the last `shutdown`, so a `print` still unread then
+    /// would be lost.
     pub fn print(&self, text: &str) -> Result<(), ClientError> {
-        self.client
-            .command(
-                self.rank.into(),
-                self.world.into(),
-                &json!({"cmd": CMD_PRINT, "msg": text}),
-                "print",
-            )
-            .map(drop)
+        let stream = self.client.command(
+            self.rank.into(),
+            self.world.into(),
+            &json!({"cmd": CMD_PRINT, "msg": text}),
+            "print",
+        )?;
+        let limit = self.client.config.io_timeout.min(PRINT_CLOSE_WAIT);
+        wait_closed(&stream, limit);
+        Ok(())
     }
 
     /// Reports a failure to the tracker (cmd 3, §4.5) with an error `code` and a
@@ -375,6 +384,14 @@ impl JsonSession {
         self.errors.stop();
         sent
     }
+}
+
+/// Reads until the peer closes, `limit` passes, or the connection fails; what it
+/// sends is ignored (trackers send nothing after the magic).
+fn wait_closed(stream: &TcpStream, limit: Duration) {
+    let mut r = Deadline::new(stream, limit);
+    let mut byte = [0u8; 1];
+    while r.read_exact(&mut byte, "close").is_ok() {}
 }
 
 pub(super) fn local_port(listener: &TcpListener) -> Result<u16, ClientError> {
