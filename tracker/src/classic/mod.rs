@@ -119,7 +119,6 @@ struct Holder {
     conn: ConnId,
     host: String,
     task_id: Option<String>,
-    recover: bool,
 }
 
 /// The classic tracker's state.
@@ -305,7 +304,6 @@ impl Classic {
                 conn,
                 host: host.to_string(),
                 task_id,
-                recover,
             },
         );
         self.turns.push_back((conn, rank));
