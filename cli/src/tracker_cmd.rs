@@ -12,7 +12,7 @@ use std::error::Error;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
-use switchyard_tracker::{Event, SortBy, Tracker, TrackerConfig};
+use switchyard_tracker::{Event, SortBy, Tracker, TrackerConfig, TrackerError};
 
 /// How a batch of workers is ordered into ranks.
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -69,17 +69,27 @@ pub(crate) fn run(args: TrackerArgs) -> Result<(), Box<dyn Error>> {
     }
     out.flush()?;
     drop(out);
-    std::thread::spawn(move || {
-        for e in events {
+    // Events are printed here, not on a thread of their own, so that none is lost when
+    // the job ends and the process exits.
+    loop {
+        if let Ok(e) = events.recv_timeout(Duration::from_millis(100)) {
             eprintln!("[tracker] {}", describe(&e));
         }
-    });
-    let outcome = tracker.wait(None)?;
-    eprintln!(
-        "[tracker] job finished: ranks {:?} shut down",
-        outcome.shut_down
-    );
-    Ok(())
+        match tracker.wait(Some(Duration::ZERO)) {
+            Err(TrackerError::WaitTimedOut { .. }) => continue,
+            ended => {
+                for e in events.try_iter() {
+                    eprintln!("[tracker] {}", describe(&e));
+                }
+                let outcome = ended?;
+                eprintln!(
+                    "[tracker] job finished: ranks {:?} shut down",
+                    outcome.shut_down
+                );
+                return Ok(());
+            }
+        }
+    }
 }
 
 fn describe(e: &Event) -> String {

@@ -13,7 +13,8 @@ use switchyard_tracker::{Event, Tracker, TrackerConfig, TrackerError};
 
 fn quick(n: u32) -> Tracker {
     let mut config = TrackerConfig::new(n);
-    config.read_timeout = Duration::from_millis(500);
+    // Short enough for the stalled-client tests, long enough for a loaded CI machine.
+    config.read_timeout = Duration::from_secs(2);
     Tracker::start(config).unwrap()
 }
 
@@ -210,7 +211,7 @@ fn item_9_an_error_stops_every_worker_and_fails_the_job() {
         r#"{"cmd":3,"code":5,"msg":"out of memory"}"#,
     );
     for l in &listeners {
-        let (mut s, _) = l.accept().unwrap();
+        let mut s = accept_within(l);
         s.set_read_timeout(Some(WAIT)).unwrap();
         assert_eq!(read_i32(&mut s), 1);
     }

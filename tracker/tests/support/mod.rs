@@ -113,6 +113,29 @@ pub fn read_assignment(st: &mut TcpStream) -> Assignment {
     }
 }
 
+/// Accepts one connection, failing the test after [`WAIT`].
+pub fn accept_within(listener: &TcpListener) -> TcpStream {
+    listener.set_nonblocking(true).unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        match listener.accept() {
+            Ok((p, _)) => {
+                p.set_nonblocking(false).unwrap();
+                p.set_read_timeout(Some(WAIT)).unwrap();
+                return p;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no peer connected within {WAIT:?}"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    }
+}
+
 /// A well-behaved classic worker: `start`, negotiation with real peer links (§6, §7).
 /// Returns its assignment and its links by peer rank.
 pub struct Worker {
@@ -121,12 +144,24 @@ pub struct Worker {
 }
 
 pub fn start_worker(addr: SocketAddr, rank: i32, task: &str) -> Worker {
+    join(addr, rank, -1, task, "start", Vec::new())
+}
+
+/// `start` or `recover` with links `kept` still healthy; accepts with a deadline.
+pub fn join(
+    addr: SocketAddr,
+    rank: i32,
+    world: i32,
+    task: &str,
+    cmd: &str,
+    kept: Vec<(i32, TcpStream)>,
+) -> Worker {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let mut st = hello(addr, rank, -1, task, "start");
+    let mut st = hello(addr, rank, world, task, cmd);
     let assignment = read_assignment(&mut st);
     assert!(assignment.rank >= 0, "refused: {assignment:?}");
     let me = assignment.rank;
-    let mut peers = Vec::new();
+    let mut peers = kept;
     let accept = loop {
         let good: Vec<i32> = peers.iter().map(|(r, _)| *r).collect();
         let mut b = le(good.len() as i32).to_vec();
@@ -160,8 +195,7 @@ pub fn start_worker(addr: SocketAddr, rank: i32, task: &str) -> Worker {
     st.write_all(&le(i32::from(port))).unwrap();
     drop(st);
     for _ in 0..accept {
-        let (mut p, _) = listener.accept().unwrap();
-        p.set_read_timeout(Some(WAIT)).unwrap();
+        let mut p = accept_within(&listener);
         p.write_all(&le(me)).unwrap();
         let r = read_i32(&mut p);
         peers.push((r, p));

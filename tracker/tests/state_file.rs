@@ -1,0 +1,130 @@
+//! The state file: a tracker stopped after bootstrap and started again on the same port
+//! with the same file finishes the job (the process-level SIGKILL test is
+//! `cli/tests/tracker_restart.rs`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::PathBuf;
+use support::*;
+use switchyard_tracker::{Event, Tracker, TrackerConfig, TrackerError};
+
+/// A state file path unique to this test, removed on drop.
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn new(name: &str) -> TempFile {
+        let p =
+            std::env::temp_dir().join(format!("sy-tracker-{}-{name}.jsonl", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        TempFile(p)
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn with_state(n: u32, port: u16, file: &TempFile) -> Tracker {
+    let mut config = TrackerConfig::new(n);
+    config.port = port;
+    config.state_file = Some(file.0.clone());
+    Tracker::start(config).unwrap()
+}
+
+#[test]
+fn a_classic_job_finishes_on_a_restarted_tracker() {
+    let file = TempFile::new("classic");
+    let t = with_state(3, 0, &file);
+    let addr = t.addr();
+    let workers: Vec<_> = (0..3)
+        .map(|i| std::thread::spawn(move || start_worker(addr, -1, &format!("t{i}"))))
+        .collect();
+    let mut workers: Vec<Worker> = workers.into_iter().map(|h| h.join().unwrap()).collect();
+    workers.sort_by_key(|w| w.assignment.rank);
+    drop(t);
+
+    let t = with_state(3, addr.port(), &file);
+    let events = t.events();
+    assert_eq!(t.addr(), addr);
+    // The process of task t2 restarts and gets rank 2 back from the state file; ranks 0
+    // and 1 recover, keeping their other links, and connect to it.
+    workers.pop();
+    let restarted = std::thread::spawn(move || start_worker(addr, -1, "t2"));
+    let recovered: Vec<_> = workers
+        .into_iter()
+        .map(|w| {
+            std::thread::spawn(move || {
+                let rank = w.assignment.rank;
+                let kept: Vec<_> = w.peers.into_iter().filter(|(r, _)| *r != 2).collect();
+                join(addr, rank, 3, &format!("t{rank}"), "recover", kept)
+            })
+        })
+        .collect();
+    let restarted = restarted.join().unwrap();
+    assert_eq!(restarted.assignment.rank, 2);
+    assert_eq!(restarted.peers.len(), restarted.assignment.links().len());
+    for h in recovered {
+        let w = h.join().unwrap();
+        let got: Vec<i32> = w.peers.iter().map(|(r, _)| *r).collect();
+        assert_eq!(got, w.assignment.links());
+    }
+    for rank in [0, 1] {
+        expect_event(&events, |e| *e == Event::Recovered { rank });
+    }
+    shutdown(addr, 0, 3);
+    // A second shutdown of rank 0 does not count.
+    shutdown(addr, 0, 3);
+    shutdown(addr, 1, 3);
+    t.wait(Some(std::time::Duration::from_millis(100)))
+        .unwrap_err();
+    shutdown(addr, 2, 3);
+    assert_eq!(t.wait(Some(WAIT)).unwrap().shut_down, [0, 1, 2]);
+
+    // A third tracker on the file knows the job is over.
+    drop(t);
+    let t = with_state(3, 0, &file);
+    assert_eq!(t.wait(Some(WAIT)).unwrap().shut_down, [0, 1, 2]);
+}
+
+#[test]
+fn a_json_job_finishes_on_a_restarted_tracker() {
+    let file = TempFile::new("json");
+    let t = with_state(2, 0, &file);
+    let addr = t.addr();
+    let h: Vec<_> = (0..2u16)
+        .map(|i| {
+            std::thread::spawn(move || {
+                read_frame(&mut json_start(addr, &format!("w{i}"), 7000 + i, 0))
+            })
+        })
+        .collect();
+    for h in h {
+        h.join().unwrap();
+    }
+    json_shutdown(addr, 0, 2);
+    t.wait(Some(std::time::Duration::from_millis(100)))
+        .unwrap_err();
+    drop(t);
+    let t = with_state(2, addr.port(), &file);
+    // Rank 0's shutdown was kept: its second one does not count.
+    json_shutdown(addr, 0, 2);
+    t.wait(Some(std::time::Duration::from_millis(100)))
+        .unwrap_err();
+    json_shutdown(addr, 1, 2);
+    assert_eq!(t.wait(Some(WAIT)).unwrap().shut_down, [0, 1]);
+}
+
+#[test]
+fn a_state_file_of_another_job_size_is_refused() {
+    let file = TempFile::new("other");
+    drop(with_state(2, 0, &file));
+    let mut config = TrackerConfig::new(3);
+    config.state_file = Some(file.0.clone());
+    match Tracker::start(config) {
+        Err(TrackerError::StateFile(e)) => assert!(e.to_string().contains("for 2 workers"), "{e}"),
+        other => panic!("expected a state file error, got {other:?}"),
+    }
+}
