@@ -64,3 +64,36 @@ fn notice_for(event: Event) -> Option<Notice> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn assignments_become_joins_of_the_task_index() {
+        let joined = |task_id: Option<&str>, rank| {
+            notice_for(Event::Assigned {
+                rank,
+                task_id: task_id.map(str::to_string),
+                host: "127.0.0.1".into(),
+            })
+        };
+        let notice = |index| {
+            Some(Notice::Joined {
+                index,
+                via: "tracker",
+            })
+        };
+        assert_eq!(joined(Some("3"), 0), notice(3));
+        // A task id of the program's own choosing: matched by rank.
+        assert_eq!(joined(Some("worker-a"), 2), notice(2));
+        assert_eq!(joined(None, 1), notice(1));
+        assert_eq!(
+            notice_for(Event::Print {
+                rank: 0,
+                text: "hi".into()
+            }),
+            Some(Notice::Log("[tracker] hi".into()))
+        );
+    }
+}

@@ -14,9 +14,29 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-/// Makes `command` start its child in a new process group.
+/// Makes `command` start its child in a new process group and, on Linux, die with
+/// SIGKILL if the launcher dies first (`PR_SET_PDEATHSIG`): even a SIGKILLed launcher,
+/// which can stop nothing, leaves no child behind (a grandchild can survive that case).
 pub(crate) fn own_group(command: &mut Command) {
     command.process_group(0);
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: between fork and exec the closure calls only prctl(2) and getppid(2),
+        // both async-signal-safe; it allocates nothing and takes no lock.
+        let launcher = std::process::id();
+        unsafe {
+            command.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The launcher died before prctl: nobody would send the signal.
+                if u32::try_from(libc::getppid()).ok() != Some(launcher) {
+                    return Err(std::io::Error::other("the launcher is gone"));
+                }
+                Ok(())
+            });
+        }
+    }
 }
 
 /// Sends `signal` to every process in the group led by `child` (ignores a group that

@@ -37,7 +37,9 @@
 //!   error names it ([`LaunchError::RankFailed`]).
 //! - Every process leads its own process group; stopping sends SIGTERM to the group and
 //!   SIGKILL after [`LaunchOptions::grace`], and a process's group is killed when it
-//!   exits, so nothing it started outlives it. With
+//!   exits, so nothing it started outlives it; on Linux a child also dies with a
+//!   SIGKILLed launcher (`PR_SET_PDEATHSIG`; its own background jobs can survive that
+//!   one case). With
 //!   [`LaunchOptions::stop_on_signals`], SIGINT and SIGTERM stop the job
 //!   ([`LaunchError::Interrupted`]; the command exits with status 130).
 //! - A worker that neither checks in at the rendezvous nor gets a rank from the tracker

@@ -99,3 +99,52 @@ fn answer(stream: &mut TcpStream, endpoints: &[Option<String>], rank: u32) {
         tracing::warn!(rank, error = %e, "rendezvous: could not send the endpoint list");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::launch::rendezvous::exchange;
+
+    const LIMIT: Duration = Duration::from_secs(10);
+
+    #[test]
+    fn a_restarted_rank_checks_in_again_and_gets_the_current_list() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (tx, notices) = crossbeam_channel::unbounded();
+        let done = Arc::new(AtomicBool::new(false));
+        spawn(listener, 2, tx, done.clone()).unwrap();
+
+        let a = addr.clone();
+        let zero = std::thread::spawn(move || exchange(&a, 0, 2, "tcp://a:1", LIMIT));
+        let one = exchange(&addr, 1, 2, "tcp://b:1", LIMIT).unwrap();
+        assert_eq!(one, ["tcp://a:1", "tcp://b:1"]);
+        assert_eq!(zero.join().unwrap().unwrap(), one);
+
+        // Rank 1 restarted on a new port: answered at once, with its new endpoint.
+        let again = exchange(&addr, 1, 2, "tcp://b:2", LIMIT).unwrap();
+        assert_eq!(again, ["tcp://a:1", "tcp://b:2"]);
+        // A wrong world size is refused (closed), and serving goes on.
+        assert!(exchange(&addr, 0, 3, "tcp://x:1", LIMIT).is_err());
+        assert_eq!(
+            exchange(&addr, 0, 2, "tcp://a:3", LIMIT).unwrap()[0],
+            "tcp://a:3"
+        );
+        done.store(true, Ordering::SeqCst);
+
+        let joined: Vec<Notice> = notices.try_iter().collect();
+        let ranks: Vec<u32> = joined
+            .iter()
+            .map(|n| match n {
+                Notice::Joined {
+                    index,
+                    via: "rendezvous",
+                } => *index,
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(ranks.len(), 4, "{joined:?}");
+        assert_eq!(ranks.iter().filter(|r| **r == 1).count(), 2, "{joined:?}");
+    }
+}

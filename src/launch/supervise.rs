@@ -148,6 +148,7 @@ impl<'a> Supervisor<'a> {
         for i in 0..self.procs.len() {
             self.start(i)?;
         }
+        self.show_status();
         let started = Instant::now();
         let deadline = started + self.options.timeout;
         let join_deadline = started + self.options.rendezvous_timeout;
