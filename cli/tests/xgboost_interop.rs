@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use harness::{
     announced, check_results, job_dir, logs, one_job_at_a_time, read, scripts, spawn_logged,
-    wait_all_succeed, wait_for_files, Xgb, JOB_LIMIT, LAUNCH_MARGIN,
+    wait_all_exit, wait_all_succeed, wait_for_files, Xgb, JOB_LIMIT, LAUNCH_MARGIN,
 };
 use support::{switchyard, ChildGuard};
 
@@ -289,4 +289,63 @@ fn xgboost17_job_survives_a_tracker_restart() {
 #[test]
 fn xgboost3_job_survives_a_tracker_restart() {
     job_survives_a_tracker_restart(Xgb::V3);
+}
+
+/// How long the healthy worker of the error test waits before giving up on a notice.
+const NOTICE_LIMIT_S: u32 = 60;
+
+/// A 3.x worker that calls `signal_error` after bootstrap makes our tracker tell every
+/// worker's error listener (i32 `1`), so the other worker, idle and in no collective,
+/// ends at once with XGBoost's "another worker is running into error" status 255, and
+/// the tracker exits non-zero. (XGBoost's own tracker sends `-1`, which workers ignore,
+/// JSON doc §12.9: there the healthy worker would wait out its hold.)
+#[test]
+#[ignore = "racy in h-tracker: the job is marked failed (and `switchyard tracker` exits) \
+            before the error signals go out (tracker/src/server/json_conn.rs, cmd 3); \
+            failed 3 runs in 9 before h-tracker df8c9e7, which only narrows the window"]
+fn xgboost3_signal_error_ends_every_worker_and_fails_the_job() {
+    let Some(python) = Xgb::V3.python() else {
+        return;
+    };
+    let _one = one_job_at_a_time();
+    let n = 2;
+    let dir = job_dir("V3-error-n2");
+    let deadline = Instant::now() + JOB_LIMIT;
+    let state = dir.join("tracker.state");
+    let (tracker, uri, port) = start_our_tracker(&dir, "tracker", n, &state, None);
+    let never = dir.join("never");
+    let limit = NOTICE_LIMIT_S.to_string();
+    let args: [&std::ffi::OsStr; 6] = [
+        "--hold-until".as_ref(),
+        never.as_os_str(),
+        "--hold-limit".as_ref(),
+        limit.as_ref(),
+        "--signal-error-rank".as_ref(),
+        "1".as_ref(),
+    ];
+    let mut children = spawn_workers(&python, &dir, &uri, port, n, &args);
+    children.push(("tracker".into(), tracker));
+    let statuses = wait_all_exit(&mut children, deadline, &dir);
+    let status = |name: &str| {
+        children
+            .iter()
+            .zip(&statuses)
+            .find(|((n, _), _)| n == name)
+            .unwrap()
+            .1
+    };
+    assert_eq!(
+        status("w0").code(),
+        Some(255),
+        "rank 0 was not stopped by the error notice\n{}",
+        logs(&dir)
+    );
+    assert!(
+        !status("w1").success(),
+        "rank 1 signalled an error\n{}",
+        logs(&dir)
+    );
+    assert!(!status("tracker").success(), "a failed job\n{}", logs(&dir));
+    let log = read(&dir.join("tracker.err"));
+    assert!(log.contains("rank 1 signalled an error"), "{log}");
 }

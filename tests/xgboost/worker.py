@@ -17,6 +17,11 @@ The line goes to stdout and, with --out-dir DIR, to DIR/rank-<rank>.json. Exit s
 --hold-until PATH (with --out-dir): after training, write DIR/trained-<rank> and wait
 for PATH to exist before the last tracker calls (print, shutdown), so that a test can
 restart the tracker between bootstrap and the end of the job.
+
+--signal-error-rank R (3.x, with --hold-until): after training, rank R reports an
+error to the tracker (`collective.signal_error`) and the other ranks hold before any
+collective, so that the tracker's error notice is the only thing that ends them before
+the hold does (exit status 6 if the file appears).
 """
 
 import argparse
@@ -34,7 +39,6 @@ ROWS = 3000
 COLS = 6
 ROUNDS = 8
 BIG = 40000
-HOLD_LIMIT_S = 120
 
 
 def context_args():
@@ -74,14 +78,14 @@ def collectives_ok(rank, world):
     return bool(np.all(total == world)) and int(top[0]) == world - 1
 
 
-def hold(out_dir, rank, path):
+def hold(out_dir, rank, path, limit_s):
     """Says this rank has trained, then waits (bounded) for the go-ahead file."""
     with open(os.path.join(out_dir, f"trained-{rank}"), "w", encoding="utf-8"):
         pass
-    deadline = time.monotonic() + HOLD_LIMIT_S
+    deadline = time.monotonic() + limit_s
     while not os.path.exists(path):
         if time.monotonic() > deadline:
-            print(f"worker: {path} did not appear in {HOLD_LIMIT_S} s", file=sys.stderr)
+            print(f"worker: {path} did not appear in {limit_s} s", file=sys.stderr)
             sys.exit(4)
         time.sleep(0.02)
 
@@ -90,16 +94,27 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", help="also write the result to DIR/rank-<rank>.json")
     parser.add_argument("--hold-until", help="wait for this file before the last calls")
+    parser.add_argument("--hold-limit", type=float, default=120.0, help="seconds")
+    parser.add_argument("--signal-error-rank", type=int, help="this rank signals an error")
     opts = parser.parse_args()
     if opts.hold_until and not opts.out_dir:
         parser.error("--hold-until needs --out-dir")
+    if opts.signal_error_rank is not None and not opts.hold_until:
+        parser.error("--signal-error-rank needs --hold-until")
 
     with collective.CommunicatorContext(**context_args()):
         rank, world = collective.get_rank(), collective.get_world_size()
         digest = train(rank, world)
+        if opts.signal_error_rank is not None:
+            if rank == opts.signal_error_rank:
+                collective.signal_error()
+                print("worker: signal_error returned", file=sys.stderr)
+                return 5
+            hold(opts.out_dir, rank, opts.hold_until, opts.hold_limit)
+            return 6
         ok = collectives_ok(rank, world)
         if opts.hold_until:
-            hold(opts.out_dir, rank, opts.hold_until)
+            hold(opts.out_dir, rank, opts.hold_until, opts.hold_limit)
         collective.communicator_print(f"worker rank {rank}/{world} done\n")
     line = json.dumps(
         {

@@ -12,7 +12,8 @@ use switchyard_tracker::{Event, Tracker, TrackerConfig};
 
 fn quick(n: u32) -> Tracker {
     let mut config = TrackerConfig::new(n);
-    config.read_timeout = Duration::from_millis(500);
+    // Short enough for the stalled-client tests, long enough for a loaded CI machine.
+    config.read_timeout = Duration::from_secs(2);
     Tracker::start(config).unwrap()
 }
 

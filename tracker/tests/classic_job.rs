@@ -223,3 +223,27 @@ fn wait_times_out_while_the_job_runs_and_stop_ends_it() {
         "port closed"
     );
 }
+
+/// IPv6: the tracker listens on `::1` and names peers by their IPv6 address text.
+#[test]
+fn an_ipv6_tracker_serves_a_job() {
+    let mut config = TrackerConfig::new(2);
+    config.host = "::1".into();
+    let Ok(t) = Tracker::start(config) else {
+        eprintln!("skipped: this machine has no IPv6 loopback");
+        return;
+    };
+    assert_eq!(t.worker_env()[0].1, "::1");
+    let addr = t.addr();
+    let a = std::thread::spawn(move || hello(addr, -1, -1, "0", "start"));
+    let mut b = hello(addr, -1, -1, "1", "start");
+    let mut a = a.join().unwrap();
+    assert_eq!(read_assignment(&mut a).rank, 0);
+    a.write_all(&le(0)).unwrap();
+    assert_eq!((read_i32(&mut a), read_i32(&mut a)), (0, 1));
+    a.write_all(&[le(0), le(4321)].concat()).unwrap();
+    assert_eq!(read_assignment(&mut b).rank, 1);
+    b.write_all(&le(0)).unwrap();
+    assert_eq!((read_i32(&mut b), read_i32(&mut b)), (1, 0));
+    assert_eq!(read_str(&mut b), "::1");
+}

@@ -7,7 +7,7 @@ mod support;
 
 use std::path::PathBuf;
 use support::*;
-use switchyard_tracker::{Tracker, TrackerConfig, TrackerError};
+use switchyard_tracker::{Event, Tracker, TrackerConfig, TrackerError};
 
 /// A state file path unique to this test, removed on drop.
 struct TempFile(PathBuf);
@@ -47,6 +47,7 @@ fn a_classic_job_finishes_on_a_restarted_tracker() {
     drop(t);
 
     let t = with_state(3, addr.port(), &file);
+    let events = t.events();
     assert_eq!(t.addr(), addr);
     // The process of task t2 restarts and gets rank 2 back from the state file; ranks 0
     // and 1 recover, keeping their other links, and connect to it.
@@ -69,6 +70,9 @@ fn a_classic_job_finishes_on_a_restarted_tracker() {
         let w = h.join().unwrap();
         let got: Vec<i32> = w.peers.iter().map(|(r, _)| *r).collect();
         assert_eq!(got, w.assignment.links());
+    }
+    for rank in [0, 1] {
+        expect_event(&events, |e| *e == Event::Recovered { rank });
     }
     shutdown(addr, 0, 3);
     // A second shutdown of rank 0 does not count.

@@ -5,7 +5,7 @@
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -272,4 +272,31 @@ pub(crate) fn wait_for_files(
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Waits for every child to exit, whatever its status, all within `deadline`; returns
+/// the statuses in order.
+pub(crate) fn wait_all_exit(
+    children: &mut [(String, ChildGuard)],
+    deadline: Instant,
+    dir: &Path,
+) -> Vec<ExitStatus> {
+    let mut statuses: Vec<Option<ExitStatus>> = vec![None; children.len()];
+    while statuses.iter().any(Option::is_none) {
+        for (slot, (_, guard)) in statuses.iter_mut().zip(children.iter_mut()) {
+            if slot.is_none() {
+                *slot = guard.0.as_mut().unwrap().try_wait().unwrap();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running after {JOB_LIMIT:?}\n{}",
+            logs(dir)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for (_, guard) in children.iter_mut() {
+        guard.0 = None;
+    }
+    statuses.into_iter().map(Option::unwrap).collect()
 }

@@ -186,7 +186,9 @@ impl Tracker {
             Some(path) => Some(Journal::open(path, config.workers)?),
             None => None,
         };
-        let listener = TcpListener::bind(bind_addr.as_str()).map_err(bind_err)?;
+        // A (host, port) pair, not "host:port" text, so that IPv6 literals and host
+        // names both work.
+        let listener = TcpListener::bind((config.host.as_str(), config.port)).map_err(bind_err)?;
         let addr = listener.local_addr().map_err(bind_err)?;
         let shared = Arc::new(Shared::new(config, journal));
         let accept = {

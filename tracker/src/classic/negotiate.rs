@@ -1,0 +1,157 @@
+//! Link negotiation (§6) of the connection whose turn it is: the assignment, the
+//! rounds, the port report, and giving the turn back when a connection fails.
+
+use super::{Action, Classic, ConnId, Record, MAX_ROUNDS};
+use crate::maps::Links;
+use std::collections::BTreeSet;
+
+/// The assignment message (§5.2).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Assignment {
+    /// The rank.
+    pub rank: u32,
+    /// The world size.
+    pub world: u32,
+    /// Tree and ring links.
+    pub links: Links,
+}
+
+/// One connection's negotiation in progress (§6).
+#[derive(Clone, Debug)]
+pub struct Negotiation {
+    conn: ConnId,
+    rank: u32,
+    task_id: Option<String>,
+    host: String,
+    links: Vec<u32>,
+    handed: BTreeSet<u32>,
+    accept: u32,
+    rounds: u32,
+}
+
+impl Negotiation {
+    /// The rank being negotiated.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+}
+
+/// One round's answer: peers to connect to, and how many will connect instead.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Round {
+    /// (host, port, rank) of each peer to connect to.
+    pub connect: Vec<(String, u16, u32)>,
+    /// How many connections to accept.
+    pub accept: u32,
+}
+
+impl Classic {
+    /// Starts the negotiation of `rank` on its turn; the assignment to send.
+    pub fn begin(&self, conn: ConnId, rank: u32) -> Result<(Assignment, Negotiation), String> {
+        let holder = self
+            .held
+            .get(&rank)
+            .filter(|h| h.conn == conn && self.current == Some(conn))
+            .ok_or_else(|| format!("connection {conn} does not hold the turn for rank {rank}"))?;
+        let links = self.maps[rank as usize].clone();
+        let neg = Negotiation {
+            conn,
+            rank,
+            task_id: holder.task_id.clone(),
+            host: holder.host.clone(),
+            links: links.link_set(),
+            handed: BTreeSet::new(),
+            accept: 0,
+            rounds: 0,
+        };
+        Ok((
+            Assignment {
+                rank,
+                world: self.n,
+                links,
+            },
+            neg,
+        ))
+    }
+
+    /// One round (§6 steps 1–3): `good` are the links the worker has.
+    pub fn round(&self, neg: &mut Negotiation, good: &[i32]) -> Result<Round, String> {
+        neg.rounds += 1;
+        if neg.rounds > MAX_ROUNDS {
+            return Err(format!(
+                "rank {} took more than {MAX_ROUNDS} negotiation rounds",
+                neg.rank
+            ));
+        }
+        let mut have = BTreeSet::new();
+        for &g in good {
+            if g < 0 || !neg.links.contains(&(g as u32)) {
+                return Err(format!(
+                    "rank {} reports a link to {g}, which is not one of its links {:?}",
+                    neg.rank, neg.links
+                ));
+            }
+            have.insert(g as u32);
+        }
+        let missing: Vec<u32> = neg
+            .links
+            .iter()
+            .copied()
+            .filter(|r| !have.contains(r))
+            .collect();
+        let connect: Vec<(String, u16, u32)> = missing
+            .iter()
+            .filter_map(|r| self.wait_conn.get(r).map(|w| (w.host.clone(), w.port, *r)))
+            .collect();
+        neg.handed.extend(connect.iter().map(|c| c.2));
+        neg.accept = (missing.len() - connect.len()) as u32;
+        Ok(Round {
+            connect,
+            accept: neg.accept,
+        })
+    }
+
+    /// The worker reported its listening port (§6 step 6): the negotiation is over.
+    pub fn finish(&mut self, neg: Negotiation, port: i32) -> Result<Vec<Action>, String> {
+        let port = match u16::try_from(port) {
+            Ok(p) if p > 0 => p,
+            _ if neg.accept == 0 => 0,
+            _ => return Err(format!("rank {} reported listening port {port}", neg.rank)),
+        };
+        let record = Record::Linked {
+            rank: neg.rank,
+            task_id: neg.task_id,
+            host: neg.host,
+            port,
+            accept: neg.accept,
+            reached: neg.handed.into_iter().collect(),
+        };
+        let mut actions = Vec::new();
+        self.apply(&record);
+        if self.current == Some(neg.conn) {
+            self.current = None;
+        }
+        actions.push(Action::Record(record));
+        self.advance(&mut actions);
+        Ok(actions)
+    }
+
+    /// A connection holding `rank` failed before it finished: the rank is released (and
+    /// goes back to the batch if it never finished a negotiation), the next turn starts.
+    pub fn abandon(&mut self, conn: ConnId, rank: u32, actions: &mut Vec<Action>) {
+        if self.held.get(&rank).is_some_and(|h| h.conn == conn) {
+            let holder = self.held.remove(&rank);
+            if !self.linked.contains(&rank) {
+                self.todo.insert(rank);
+                if let Some(t) = holder.and_then(|h| h.task_id) {
+                    self.job_map.remove(&t);
+                }
+            }
+        }
+        self.turns.retain(|&(c, _)| c != conn);
+        if self.current == Some(conn) {
+            self.current = None;
+        }
+        self.advance(actions);
+    }
+}
