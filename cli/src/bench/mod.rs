@@ -11,6 +11,7 @@ mod collective;
 #[cfg(feature = "mpi")]
 mod mpi;
 mod report;
+mod tracker;
 #[cfg(feature = "zmq")]
 mod transport;
 
@@ -56,6 +57,10 @@ pub(crate) enum Suite {
     Broadcast(collective::CollectiveArgs),
     /// Allgather (size = the gathered total), as `allreduce`.
     Allgather(collective::CollectiveArgs),
+    /// Time for the tracker to admit and wire N classic-protocol workers beside
+    /// XGBoost 1.7.6's tracker (SWITCHYARD_XGB17_PYTHON), and from `switchyard launch
+    /// -n 4` to the first collective.
+    Tracker(tracker::TrackerArgs),
 }
 
 pub(crate) fn run(suite: Suite) -> Result<(), Box<dyn std::error::Error>> {
@@ -71,6 +76,7 @@ pub(crate) fn run(suite: Suite) -> Result<(), Box<dyn std::error::Error>> {
         Suite::Allreduce(args) => collective::run(collective::Op::Allreduce, args),
         Suite::Broadcast(args) => collective::run(collective::Op::Broadcast, args),
         Suite::Allgather(args) => collective::run(collective::Op::Allgather, args),
+        Suite::Tracker(args) => tracker::run(args),
     }
 }
 
