@@ -171,7 +171,10 @@ impl PsEnv {
             }
         };
         let need = |var: &'static str| {
-            lookup(var).ok_or(PsError::Env { var, reason: "not set".into() })
+            lookup(var).ok_or(PsError::Env {
+                var,
+                reason: "not set".into(),
+            })
         };
         let number = |var: &'static str| -> Result<u32, PsError> {
             let text = need(var)?;
@@ -185,12 +188,19 @@ impl PsEnv {
         let uri = need("DMLC_PS_ROOT_URI")?;
         let port = number("DMLC_PS_ROOT_PORT")?;
         if port > u32::from(u16::MAX) {
-            return Err(PsError::Env { var: "DMLC_PS_ROOT_PORT", reason: format!("{port} is not a port") });
+            return Err(PsError::Env {
+                var: "DMLC_PS_ROOT_PORT",
+                reason: format!("{port} is not a port"),
+            });
         }
         let mut config = PsConfig::new(workers, servers);
         config.host = lookup("DMLC_NODE_HOST");
         config.check()?;
-        Ok(Some(PsEnv { role, scheduler: format!("tcp://{}:{port}", uri.trim()), config }))
+        Ok(Some(PsEnv {
+            role,
+            scheduler: format!("tcp://{}:{port}", uri.trim()),
+            config,
+        }))
     }
 }
 
@@ -201,7 +211,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         move |k| map.get(k).cloned()
     }
 
@@ -224,7 +237,8 @@ mod tests {
     #[test]
     fn names_the_missing_or_bad_variable() {
         assert!(PsEnv::from_lookup(env(&[])).unwrap().is_none());
-        let err = PsEnv::from_lookup(env(&[("DMLC_ROLE", "worker"), ("DMLC_NUM_WORKER", "4")])).unwrap_err();
+        let err = PsEnv::from_lookup(env(&[("DMLC_ROLE", "worker"), ("DMLC_NUM_WORKER", "4")]))
+            .unwrap_err();
         assert!(err.to_string().contains("DMLC_NUM_SERVER"), "{err}");
         let err = PsEnv::from_lookup(env(&[("DMLC_ROLE", "boss")])).unwrap_err();
         assert!(err.to_string().contains("DMLC_ROLE"), "{err}");
@@ -234,6 +248,9 @@ mod tests {
             ("DMLC_NUM_SERVER", "x"),
         ]))
         .unwrap_err();
-        assert!(err.to_string().contains("DMLC_NUM_SERVER") && err.to_string().contains("\"x\""), "{err}");
+        assert!(
+            err.to_string().contains("DMLC_NUM_SERVER") && err.to_string().contains("\"x\""),
+            "{err}"
+        );
     }
 }

@@ -48,7 +48,13 @@ impl Liveness {
                 .spawn(move || beat(&scheduler, role, rank, &config, &stop, &tx))
                 .ok()
         };
-        Liveness { events, outcome: None, stop, thread, scheduler: scheduler.to_string() }
+        Liveness {
+            events,
+            outcome: None,
+            stop,
+            thread,
+            scheduler: scheduler.to_string(),
+        }
     }
 
     /// `Ok` while the job runs; [`PsError::Finished`] once the scheduler shut it
@@ -60,12 +66,17 @@ impl Liveness {
         match &self.outcome {
             None => Ok(()),
             Some(Outcome::Shutdown) => Err(PsError::Finished),
-            Some(Outcome::Aborted(reason)) => Err(PsError::Aborted { reason: reason.clone() }),
+            Some(Outcome::Aborted(reason)) => Err(PsError::Aborted {
+                reason: reason.clone(),
+            }),
             Some(Outcome::SchedulerSilent(silent)) => Err(PsError::SchedulerSilent {
                 endpoint: self.scheduler.clone(),
                 silent: *silent,
             }),
-            Some(Outcome::Broken(reason)) => Err(PsError::Send { to: format!("scheduler at {}", self.scheduler), reason: reason.clone() }),
+            Some(Outcome::Broken(reason)) => Err(PsError::Send {
+                to: format!("scheduler at {}", self.scheduler),
+                reason: reason.clone(),
+            }),
         }
     }
 
@@ -93,7 +104,10 @@ fn beat(
     tx: &Sender<Outcome>,
 ) {
     let me = wire::addr(role, rank);
-    let options = config.socket.clone().with_connect_timeout(config.dead_timeout);
+    let options = config
+        .socket
+        .clone()
+        .with_connect_timeout(config.dead_timeout);
     let mut dealer = match DealerSocket::connect(scheduler, options) {
         Ok(d) => d,
         Err(e) => {

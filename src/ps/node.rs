@@ -22,32 +22,57 @@ pub(crate) struct Node {
     pub(crate) config: PsConfig,
     dealer: DealerSocket,
     pub(crate) liveness: Liveness,
+    /// A shutdown or abort read on the node's own line.
+    ended: Option<Control>,
     done: bool,
 }
 
 impl Node {
     /// Registers with the scheduler at `scheduler` as a `role` (a server giving the
     /// `endpoint` workers reach it at) and waits for the rank assignment.
-    pub(crate) fn join(scheduler: &str, role: NodeRole, endpoint: String, config: &PsConfig) -> Result<Node, PsError> {
+    pub(crate) fn join(
+        scheduler: &str,
+        role: NodeRole,
+        endpoint: String,
+        config: &PsConfig,
+    ) -> Result<Node, PsError> {
         config.check()?;
-        let options = config.socket.clone().with_connect_timeout(config.join_timeout);
-        let mut dealer = DealerSocket::connect(scheduler, options)
-            .map_err(|e| PsError::transport(format!("{role} joining the scheduler at {scheduler}"), e))?;
-        let hello = wire::control(wire::addr(role, u32::MAX), wire::SCHEDULER, &Control::Register { role, endpoint });
-        dealer.send(hello).map_err(|e| PsError::Send { to: format!("scheduler at {scheduler}"), reason: e.kind.to_string() })?;
-        let started = Instant::now();
-        let msg = dealer.recv_timeout(config.join_timeout).map_err(|e| match e {
-            RecvError::Timeout => PsError::Timeout {
-                what: format!("{role} waiting for its rank"),
-                waited: started.elapsed(),
-                owed: format!("scheduler at {scheduler}"),
-                setting: "PsConfig::join_timeout",
-            },
-            other => PsError::protocol(format!("scheduler at {scheduler}"), other),
+        let options = config
+            .socket
+            .clone()
+            .with_connect_timeout(config.join_timeout);
+        let mut dealer = DealerSocket::connect(scheduler, options).map_err(|e| {
+            PsError::transport(format!("{role} joining the scheduler at {scheduler}"), e)
         })?;
+        let hello = wire::control(
+            wire::addr(role, u32::MAX),
+            wire::SCHEDULER,
+            &Control::Register { role, endpoint },
+        );
+        dealer.send(hello).map_err(|e| PsError::Send {
+            to: format!("scheduler at {scheduler}"),
+            reason: e.kind.to_string(),
+        })?;
+        let started = Instant::now();
+        let msg = dealer
+            .recv_timeout(config.join_timeout)
+            .map_err(|e| match e {
+                RecvError::Timeout => PsError::Timeout {
+                    what: format!("{role} waiting for its rank"),
+                    waited: started.elapsed(),
+                    owed: format!("scheduler at {scheduler}"),
+                    setting: "PsConfig::join_timeout",
+                },
+                other => PsError::protocol(format!("scheduler at {scheduler}"), other),
+            })?;
         match wire::read_control(&msg, "scheduler")? {
-            Control::Assign { rank, num_workers, servers } => {
-                if num_workers != config.num_workers || servers.len() != config.num_servers as usize {
+            Control::Assign {
+                rank,
+                num_workers,
+                servers,
+            } => {
+                if num_workers != config.num_workers || servers.len() != config.num_servers as usize
+                {
                     return Err(PsError::Registration(format!(
                         "the scheduler runs {num_workers} workers and {} servers, this node was configured for {} and {}",
                         servers.len(),
@@ -65,11 +90,38 @@ impl Node {
                     config: config.clone(),
                     dealer,
                     liveness,
+                    ended: None,
                     done: false,
                 })
             }
             Control::Abort { reason } => Err(PsError::Registration(reason)),
-            other => Err(PsError::protocol("scheduler", format!("expected an assignment, got {other:?}"))),
+            other => Err(PsError::protocol(
+                "scheduler",
+                format!("expected an assignment, got {other:?}"),
+            )),
+        }
+    }
+
+    /// `Ok` while the job runs, else why not: what the liveness thread learnt, or a
+    /// shutdown or abort sent on this node's own line (the scheduler sends there too,
+    /// for a node whose liveness thread it has not heard from yet).
+    pub(crate) fn check(&mut self) -> Result<(), PsError> {
+        self.liveness.check()?;
+        while self.ended.is_none() {
+            let Ok(msg) = self.dealer.try_recv() else {
+                break;
+            };
+            match wire::read_control(&msg, "scheduler")? {
+                note @ (Control::Shutdown | Control::Abort { .. }) => self.ended = Some(note),
+                other => tracing::debug!("ps {} {}: stray {other:?}", self.role, self.rank),
+            }
+        }
+        match &self.ended {
+            Some(Control::Abort { reason }) => Err(PsError::Aborted {
+                reason: reason.clone(),
+            }),
+            Some(_) => Err(PsError::Finished),
+            None => Ok(()),
         }
     }
 
@@ -80,14 +132,20 @@ impl Node {
 
     fn send(&mut self, note: &Control) -> Result<(), PsError> {
         let msg = wire::control(self.addr(), wire::SCHEDULER, note);
-        self.dealer
-            .send(msg)
-            .map_err(|e| PsError::Send { to: format!("scheduler at {}", self.scheduler), reason: e.kind.to_string() })
+        self.dealer.send(msg).map_err(|e| PsError::Send {
+            to: format!("scheduler at {}", self.scheduler),
+            reason: e.kind.to_string(),
+        })
     }
 
     /// Waits for the scheduler's answer `want`, calling `between` in every pause
     /// (a server keeps its sockets serviced there).
-    fn wait_for(&mut self, what: &str, want: impl Fn(&Control) -> bool, mut between: impl FnMut()) -> Result<(), PsError> {
+    fn wait_for(
+        &mut self,
+        what: &str,
+        want: impl Fn(&Control) -> bool,
+        mut between: impl FnMut(),
+    ) -> Result<(), PsError> {
         let started = Instant::now();
         loop {
             self.liveness.check()?;
@@ -102,7 +160,12 @@ impl Node {
                     }
                 }
                 Err(RecvError::Timeout | RecvError::Empty) => {}
-                Err(e) => return Err(PsError::protocol(format!("scheduler at {}", self.scheduler), e)),
+                Err(e) => {
+                    return Err(PsError::protocol(
+                        format!("scheduler at {}", self.scheduler),
+                        e,
+                    ))
+                }
             }
             between();
             if started.elapsed() > self.config.request_timeout {
@@ -119,10 +182,17 @@ impl Node {
     /// Waits until every node of `group` has called `barrier(group)`.
     pub(crate) fn barrier(&mut self, group: Group, between: impl FnMut()) -> Result<(), PsError> {
         if !group.contains(self.role) {
-            return Err(PsError::BadArguments(format!("a {} cannot wait at a barrier of {group:?}", self.role)));
+            return Err(PsError::BadArguments(format!(
+                "a {} cannot wait at a barrier of {group:?}",
+                self.role
+            )));
         }
         self.send(&Control::Barrier { group })?;
-        self.wait_for(&format!("at a barrier of {group:?}"), |n| *n == Control::Release { group }, between)
+        self.wait_for(
+            &format!("at a barrier of {group:?}"),
+            |n| *n == Control::Release { group },
+            between,
+        )
     }
 
     /// Tells the scheduler this worker has finished and stops the heartbeats.
@@ -171,13 +241,25 @@ pub(crate) fn server_bind_endpoint(scheduler: &str, host: Option<&str>) -> Resul
 fn route_to(address: &str) -> Option<String> {
     use std::net::{ToSocketAddrs, UdpSocket};
     let target = address.to_socket_addrs().ok()?.next()?;
-    let socket = UdpSocket::bind(if target.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }).ok()?;
+    let socket = UdpSocket::bind(if target.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    })
+    .ok()?;
     socket.connect(target).ok()?;
     let ip = socket.local_addr().ok()?.ip();
-    Some(if ip.is_ipv6() { format!("[{ip}]") } else { ip.to_string() })
+    Some(if ip.is_ipv6() {
+        format!("[{ip}]")
+    } else {
+        ip.to_string()
+    })
 }
 
 /// Sends `msg` from a node and maps the failure to a [`PsError`] naming `to`.
 pub(crate) fn send_to(dealer: &mut DealerSocket, msg: Msg, to: &str) -> Result<(), PsError> {
-    dealer.send(msg).map_err(|e| PsError::Send { to: to.to_string(), reason: e.kind.to_string() })
+    dealer.send(msg).map_err(|e| PsError::Send {
+        to: to.to_string(),
+        reason: e.kind.to_string(),
+    })
 }

@@ -63,7 +63,10 @@ impl Scheduler {
         config.check()?;
         let router = RouterSocket::bind(endpoint, config.socket.clone())
             .map_err(|e| PsError::transport(format!("scheduler binding {endpoint}"), e))?;
-        Ok(Scheduler { router, config: config.clone() })
+        Ok(Scheduler {
+            router,
+            config: config.clone(),
+        })
     }
 
     /// The endpoint nodes connect to.
@@ -79,8 +82,16 @@ impl Scheduler {
         let mut members = self.register()?;
         let mut barriers: HashMap<Group, HashSet<usize>> = HashMap::new();
         let mut released = 0u64;
-        let main_of: HashMap<PeerId, usize> = members.iter().enumerate().map(|(i, m)| (m.main.clone(), i)).collect();
-        let beat_of = |members: &[Member], role: NodeRole, rank: u32| members.iter().position(|m| m.role == role && m.rank == rank);
+        let main_of: HashMap<PeerId, usize> = members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.main.clone(), i))
+            .collect();
+        let beat_of = |members: &[Member], role: NodeRole, rank: u32| {
+            members
+                .iter()
+                .position(|m| m.role == role && m.rank == rank)
+        };
         loop {
             match self.router.recv_from_timeout(SLICE) {
                 Ok((peer, msg)) => {
@@ -100,7 +111,9 @@ impl Scheduler {
                             }
                         }
                         Control::Barrier { group } => {
-                            let Some(&i) = main_of.get(&peer) else { continue };
+                            let Some(&i) = main_of.get(&peer) else {
+                                continue;
+                            };
                             let waiting = barriers.entry(group).or_default();
                             waiting.insert(i);
                             let size = members.iter().filter(|m| group.contains(m.role)).count();
@@ -114,7 +127,9 @@ impl Scheduler {
                             }
                         }
                         Control::Done => {
-                            let Some(&i) = main_of.get(&peer) else { continue };
+                            let Some(&i) = main_of.get(&peer) else {
+                                continue;
+                            };
                             members[i].done = true;
                             self.send(&peer, &Control::Ack);
                             if members.iter().all(|m| m.role != NodeRole::Worker || m.done) {
@@ -126,6 +141,13 @@ impl Scheduler {
                                 });
                             }
                         }
+                        Control::Register { role, .. } => {
+                            let reason = format!(
+                                "the job already has all its nodes; a late {role} ({peer}) refused"
+                            );
+                            tracing::warn!("ps scheduler: {reason}");
+                            self.send(&peer, &Control::Abort { reason });
+                        }
                         other => tracing::warn!("ps scheduler: unexpected {other:?} from {peer}"),
                     }
                 }
@@ -133,7 +155,10 @@ impl Scheduler {
                 Err(e) => return Err(PsError::protocol("scheduler socket", e)),
             }
             let now = Instant::now();
-            if let Some(m) = members.iter().find(|m| !m.done && now.duration_since(m.heard) > self.config.dead_timeout) {
+            if let Some(m) = members
+                .iter()
+                .find(|m| !m.done && now.duration_since(m.heard) > self.config.dead_timeout)
+            {
                 let silent = now.duration_since(m.heard);
                 let node = m.name();
                 let reason = format!("{node} silent for {silent:.1?}");
@@ -150,8 +175,11 @@ impl Scheduler {
         let deadline = started + self.config.join_timeout;
         let (want_w, want_s) = (self.config.num_workers, self.config.num_servers);
         let mut members: Vec<Member> = Vec::new();
-        let count = |members: &[Member], role| members.iter().filter(|m| m.role == role).count() as u32;
-        while count(&members, NodeRole::Worker) < want_w || count(&members, NodeRole::Server) < want_s {
+        let count =
+            |members: &[Member], role| members.iter().filter(|m| m.role == role).count() as u32;
+        while count(&members, NodeRole::Worker) < want_w
+            || count(&members, NodeRole::Server) < want_s
+        {
             let (peer, msg) = match self.router.recv_from_deadline(Some(deadline)) {
                 Ok(got) => got,
                 Err(RecvError::Timeout) => {
@@ -177,9 +205,19 @@ impl Scheduler {
                         continue;
                     }
                     let rank = count(&members, role);
-                    members.push(Member { role, rank, endpoint, main: peer, beat: None, heard: started, done: false });
+                    members.push(Member {
+                        role,
+                        rank,
+                        endpoint,
+                        main: peer,
+                        beat: None,
+                        heard: started,
+                        done: false,
+                    });
                 }
-                Ok(other) => tracing::warn!("ps scheduler: {other:?} from {peer} before registration ended"),
+                Ok(other) => {
+                    tracing::warn!("ps scheduler: {other:?} from {peer} before registration ended")
+                }
                 Err(e) => tracing::warn!("ps scheduler: {e}"),
             }
         }
@@ -193,11 +231,17 @@ impl Scheduler {
         let now = Instant::now();
         for i in 0..members.len() {
             members[i].heard = now;
-            let note = Control::Assign { rank: members[i].rank, num_workers: want_w, servers: servers.clone() };
+            let note = Control::Assign {
+                rank: members[i].rank,
+                num_workers: want_w,
+                servers: servers.clone(),
+            };
             let main = members[i].main.clone();
             self.send(&main, &note);
         }
-        tracing::info!("ps scheduler: {want_w} workers and {want_s} servers registered: {servers:?}");
+        tracing::info!(
+            "ps scheduler: {want_w} workers and {want_s} servers registered: {servers:?}"
+        );
         Ok(members)
     }
 
@@ -207,7 +251,10 @@ impl Scheduler {
 
     fn send(&mut self, peer: &PeerId, note: &Control) {
         let msg = self.note(note);
-        if let Err(e) = self.router.send_to_deadline(peer, msg, Instant::now() + Duration::from_secs(1)) {
+        if let Err(e) =
+            self.router
+                .send_to_deadline(peer, msg, Instant::now() + Duration::from_secs(1))
+        {
             tracing::warn!("ps scheduler: {note:?} to {peer} not sent: {}", e.kind);
         }
     }
@@ -217,7 +264,11 @@ impl Scheduler {
         for m in members.iter().filter(|m| !m.done) {
             for peer in std::iter::once(&m.main).chain(m.beat.as_ref()) {
                 let msg = self.note(note);
-                let _ = self.router.send_to_deadline(peer, msg, Instant::now() + Duration::from_secs(1));
+                let _ = self.router.send_to_deadline(
+                    peer,
+                    msg,
+                    Instant::now() + Duration::from_secs(1),
+                );
             }
         }
     }

@@ -61,12 +61,29 @@ pub struct ServerReport {
 
 impl<T: Value> KvServer<T> {
     /// Binds the server's socket and registers with the scheduler at `scheduler`.
-    pub fn join(scheduler: &str, config: &PsConfig, mode: Mode, update: Update<T>) -> Result<Self, PsError> {
+    pub fn join(
+        scheduler: &str,
+        config: &PsConfig,
+        mode: Mode,
+        update: Update<T>,
+    ) -> Result<Self, PsError> {
         let endpoint = node::server_bind_endpoint(scheduler, config.host.as_deref())?;
         let router = RouterSocket::bind(&endpoint, config.socket.clone())
             .map_err(|e| PsError::transport(format!("server binding {endpoint}"), e))?;
-        let node = Node::join(scheduler, NodeRole::Server, router.endpoint().to_string(), config)?;
-        Ok(KvServer { node, router, mode, update, early: VecDeque::new(), _values: PhantomData })
+        let node = Node::join(
+            scheduler,
+            NodeRole::Server,
+            router.endpoint().to_string(),
+            config,
+        )?;
+        Ok(KvServer {
+            node,
+            router,
+            mode,
+            update,
+            early: VecDeque::new(),
+            _values: PhantomData,
+        })
     }
 
     /// The server's rank (0-based, among servers).
@@ -94,13 +111,22 @@ impl<T: Value> KvServer<T> {
     /// error when it aborted it or fell silent.
     pub fn run(mut self) -> Result<ServerReport, PsError> {
         let name = format!("server {} at {}", self.node.rank, self.router.endpoint());
-        let mut store = Store::<T, PeerId>::new(name.clone(), self.mode, self.node.num_workers as usize, self.update.clone());
+        let mut store = Store::<T, PeerId>::new(
+            name.clone(),
+            self.mode,
+            self.node.num_workers as usize,
+            self.update.clone(),
+        );
         let mut requests = 0u64;
         loop {
-            match self.node.liveness.check() {
+            match self.node.check() {
                 Ok(()) => {}
                 Err(PsError::Finished) => {
-                    return Ok(ServerReport { rank: self.node.rank, rounds: store.rounds(), requests });
+                    return Ok(ServerReport {
+                        rank: self.node.rank,
+                        rounds: store.rounds(),
+                        requests,
+                    });
                 }
                 Err(e) => return Err(e),
             }
@@ -118,7 +144,11 @@ impl<T: Value> KvServer<T> {
                 Ok(req) => store.handle(peer, req),
                 Err(e) => {
                     tracing::warn!("ps {name}: {e}");
-                    vec![Reply { peer, id: msg.header.seq, body: Err(e.to_string()) }]
+                    vec![Reply {
+                        peer,
+                        id: msg.header.seq,
+                        body: Err(e.to_string()),
+                    }]
                 }
             };
             for reply in replies {
@@ -132,7 +162,9 @@ impl<T: Value> KvServer<T> {
         let to = wire::addr(NodeRole::Worker, 0);
         let msg = match reply.body {
             Ok((meta, frames)) => wire::kv_msg(me, to, wire::REPLY, reply.id, &meta, frames),
-            Err(reason) => Ok(Msg::new(me, to, wire::REFUSE).with_seq(reply.id).with_frame(reason.into_bytes())),
+            Err(reason) => Ok(Msg::new(me, to, wire::REFUSE)
+                .with_seq(reply.id)
+                .with_frame(reason.into_bytes())),
         };
         match msg {
             Ok(msg) => {
@@ -155,6 +187,16 @@ fn decode<T: Value>(msg: &Msg, peer: &PeerId) -> Result<Request<T>, PsError> {
         other => return Err(PsError::protocol(from, format!("unexpected {other:?}"))),
     };
     let (meta, count) = wire::read_meta(msg, &from)?;
-    let values = if op == Op::Pull { Vec::new() } else { wire::read_values::<T>(msg, count, &from)? };
-    Ok(Request { worker: msg.header.src.id, id: msg.header.seq, op, meta, values })
+    let values = if op == Op::Pull {
+        Vec::new()
+    } else {
+        wire::read_values::<T>(msg, count, &from)?
+    };
+    Ok(Request {
+        worker: msg.header.src.id,
+        id: msg.header.seq,
+        op,
+        meta,
+        values,
+    })
 }

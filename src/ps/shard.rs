@@ -92,9 +92,7 @@ impl Placement {
 
     fn space(&self) -> u128 {
         match self.sharding {
-            Sharding::Range {
-                key_space: Some(n),
-            } => u128::from(n),
+            Sharding::Range { key_space: Some(n) } => u128::from(n),
             _ => 1u128 << 64,
         }
     }
@@ -182,7 +180,10 @@ mod tests {
         let place = Placement::new(Sharding::Range { key_space: Some(4) }, 2, 10);
         assert!(matches!(
             place.owner(4),
-            Err(PsError::KeyOutOfRange { key: 4, key_space: 4 })
+            Err(PsError::KeyOutOfRange {
+                key: 4,
+                key_space: 4
+            })
         ));
     }
 

@@ -54,7 +54,10 @@ impl<T: Value> Update<T> {
 
     fn apply(&self, key: u64, stored: &mut [T], aggregate: &[T]) {
         match self {
-            Update::Sum => stored.iter_mut().zip(aggregate).for_each(|(s, a)| *s = s.add(*a)),
+            Update::Sum => stored
+                .iter_mut()
+                .zip(aggregate)
+                .for_each(|(s, a)| *s = s.add(*a)),
             Update::Sgd { rate } => stored
                 .iter_mut()
                 .zip(aggregate)
@@ -169,10 +172,18 @@ impl<T: Value, P: Clone> Store<T, P> {
     /// Handles one request from `peer` and returns the replies it makes possible.
     pub(crate) fn handle(&mut self, peer: P, req: Request<T>) -> Vec<Reply<P>> {
         if let Err(e) = self.validate(&req) {
-            return vec![Reply { peer, id: req.id, body: Err(e.to_string()) }];
+            return vec![Reply {
+                peer,
+                id: req.id,
+                body: Err(e.to_string()),
+            }];
         }
         match req.op {
-            Op::Pull => vec![Reply { peer, id: req.id, body: Ok(self.pull(&req.meta)) }],
+            Op::Pull => vec![Reply {
+                peer,
+                id: req.id,
+                body: Ok(self.pull(&req.meta)),
+            }],
             Op::Init => {
                 let mut at = 0;
                 for i in 0..req.meta.keys.len() {
@@ -181,7 +192,11 @@ impl<T: Value, P: Clone> Store<T, P> {
                     entry.value.copy_from_slice(&req.values[at..at + len]);
                     at += len;
                 }
-                vec![Reply { peer, id: req.id, body: Ok((KvMeta::default(), Vec::new())) }]
+                vec![Reply {
+                    peer,
+                    id: req.id,
+                    body: Ok((KvMeta::default(), Vec::new())),
+                }]
             }
             Op::Push | Op::PushPull if self.mode == Mode::Async => {
                 let mut at = 0;
@@ -199,7 +214,11 @@ impl<T: Value, P: Clone> Store<T, P> {
                 } else {
                     (KvMeta::default(), Vec::new())
                 };
-                vec![Reply { peer, id: req.id, body: Ok(body) }]
+                vec![Reply {
+                    peer,
+                    id: req.id,
+                    body: Ok(body),
+                }]
             }
             Op::Push | Op::PushPull => self.sync_push(peer, req),
         }
@@ -210,7 +229,9 @@ impl<T: Value, P: Clone> Store<T, P> {
         let mut seen = HashSet::with_capacity(meta.keys.len());
         for (i, &key) in meta.keys.iter().enumerate() {
             if !seen.insert(key) {
-                return Err(PsError::BadArguments(format!("key {key} appears twice in one request")));
+                return Err(PsError::BadArguments(format!(
+                    "key {key} appears twice in one request"
+                )));
             }
             match self.keys.get(&key) {
                 Some(e) if req.op != Op::Pull || meta.must_have => {
@@ -227,7 +248,10 @@ impl<T: Value, P: Clone> Store<T, P> {
                     }
                 }
                 None if req.op == Op::Pull && meta.must_have => {
-                    return Err(PsError::NeverPushed { key, server: self.name.clone() });
+                    return Err(PsError::NeverPushed {
+                        key,
+                        server: self.name.clone(),
+                    });
                 }
                 _ => {}
             }
@@ -278,11 +302,23 @@ impl<T: Value, P: Clone> Store<T, P> {
         pieces.reverse();
         self.pending.insert(
             key_of,
-            Pending { peer, op: req.op, meta: req.meta.clone(), slots: vec![None; n], remaining: n },
+            Pending {
+                peer,
+                op: req.op,
+                meta: req.meta.clone(),
+                slots: vec![None; n],
+                remaining: n,
+            },
         );
         for (i, piece) in pieces.into_iter().enumerate() {
             self.entry(&req.meta, i);
-            let c = Contribution { worker: req.worker, req: key_of, index: i, wants_value, values: piece };
+            let c = Contribution {
+                worker: req.worker,
+                req: key_of,
+                index: i,
+                wants_value,
+                values: piece,
+            };
             self.feed(req.meta.keys[i], c, &mut done);
         }
         let mut replies = Vec::new();
@@ -293,7 +329,9 @@ impl<T: Value, P: Clone> Store<T, P> {
             }
         }
         for (req, index, frame) in done {
-            let Some(p) = self.pending.get_mut(&req) else { continue };
+            let Some(p) = self.pending.get_mut(&req) else {
+                continue;
+            };
             p.slots[index] = Some(frame);
             p.remaining -= 1;
             if p.remaining == 0 {
@@ -310,7 +348,9 @@ impl<T: Value, P: Clone> Store<T, P> {
     fn feed(&mut self, key: u64, c: Contribution<T>, done: &mut Vec<(ReqKey, usize, Bytes)>) {
         let workers = self.workers;
         let update = self.update.clone();
-        let Some(e) = self.keys.get_mut(&key) else { return };
+        let Some(e) = self.keys.get_mut(&key) else {
+            return;
+        };
         let mut queue = VecDeque::from([c]);
         while let Some(c) = queue.pop_front() {
             if e.from.contains(&c.worker) {
@@ -320,7 +360,10 @@ impl<T: Value, P: Clone> Store<T, P> {
             if e.from.is_empty() {
                 e.sum = c.values;
             } else {
-                e.sum.iter_mut().zip(&c.values).for_each(|(s, v)| *s = s.add(*v));
+                e.sum
+                    .iter_mut()
+                    .zip(&c.values)
+                    .for_each(|(s, v)| *s = s.add(*v));
             }
             e.from.insert(c.worker);
             e.waiters.push((c.req, c.index, c.wants_value));
@@ -344,10 +387,18 @@ impl<T: Value, P: Clone> Store<T, P> {
 
 fn finish<P>(id: u64, p: Pending<P>) -> Reply<P> {
     if p.op != Op::PushPull {
-        return Reply { peer: p.peer, id, body: Ok((KvMeta::default(), Vec::new())) };
+        return Reply {
+            peer: p.peer,
+            id,
+            body: Ok((KvMeta::default(), Vec::new())),
+        };
     }
     let frames = p.slots.into_iter().map(Option::unwrap_or_default).collect();
-    Reply { peer: p.peer, id, body: Ok((p.meta, coalesce(frames))) }
+    Reply {
+        peer: p.peer,
+        id,
+        body: Ok((p.meta, coalesce(frames))),
+    }
 }
 
 /// One frame per key while that stays under the decoder's frame limit, else one

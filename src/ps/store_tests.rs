@@ -12,19 +12,32 @@ fn meta(keys: &[u64], lens: &[u64]) -> KvMeta {
 }
 
 fn req(worker: u32, id: u64, op: Op, keys: &[u64], lens: &[u64], values: Vec<f32>) -> Request<f32> {
-    Request { worker, id, op, meta: meta(keys, lens), values }
+    Request {
+        worker,
+        id,
+        op,
+        meta: meta(keys, lens),
+        values,
+    }
 }
 
 fn values(reply: &Reply<u32>) -> Vec<f32> {
     let (_, frames) = reply.body.as_ref().unwrap();
-    frames.iter().flat_map(|f| payload::frame_to_vec::<f32>(f).unwrap()).collect()
+    frames
+        .iter()
+        .flat_map(|f| payload::frame_to_vec::<f32>(f).unwrap())
+        .collect()
 }
 
 #[test]
 fn sync_round_answers_every_worker_with_the_sum() {
     let mut store = Store::<f32, u32>::new("server 0".into(), Mode::Sync, 3, Update::Sum);
-    assert!(store.handle(0, req(0, 1, Op::PushPull, &[7], &[2], vec![1.0, 2.0])).is_empty());
-    assert!(store.handle(1, req(1, 1, Op::PushPull, &[7], &[2], vec![10.0, 20.0])).is_empty());
+    assert!(store
+        .handle(0, req(0, 1, Op::PushPull, &[7], &[2], vec![1.0, 2.0]))
+        .is_empty());
+    assert!(store
+        .handle(1, req(1, 1, Op::PushPull, &[7], &[2], vec![10.0, 20.0]))
+        .is_empty());
     assert_eq!(store.waiting(), 2);
     let replies = store.handle(2, req(2, 5, Op::PushPull, &[7], &[2], vec![100.0, 200.0]));
     assert_eq!(replies.len(), 3);
@@ -41,10 +54,18 @@ fn sync_round_answers_every_worker_with_the_sum() {
 #[test]
 fn a_second_push_from_one_worker_waits_for_the_next_round() {
     let mut store = Store::<f32, u32>::new("s".into(), Mode::Sync, 2, Update::Sum);
-    assert!(store.handle(0, req(0, 1, Op::Push, &[1], &[1], vec![1.0])).is_empty());
-    assert!(store.handle(0, req(0, 2, Op::Push, &[1], &[1], vec![2.0])).is_empty());
+    assert!(store
+        .handle(0, req(0, 1, Op::Push, &[1], &[1], vec![1.0]))
+        .is_empty());
+    assert!(store
+        .handle(0, req(0, 2, Op::Push, &[1], &[1], vec![2.0]))
+        .is_empty());
     let first = store.handle(1, req(1, 1, Op::Push, &[1], &[1], vec![3.0]));
-    assert_eq!(first.len(), 2, "round 1: worker 0's first push and worker 1's");
+    assert_eq!(
+        first.len(),
+        2,
+        "round 1: worker 0's first push and worker 1's"
+    );
     let second = store.handle(1, req(1, 2, Op::PushPull, &[1], &[1], vec![4.0]));
     assert_eq!(second.len(), 2, "round 2 takes the deferred push");
     let pp = second.iter().find(|r| r.peer == 1).unwrap();
@@ -54,8 +75,15 @@ fn a_second_push_from_one_worker_waits_for_the_next_round() {
 #[test]
 fn multi_key_request_waits_for_all_its_keys() {
     let mut store = Store::<f32, u32>::new("s".into(), Mode::Sync, 2, Update::Sgd { rate: 0.5 });
-    assert!(store.handle(0, req(0, 1, Op::PushPull, &[1, 2], &[1, 2], vec![2.0, 4.0, 6.0])).is_empty());
-    assert!(store.handle(1, req(1, 1, Op::PushPull, &[1], &[1], vec![2.0])).is_empty());
+    assert!(store
+        .handle(
+            0,
+            req(0, 1, Op::PushPull, &[1, 2], &[1, 2], vec![2.0, 4.0, 6.0])
+        )
+        .is_empty());
+    let one = store.handle(1, req(1, 1, Op::PushPull, &[1], &[1], vec![2.0]));
+    assert_eq!(one.len(), 1, "worker 1's request has only key 1");
+    assert_eq!((one[0].peer, values(&one[0])), (1, vec![-2.0]));
     let replies = store.handle(1, req(1, 2, Op::PushPull, &[2], &[2], vec![0.0, 2.0]));
     assert_eq!(replies.len(), 2);
     let w0 = replies.iter().find(|r| r.peer == 0).unwrap();
@@ -65,9 +93,27 @@ fn multi_key_request_waits_for_all_its_keys() {
 #[test]
 fn async_applies_each_push_at_once() {
     let mut store = Store::<f64, u32>::new("s".into(), Mode::Async, 4, Update::Sum);
-    let r = store.handle(0, Request { worker: 0, id: 1, op: Op::PushPull, meta: meta(&[3], &[1]), values: vec![1.5] });
+    let r = store.handle(
+        0,
+        Request {
+            worker: 0,
+            id: 1,
+            op: Op::PushPull,
+            meta: meta(&[3], &[1]),
+            values: vec![1.5],
+        },
+    );
     assert_eq!(r.len(), 1);
-    let r = store.handle(1, Request { worker: 1, id: 1, op: Op::PushPull, meta: meta(&[3], &[1]), values: vec![1.5] });
+    let r = store.handle(
+        1,
+        Request {
+            worker: 1,
+            id: 1,
+            op: Op::PushPull,
+            meta: meta(&[3], &[1]),
+            values: vec![1.5],
+        },
+    );
     let (_, frames) = r[0].body.as_ref().unwrap();
     assert_eq!(payload::frame_to_vec::<f64>(&frames[0]).unwrap(), [3.0]);
 }
@@ -86,7 +132,10 @@ fn a_changed_length_is_refused_and_the_key_kept() {
     store.handle(0, req(0, 1, Op::Push, &[5], &[2], vec![1.0, 1.0]));
     let r = store.handle(0, req(0, 2, Op::Push, &[5], &[3], vec![1.0, 1.0, 1.0]));
     let err = r[0].body.as_ref().unwrap_err();
-    assert!(err.contains("key 5") && err.contains("pushed 3") && err.contains("holds 2"), "{err}");
+    assert!(
+        err.contains("key 5") && err.contains("pushed 3") && err.contains("holds 2"),
+        "{err}"
+    );
     let r = store.handle(0, req(0, 3, Op::Pull, &[5], &[0], vec![]));
     assert_eq!(values(&r[0]), [1.0, 1.0]);
 }

@@ -69,7 +69,9 @@ impl Group {
     pub(crate) fn contains(self, role: NodeRole) -> bool {
         matches!(
             (self, role),
-            (Group::All, _) | (Group::Workers, NodeRole::Worker) | (Group::Servers, NodeRole::Server)
+            (Group::All, _)
+                | (Group::Workers, NodeRole::Worker)
+                | (Group::Servers, NodeRole::Server)
         )
     }
 }
@@ -121,7 +123,10 @@ pub(crate) fn control(src: Addr, dst: Addr, note: &Control) -> Msg {
 /// The control note in `msg`.
 pub(crate) fn read_control(msg: &Msg, from: &str) -> Result<Control, PsError> {
     if msg.header.kind != CONTROL {
-        return Err(PsError::protocol(from, format!("expected a control note, got {:?}", msg.header.kind)));
+        return Err(PsError::protocol(
+            from,
+            format!("expected a control note, got {:?}", msg.header.kind),
+        ));
     }
     let frame = msg
         .frames()
@@ -151,13 +156,19 @@ impl KvMeta {
     pub(crate) fn check(&self, from: &str) -> Result<u64, PsError> {
         let n = self.keys.len();
         if self.lens.len() != n || self.offsets.len() != n || self.totals.len() != n {
-            return Err(PsError::protocol(from, "metadata lists of different lengths"));
+            return Err(PsError::protocol(
+                from,
+                "metadata lists of different lengths",
+            ));
         }
         let mut sum = 0u64;
         for i in 0..n {
             let end = self.offsets[i].checked_add(self.lens[i]);
             if end.is_none_or(|end| end > self.totals[i]) {
-                return Err(PsError::protocol(from, format!("key {}: piece past the value's end", self.keys[i])));
+                return Err(PsError::protocol(
+                    from,
+                    format!("key {}: piece past the value's end", self.keys[i]),
+                ));
             }
             sum = sum
                 .checked_add(self.lens[i])
@@ -168,8 +179,16 @@ impl KvMeta {
 }
 
 /// A key-value message: `meta` in frame 0, then `values` as given.
-pub(crate) fn kv_msg(src: Addr, dst: Addr, kind: Kind, id: u64, meta: &KvMeta, values: Vec<Bytes>) -> Result<Msg, PsError> {
-    let frame = payload::frame_from_value(meta).map_err(|e| PsError::BadArguments(e.to_string()))?;
+pub(crate) fn kv_msg(
+    src: Addr,
+    dst: Addr,
+    kind: Kind,
+    id: u64,
+    meta: &KvMeta,
+    values: Vec<Bytes>,
+) -> Result<Msg, PsError> {
+    let frame =
+        payload::frame_from_value(meta).map_err(|e| PsError::BadArguments(e.to_string()))?;
     let mut msg = Msg::new(src, dst, kind).with_seq(id).with_frame(frame);
     msg.frames_mut().extend(values);
     Ok(msg)
@@ -181,7 +200,8 @@ pub(crate) fn read_meta(msg: &Msg, from: &str) -> Result<(KvMeta, u64), PsError>
         .frames()
         .first()
         .ok_or_else(|| PsError::protocol(from, "key-value message without metadata"))?;
-    let meta: KvMeta = payload::frame_to_value(frame, META_LIMIT).map_err(|e| PsError::protocol(from, e))?;
+    let meta: KvMeta =
+        payload::frame_to_value(frame, META_LIMIT).map_err(|e| PsError::protocol(from, e))?;
     let count = meta.check(from)?;
     Ok((meta, count))
 }
@@ -271,21 +291,39 @@ mod tests {
         let frames = runs.finish(&buffer);
         assert_eq!(frames.len(), MAX_RUNS);
         let joined: Vec<u8> = frames.concat();
-        let expected: Vec<u8> = (0..1000).flat_map(|i| buffer[i * 4..i * 4 + 2].to_vec()).collect();
+        let expected: Vec<u8> = (0..1000)
+            .flat_map(|i| buffer[i * 4..i * 4 + 2].to_vec())
+            .collect();
         assert_eq!(joined, expected);
     }
 
     #[test]
     fn meta_check_refuses_pieces_past_the_end() {
-        let meta = KvMeta { keys: vec![1], lens: vec![5], offsets: vec![3], totals: vec![6], must_have: true };
+        let meta = KvMeta {
+            keys: vec![1],
+            lens: vec![5],
+            offsets: vec![3],
+            totals: vec![6],
+            must_have: true,
+        };
         assert!(meta.check("test").is_err());
-        let meta = KvMeta { keys: vec![1, 2], lens: vec![5, 1], offsets: vec![1, 0], totals: vec![6, 1], must_have: true };
+        let meta = KvMeta {
+            keys: vec![1, 2],
+            lens: vec![5, 1],
+            offsets: vec![1, 0],
+            totals: vec![6, 1],
+            must_have: true,
+        };
         assert_eq!(meta.check("test").unwrap(), 6);
     }
 
     #[test]
     fn control_round_trips() {
-        let note = Control::Assign { rank: 2, num_workers: 4, servers: vec!["tcp://a:1".into()] };
+        let note = Control::Assign {
+            rank: 2,
+            num_workers: 4,
+            servers: vec!["tcp://a:1".into()],
+        };
         let msg = control(SCHEDULER, addr(NodeRole::Worker, 2), &note);
         assert_eq!(read_control(&msg, "test").unwrap(), note);
     }

@@ -107,8 +107,9 @@ impl<T: Value> KvWorker<T> {
         let mut names = Vec::new();
         for (rank, endpoint) in node.servers.iter().enumerate() {
             let name = format!("server {rank} at {endpoint}");
-            let dealer = DealerSocket::connect(endpoint, config.socket.clone())
-                .map_err(|e| PsError::transport(format!("worker {} connecting to {name}", node.rank), e))?;
+            let dealer = DealerSocket::connect(endpoint, config.socket.clone()).map_err(|e| {
+                PsError::transport(format!("worker {} connecting to {name}", node.rank), e)
+            })?;
             servers.push(dealer);
             names.push(name);
         }
@@ -149,7 +150,12 @@ impl<T: Value> KvWorker<T> {
 
     /// Pushes, then returns the keys' values after the round (ps-lite's push_pull,
     /// FPT's fused push: one message each way).
-    pub fn push_pull(&mut self, keys: &[u64], lens: &[usize], values: Vec<T>) -> Result<KvValues<T>, PsError> {
+    pub fn push_pull(
+        &mut self,
+        keys: &[u64],
+        lens: &[usize],
+        values: Vec<T>,
+    ) -> Result<KvValues<T>, PsError> {
         let t = self.start_push_pull(keys, lens, values)?;
         self.wait(t)
     }
@@ -167,12 +173,22 @@ impl<T: Value> KvWorker<T> {
     }
 
     /// Starts a [`push`](KvWorker::push).
-    pub fn start_push(&mut self, keys: &[u64], lens: &[usize], values: Vec<T>) -> Result<Ticket, PsError> {
+    pub fn start_push(
+        &mut self,
+        keys: &[u64],
+        lens: &[usize],
+        values: Vec<T>,
+    ) -> Result<Ticket, PsError> {
         self.start_send(Op::Push, keys, lens, values)
     }
 
     /// Starts a [`push_pull`](KvWorker::push_pull).
-    pub fn start_push_pull(&mut self, keys: &[u64], lens: &[usize], values: Vec<T>) -> Result<Ticket, PsError> {
+    pub fn start_push_pull(
+        &mut self,
+        keys: &[u64],
+        lens: &[usize],
+        values: Vec<T>,
+    ) -> Result<Ticket, PsError> {
         self.start_send(Op::PushPull, keys, lens, values)
     }
 
@@ -209,18 +225,33 @@ impl<T: Value> KvWorker<T> {
         self.send_all(Op::Pull, keys, requests)
     }
 
-    fn start_send(&mut self, op: Op, keys: &[u64], lens: &[usize], values: Vec<T>) -> Result<Ticket, PsError> {
+    fn start_send(
+        &mut self,
+        op: Op,
+        keys: &[u64],
+        lens: &[usize],
+        values: Vec<T>,
+    ) -> Result<Ticket, PsError> {
         if keys.len() != lens.len() {
-            return Err(PsError::BadArguments(format!("{} keys but {} lengths", keys.len(), lens.len())));
+            return Err(PsError::BadArguments(format!(
+                "{} keys but {} lengths",
+                keys.len(),
+                lens.len()
+            )));
         }
         let sum: usize = lens.iter().sum();
         if sum != values.len() {
-            return Err(PsError::BadArguments(format!("lengths add up to {sum} but {} values were given", values.len())));
+            return Err(PsError::BadArguments(format!(
+                "lengths add up to {sum} but {} values were given",
+                values.len()
+            )));
         }
         check_unique(keys)?;
         let size = std::mem::size_of::<T>();
         let buffer = payload::frame_from_vec(values);
-        let mut requests: Vec<(KvMeta, Runs)> = (0..self.servers.len()).map(|_| Default::default()).collect();
+        let mut requests: Vec<(KvMeta, Runs)> = (0..self.servers.len())
+            .map(|_| Default::default())
+            .collect();
         let mut start = 0usize;
         for (&key, &len) in keys.iter().zip(lens) {
             let total = len as u64;
@@ -238,14 +269,22 @@ impl<T: Value> KvWorker<T> {
         for (&key, &len) in keys.iter().zip(lens) {
             self.totals.insert(key, len as u64);
         }
-        let requests = requests.into_iter().map(|(m, runs)| (m, runs.finish(&buffer))).collect();
+        let requests = requests
+            .into_iter()
+            .map(|(m, runs)| (m, runs.finish(&buffer)))
+            .collect();
         self.send_all(op, keys, requests)
     }
 
     /// Sends each server its request (servers with no key are skipped, except by a
     /// pull of unknown keys, which asks all) and records what is owed.
-    fn send_all(&mut self, op: Op, keys: &[u64], requests: Vec<(KvMeta, Vec<Bytes>)>) -> Result<Ticket, PsError> {
-        self.node.liveness.check()?;
+    fn send_all(
+        &mut self,
+        op: Op,
+        keys: &[u64],
+        requests: Vec<(KvMeta, Vec<Bytes>)>,
+    ) -> Result<Ticket, PsError> {
+        self.node.check()?;
         let id = self.next_id;
         self.next_id += 1;
         let kind: Kind = match op {
@@ -260,11 +299,25 @@ impl<T: Value> KvWorker<T> {
             if meta.keys.is_empty() {
                 continue;
             }
-            let msg = wire::kv_msg(me, wire::addr(NodeRole::Server, s as u32), kind, id, &meta, frames)?;
+            let msg = wire::kv_msg(
+                me,
+                wire::addr(NodeRole::Server, s as u32),
+                kind,
+                id,
+                &meta,
+                frames,
+            )?;
             node::send_to(&mut self.servers[s], msg, &self.names[s])?;
             owed.insert(s);
         }
-        let pending = Pending { op, keys: keys.to_vec(), owed, pieces: Vec::new(), error: None, started: Instant::now() };
+        let pending = Pending {
+            op,
+            keys: keys.to_vec(),
+            owed,
+            pieces: Vec::new(),
+            error: None,
+            started: Instant::now(),
+        };
         self.pending.insert(id, pending);
         Ok(Ticket { id })
     }
@@ -274,7 +327,10 @@ impl<T: Value> KvWorker<T> {
     pub fn wait(&mut self, ticket: Ticket) -> Result<KvValues<T>, PsError> {
         loop {
             let Some(p) = self.pending.get(&ticket.id) else {
-                return Err(PsError::BadArguments(format!("ticket {} is not in flight", ticket.id)));
+                return Err(PsError::BadArguments(format!(
+                    "ticket {} is not in flight",
+                    ticket.id
+                )));
             };
             if p.owed.is_empty() || p.error.is_some() {
                 let p = self.pending.remove(&ticket.id).ok_or(PsError::Finished)?;
@@ -283,7 +339,10 @@ impl<T: Value> KvWorker<T> {
             if p.started.elapsed() > self.node.config.request_timeout {
                 let owed: Vec<&str> = p.owed.iter().map(|&s| self.names[s].as_str()).collect();
                 let err = PsError::Timeout {
-                    what: format!("worker {} waiting for request {}", self.node.rank, ticket.id),
+                    what: format!(
+                        "worker {} waiting for request {}",
+                        self.node.rank, ticket.id
+                    ),
                     waited: p.started.elapsed(),
                     owed: owed.join(", "),
                     setting: "PsConfig::request_timeout",
@@ -291,7 +350,7 @@ impl<T: Value> KvWorker<T> {
                 self.pending.remove(&ticket.id);
                 return Err(err);
             }
-            if let Err(e) = self.node.liveness.check() {
+            if let Err(e) = self.node.check() {
                 self.pending.remove(&ticket.id);
                 return Err(e);
             }
@@ -302,10 +361,11 @@ impl<T: Value> KvWorker<T> {
     /// Receives whatever the servers have sent, waiting one slice at most.
     fn receive(&mut self) -> Result<(), PsError> {
         let ready = {
-            let socks: Vec<&dyn Pollable> = self.servers.iter().map(|d| d as &dyn Pollable).collect();
-            self.poller
-                .poll(&socks, node::SLICE)
-                .map_err(|e| PsError::transport(format!("worker {} polling its servers", self.node.rank), e))?
+            let socks: Vec<&dyn Pollable> =
+                self.servers.iter().map(|d| d as &dyn Pollable).collect();
+            self.poller.poll(&socks, node::SLICE).map_err(|e| {
+                PsError::transport(format!("worker {} polling its servers", self.node.rank), e)
+            })?
         };
         let Some(first) = ready else { return Ok(()) };
         for s in (first..self.servers.len()).chain(0..first) {
@@ -319,13 +379,24 @@ impl<T: Value> KvWorker<T> {
     fn on_reply(&mut self, s: usize, msg: switchyard_msg::Msg) {
         let name = &self.names[s];
         let Some(p) = self.pending.get_mut(&msg.header.seq) else {
-            tracing::debug!("ps worker {}: reply to request {} no longer waited on", self.node.rank, msg.header.seq);
+            tracing::debug!(
+                "ps worker {}: reply to request {} no longer waited on",
+                self.node.rank,
+                msg.header.seq
+            );
             return;
         };
         p.owed.remove(&s);
         if msg.header.kind == wire::REFUSE {
-            let reason = msg.frames().first().map(|f| String::from_utf8_lossy(f).into_owned()).unwrap_or_default();
-            p.error.get_or_insert(PsError::Remote { node: name.clone(), reason });
+            let reason = msg
+                .frames()
+                .first()
+                .map(|f| String::from_utf8_lossy(f).into_owned())
+                .unwrap_or_default();
+            p.error.get_or_insert(PsError::Remote {
+                node: name.clone(),
+                reason,
+            });
             return;
         }
         let parsed = wire::read_meta(&msg, name).and_then(|(meta, count)| {
@@ -336,7 +407,10 @@ impl<T: Value> KvWorker<T> {
                 many => Bytes::from(many.concat()),
             };
             if data.len() as u64 != count * size {
-                return Err(PsError::protocol(name, format!("{} value bytes for {count} values", data.len())));
+                return Err(PsError::protocol(
+                    name,
+                    format!("{} value bytes for {count} values", data.len()),
+                ));
             }
             Ok((meta, data, size as usize))
         });
@@ -346,7 +420,12 @@ impl<T: Value> KvWorker<T> {
                 for i in 0..meta.keys.len() {
                     let len = meta.lens[i] as usize * size;
                     if let Some(k) = p.keys.iter().position(|&k| k == meta.keys[i]) {
-                        p.pieces.push((k, meta.offsets[i], meta.totals[i], data.slice(at..at + len)));
+                        p.pieces.push((
+                            k,
+                            meta.offsets[i],
+                            meta.totals[i],
+                            data.slice(at..at + len),
+                        ));
                     }
                     at += len;
                 }
@@ -370,7 +449,10 @@ impl<T: Value> KvWorker<T> {
         let mut found = vec![0u64; n];
         for (k, _, total, bytes) in &p.pieces {
             if totals[*k].is_some_and(|t| t != *total) {
-                return Err(PsError::protocol("servers", format!("key {}: pieces disagree on its length", p.keys[*k])));
+                return Err(PsError::protocol(
+                    "servers",
+                    format!("key {}: pieces disagree on its length", p.keys[*k]),
+                ));
             }
             totals[*k] = Some(*total);
             found[*k] += (bytes.len() / std::mem::size_of::<T>()) as u64;
@@ -390,7 +472,10 @@ impl<T: Value> KvWorker<T> {
             if found[k] != total {
                 return Err(PsError::Remote {
                     node: "servers".into(),
-                    reason: format!("key {key}: {} of its {total} values found (a server lost its piece?)", found[k]),
+                    reason: format!(
+                        "key {key}: {} of its {total} values found (a server lost its piece?)",
+                        found[k]
+                    ),
                 });
             }
             self.totals.insert(key, total);
@@ -405,7 +490,12 @@ impl<T: Value> KvWorker<T> {
             let at = (starts[*k] + *offset as usize) * size;
             bytes[at..at + piece.len()].copy_from_slice(piece);
         }
-        Ok(KvValues { keys: p.keys, lens, starts, values })
+        Ok(KvValues {
+            keys: p.keys,
+            lens,
+            starts,
+            values,
+        })
     }
 
     /// Waits until every node of `group` (workers or all) has reached the barrier.
