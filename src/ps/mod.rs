@@ -50,6 +50,8 @@ mod scheduler;
 mod server;
 mod shard;
 mod store;
+#[doc(hidden)]
+pub mod testing;
 mod value;
 mod wire;
 mod worker;
