@@ -229,14 +229,14 @@ impl Scheduler {
         servers.sort();
         let servers: Vec<String> = servers.into_iter().map(|(_, e)| e).collect();
         let now = Instant::now();
-        for i in 0..members.len() {
-            members[i].heard = now;
+        for m in &mut members {
+            m.heard = now;
             let note = Control::Assign {
-                rank: members[i].rank,
+                rank: m.rank,
                 num_workers: want_w,
                 servers: servers.clone(),
             };
-            let main = members[i].main.clone();
+            let main = m.main.clone();
             self.send(&main, &note);
         }
         tracing::info!(
