@@ -10,6 +10,8 @@ mod chart;
 mod collective;
 #[cfg(feature = "mpi")]
 mod mpi;
+#[cfg(feature = "zmq")]
+mod ps;
 mod report;
 #[cfg(feature = "zmq")]
 mod transport;
@@ -56,6 +58,10 @@ pub(crate) enum Suite {
     Broadcast(collective::CollectiveArgs),
     /// Allgather (size = the gathered total), as `allreduce`.
     Allgather(collective::CollectiveArgs),
+    /// Parameter server (4 workers, 2 servers, tcp): keys/s and GB/s of fused
+    /// push_pull beside push then pull at 1 KiB and 1 MiB values, and both beside a
+    /// bare Dealer/Router exchange of the same bytes.
+    Ps(Common),
 }
 
 pub(crate) fn run(suite: Suite) -> Result<(), Box<dyn std::error::Error>> {
@@ -71,6 +77,10 @@ pub(crate) fn run(suite: Suite) -> Result<(), Box<dyn std::error::Error>> {
         Suite::Allreduce(args) => collective::run(collective::Op::Allreduce, args),
         Suite::Broadcast(args) => collective::run(collective::Op::Broadcast, args),
         Suite::Allgather(args) => collective::run(collective::Op::Allgather, args),
+        #[cfg(feature = "zmq")]
+        Suite::Ps(common) => ps::run(common),
+        #[cfg(not(feature = "zmq"))]
+        Suite::Ps(_) => Err("bench ps runs over tcp and needs the `zmq` feature".into()),
     }
 }
 
