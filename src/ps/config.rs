@@ -136,6 +136,10 @@ pub enum PsRole {
 /// | `DMLC_PS_ROOT_URI` | the scheduler's host (IP or name) |
 /// | `DMLC_PS_ROOT_PORT` | the scheduler's port |
 /// | `DMLC_NODE_HOST` (optional) | the host a server binds and advertises |
+/// | `PS_HEARTBEAT_INTERVAL` (optional) | seconds between heartbeats ([`PsConfig::heartbeat`]) |
+/// | `PS_HEARTBEAT_TIMEOUT` (optional) | seconds of silence that mean death ([`PsConfig::dead_timeout`]) |
+///
+/// The two `PS_HEARTBEAT_*` names are ps-lite's; fractions are allowed (`0.5`).
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct PsEnv {
@@ -195,6 +199,24 @@ impl PsEnv {
         }
         let mut config = PsConfig::new(workers, servers);
         config.host = lookup("DMLC_NODE_HOST");
+        let seconds = |var: &'static str| -> Result<Option<Duration>, PsError> {
+            let Some(text) = lookup(var) else {
+                return Ok(None);
+            };
+            match text.trim().parse::<f64>() {
+                Ok(s) if s > 0.0 && s.is_finite() => Ok(Some(Duration::from_secs_f64(s))),
+                _ => Err(PsError::Env {
+                    var,
+                    reason: format!("{text:?} is not a positive number of seconds"),
+                }),
+            }
+        };
+        if let Some(d) = seconds("PS_HEARTBEAT_INTERVAL")? {
+            config.heartbeat = d;
+        }
+        if let Some(d) = seconds("PS_HEARTBEAT_TIMEOUT")? {
+            config.dead_timeout = d;
+        }
         config.check()?;
         Ok(Some(PsEnv {
             role,
@@ -226,10 +248,12 @@ mod tests {
             ("DMLC_NUM_SERVER", "2"),
             ("DMLC_PS_ROOT_URI", "10.0.0.1"),
             ("DMLC_PS_ROOT_PORT", "9091"),
+            ("PS_HEARTBEAT_TIMEOUT", "2.5"),
         ]))
         .unwrap()
         .unwrap();
         assert_eq!(e.role, PsRole::Server);
+        assert_eq!(e.config.dead_timeout, Duration::from_millis(2500));
         assert_eq!(e.scheduler, "tcp://10.0.0.1:9091");
         assert_eq!((e.config.num_workers, e.config.num_servers), (4, 2));
     }
@@ -252,5 +276,15 @@ mod tests {
             err.to_string().contains("DMLC_NUM_SERVER") && err.to_string().contains("\"x\""),
             "{err}"
         );
+        let err = PsEnv::from_lookup(env(&[
+            ("DMLC_ROLE", "worker"),
+            ("DMLC_NUM_WORKER", "1"),
+            ("DMLC_NUM_SERVER", "1"),
+            ("DMLC_PS_ROOT_URI", "h"),
+            ("DMLC_PS_ROOT_PORT", "1"),
+            ("PS_HEARTBEAT_INTERVAL", "-1"),
+        ]))
+        .unwrap_err();
+        assert!(err.to_string().contains("PS_HEARTBEAT_INTERVAL"), "{err}");
     }
 }
