@@ -18,6 +18,7 @@ use switchyard_transports::SocketOptions;
 /// | `join_timeout` | 60 s | longest registration takes, for the scheduler and each node |
 /// | `host` | the address that reaches the scheduler | where a server binds its `tcp://` socket |
 /// | `socket` | [`SocketOptions::default`] | options of every socket |
+/// | `replicate` | off | each server's keys also on the next server: a dead server is replaced |
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct PsConfig {
@@ -42,6 +43,9 @@ pub struct PsConfig {
     pub host: Option<String>,
     /// Options of every socket.
     pub socket: SocketOptions,
+    /// Keep each server's keys also on the next server of the ring, so that the job
+    /// goes on when one server dies (sync mode; one failure per job).
+    pub replicate: bool,
 }
 
 impl PsConfig {
@@ -58,7 +62,14 @@ impl PsConfig {
             join_timeout: Duration::from_secs(60),
             host: None,
             socket: SocketOptions::default(),
+            replicate: false,
         }
+    }
+
+    /// Sets [`PsConfig::replicate`].
+    pub fn with_replication(mut self, on: bool) -> Self {
+        self.replicate = on;
+        self
     }
 
     /// Sets [`PsConfig::sharding`].
@@ -139,6 +150,8 @@ pub enum PsRole {
 /// | `PS_HEARTBEAT_INTERVAL` (optional) | seconds between heartbeats ([`PsConfig::heartbeat`]) |
 /// | `PS_HEARTBEAT_TIMEOUT` (optional) | seconds of silence that mean death ([`PsConfig::dead_timeout`]) |
 ///
+/// | `SWITCHYARD_PS_REPLICATE` (optional) | `1`: [`PsConfig::replicate`] |
+///
 /// The two `PS_HEARTBEAT_*` names are ps-lite's; fractions are allowed (`0.5`).
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -217,6 +230,16 @@ impl PsEnv {
         if let Some(d) = seconds("PS_HEARTBEAT_TIMEOUT")? {
             config.dead_timeout = d;
         }
+        config.replicate = match lookup("SWITCHYARD_PS_REPLICATE").as_deref().map(str::trim) {
+            None | Some("" | "0") => false,
+            Some("1") => true,
+            Some(other) => {
+                return Err(PsError::Env {
+                    var: "SWITCHYARD_PS_REPLICATE",
+                    reason: format!("{other:?} is not 0 or 1"),
+                })
+            }
+        };
         config.check()?;
         Ok(Some(PsEnv {
             role,

@@ -26,11 +26,19 @@ enum Outcome {
     Broken(String),
 }
 
+/// What the liveness thread passes on: the end of the job, or a failover.
+#[derive(Clone, Debug)]
+enum Note {
+    End(Outcome),
+    Failover { dead: u32, by: u32 },
+}
+
 /// The main thread's side of the liveness thread.
 #[derive(Debug)]
 pub(crate) struct Liveness {
-    events: Receiver<Outcome>,
+    events: Receiver<Note>,
     outcome: Option<Outcome>,
+    failovers: Vec<(u32, u32)>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     scheduler: String,
@@ -39,7 +47,8 @@ pub(crate) struct Liveness {
 impl Liveness {
     /// Starts heartbeats for node `role` `rank` to the scheduler at `scheduler`.
     pub(crate) fn start(scheduler: &str, role: NodeRole, rank: u32, config: &PsConfig) -> Liveness {
-        let (tx, events) = crossbeam_channel::bounded(1);
+        // Unbounded, but it carries at most one failover per server and one end.
+        let (tx, events) = crossbeam_channel::unbounded();
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let (scheduler, config, stop) = (scheduler.to_string(), config.clone(), stop.clone());
@@ -51,6 +60,7 @@ impl Liveness {
         Liveness {
             events,
             outcome: None,
+            failovers: Vec::new(),
             stop,
             thread,
             scheduler: scheduler.to_string(),
@@ -60,8 +70,12 @@ impl Liveness {
     /// `Ok` while the job runs; [`PsError::Finished`] once the scheduler shut it
     /// down; the failure once one is known.
     pub(crate) fn check(&mut self) -> Result<(), PsError> {
-        if self.outcome.is_none() {
-            self.outcome = self.events.try_recv().ok();
+        while self.outcome.is_none() {
+            match self.events.try_recv() {
+                Ok(Note::End(outcome)) => self.outcome = Some(outcome),
+                Ok(Note::Failover { dead, by }) => self.failovers.push((dead, by)),
+                Err(_) => break,
+            }
         }
         match &self.outcome {
             None => Ok(()),
@@ -78,6 +92,11 @@ impl Liveness {
                 reason: reason.clone(),
             }),
         }
+    }
+
+    /// The failovers announced since the last call: (dead server, replacing server).
+    pub(crate) fn take_failovers(&mut self) -> Vec<(u32, u32)> {
+        std::mem::take(&mut self.failovers)
     }
 
     /// Stops the heartbeats (the node has finished).
@@ -101,7 +120,7 @@ fn beat(
     rank: u32,
     config: &PsConfig,
     stop: &AtomicBool,
-    tx: &Sender<Outcome>,
+    tx: &Sender<Note>,
 ) {
     let me = wire::addr(role, rank);
     let options = config
@@ -111,7 +130,7 @@ fn beat(
     let mut dealer = match DealerSocket::connect(scheduler, options) {
         Ok(d) => d,
         Err(e) => {
-            let _ = tx.send(Outcome::Broken(e.to_string()));
+            let _ = tx.send(Note::End(Outcome::Broken(e.to_string())));
             return;
         }
     };
@@ -126,7 +145,9 @@ fn beat(
             next_beat = now + config.heartbeat;
         }
         if now.duration_since(heard) > config.dead_timeout {
-            let _ = tx.send(Outcome::SchedulerSilent(now.duration_since(heard)));
+            let _ = tx.send(Note::End(Outcome::SchedulerSilent(
+                now.duration_since(heard),
+            )));
             return;
         }
         let wait = SLICE.min(next_beat.saturating_duration_since(now));
@@ -135,12 +156,15 @@ fn beat(
                 heard = Instant::now();
                 match wire::read_control(&msg, "scheduler") {
                     Ok(Control::Shutdown) => {
-                        let _ = tx.send(Outcome::Shutdown);
+                        let _ = tx.send(Note::End(Outcome::Shutdown));
                         return;
                     }
                     Ok(Control::Abort { reason }) => {
-                        let _ = tx.send(Outcome::Aborted(reason));
+                        let _ = tx.send(Note::End(Outcome::Aborted(reason)));
                         return;
+                    }
+                    Ok(Control::Failover { dead, by }) => {
+                        let _ = tx.send(Note::Failover { dead, by });
                     }
                     Ok(_) => {}
                     Err(e) => tracing::warn!("ps {me}: {e}"),
@@ -148,7 +172,7 @@ fn beat(
             }
             Err(RecvError::Timeout | RecvError::Empty) => {}
             Err(e) => {
-                let _ = tx.send(Outcome::Broken(e.to_string()));
+                let _ = tx.send(Note::End(Outcome::Broken(e.to_string())));
                 return;
             }
         }

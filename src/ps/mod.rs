@@ -46,6 +46,7 @@ mod config;
 mod control;
 mod error;
 mod node;
+mod replica;
 mod scheduler;
 mod server;
 mod shard;

@@ -24,6 +24,9 @@ pub(crate) struct Node {
     pub(crate) liveness: Liveness,
     /// A shutdown or abort read on the node's own line.
     ended: Option<Control>,
+    /// Failovers read on the node's own line, not yet taken.
+    failovers: Vec<(u32, u32)>,
+    seen_failovers: Vec<(u32, u32)>,
     done: bool,
 }
 
@@ -91,6 +94,8 @@ impl Node {
                     dealer,
                     liveness,
                     ended: None,
+                    failovers: Vec::new(),
+                    seen_failovers: Vec::new(),
                     done: false,
                 })
             }
@@ -113,6 +118,7 @@ impl Node {
             };
             match wire::read_control(&msg, "scheduler")? {
                 note @ (Control::Shutdown | Control::Abort { .. }) => self.ended = Some(note),
+                Control::Failover { dead, by } => self.failovers.push((dead, by)),
                 other => tracing::debug!("ps {} {}: stray {other:?}", self.role, self.rank),
             }
         }
@@ -123,6 +129,18 @@ impl Node {
             Some(_) => Err(PsError::Finished),
             None => Ok(()),
         }
+    }
+
+    /// Failovers announced since the last call, each once: (dead server, the server
+    /// that now serves its keys). The scheduler sends them on both of a node's lines.
+    pub(crate) fn take_failovers(&mut self) -> Vec<(u32, u32)> {
+        let mut all = std::mem::take(&mut self.failovers);
+        all.extend(self.liveness.take_failovers());
+        all.retain(|f| !self.seen_failovers.contains(f));
+        all.sort_unstable();
+        all.dedup();
+        self.seen_failovers.extend(all.iter().copied());
+        all
     }
 
     /// This node's address in message headers.
@@ -155,8 +173,10 @@ impl Node {
                     if want(&note) {
                         return Ok(());
                     }
-                    if let Control::Abort { reason } = note {
-                        return Err(PsError::Aborted { reason });
+                    match note {
+                        Control::Abort { reason } => return Err(PsError::Aborted { reason }),
+                        Control::Failover { dead, by } => self.failovers.push((dead, by)),
+                        _ => {}
                     }
                 }
                 Err(RecvError::Timeout | RecvError::Empty) => {}

@@ -33,6 +33,8 @@ pub struct JobReport {
     pub servers: u32,
     /// Barriers released.
     pub barriers: u64,
+    /// Dead servers replaced by their replicas ([`PsConfig::replicate`]).
+    pub failovers: u32,
 }
 
 #[derive(Debug)]
@@ -44,6 +46,8 @@ struct Member {
     beat: Option<PeerId>,
     heard: Instant,
     done: bool,
+    /// A server that died and whose keys another serves.
+    dead: bool,
 }
 
 impl Member {
@@ -82,6 +86,7 @@ impl Scheduler {
         let mut members = self.register()?;
         let mut barriers: HashMap<Group, HashSet<usize>> = HashMap::new();
         let mut released = 0u64;
+        let mut failovers = 0u32;
         let main_of: HashMap<PeerId, usize> = members
             .iter()
             .enumerate()
@@ -116,7 +121,10 @@ impl Scheduler {
                             };
                             let waiting = barriers.entry(group).or_default();
                             waiting.insert(i);
-                            let size = members.iter().filter(|m| group.contains(m.role)).count();
+                            let size = members
+                                .iter()
+                                .filter(|m| group.contains(m.role) && !m.dead)
+                                .count();
                             if waiting.len() == size {
                                 for &j in waiting.iter() {
                                     let main = members[j].main.clone();
@@ -138,6 +146,7 @@ impl Scheduler {
                                     workers: self.config.num_workers,
                                     servers: self.config.num_servers,
                                     barriers: released,
+                                    failovers,
                                 });
                             }
                         }
@@ -155,18 +164,46 @@ impl Scheduler {
                 Err(e) => return Err(PsError::protocol("scheduler socket", e)),
             }
             let now = Instant::now();
-            if let Some(m) = members
+            if let Some(i) = members
                 .iter()
-                .find(|m| !m.done && now.duration_since(m.heard) > self.config.dead_timeout)
+                .position(|m| !m.done && now.duration_since(m.heard) > self.config.dead_timeout)
             {
+                let m = &members[i];
                 let silent = now.duration_since(m.heard);
                 let node = m.name();
+                if let Some(by) = self.failover_target(&members, i, failovers) {
+                    let dead = members[i].rank;
+                    tracing::warn!("ps scheduler: {node} silent for {silent:.1?}; server {by} serves its keys from its replica");
+                    // The silent server hears it too: if it is only slow, not dead,
+                    // it learns that its keys are served elsewhere and stops.
+                    self.broadcast(&members, &Control::Failover { dead, by });
+                    members[i].done = true;
+                    members[i].dead = true;
+                    failovers += 1;
+                    continue;
+                }
                 let reason = format!("{node} silent for {silent:.1?}");
                 tracing::error!("ps scheduler: {reason}; aborting the job");
                 self.broadcast(&members, &Control::Abort { reason });
                 return Err(PsError::NodeSilent { node, silent });
             }
         }
+    }
+
+    /// The server that takes over from member `i`, if it can: with replication on,
+    /// a dead server's keys live on the next server of the ring; one failover per
+    /// job, since the replacing server keeps no second copy.
+    fn failover_target(&self, members: &[Member], i: usize, failovers: u32) -> Option<u32> {
+        let m = &members[i];
+        let servers = self.config.num_servers;
+        if !self.config.replicate || m.role != NodeRole::Server || servers < 2 || failovers > 0 {
+            return None;
+        }
+        let by = (m.rank + 1) % servers;
+        members
+            .iter()
+            .any(|n| n.role == NodeRole::Server && n.rank == by && !n.done)
+            .then_some(by)
     }
 
     /// Waits until every worker and server has registered, then tells each its rank.
@@ -213,6 +250,7 @@ impl Scheduler {
                         beat: None,
                         heard: started,
                         done: false,
+                        dead: false,
                     });
                 }
                 Ok(other) => {

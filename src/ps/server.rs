@@ -1,13 +1,15 @@
 //! A server: holds its share of the keys and answers workers' requests.
 
 use super::node::{self, Node};
+use super::replica::{self, Backups, ReplicaLink};
 use super::store::{Mode, Op, Reply, Request, Store, Update};
 use super::wire::{self, Group, NodeRole};
 use super::{PsConfig, PsError, Value};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
 use switchyard_msg::Msg;
-use switchyard_transports::{PeerId, RecvError, Router, RouterSocket, Socket};
+use switchyard_transports::{PeerId, Pollable, Poller, RecvError, Router, RouterSocket, Socket};
 
 /// A server of a parameter-server job, registered and ready to [`run`](KvServer::run).
 ///
@@ -44,6 +46,7 @@ pub struct KvServer<T: Value> {
     mode: Mode,
     update: Update<T>,
     early: VecDeque<(PeerId, Msg)>,
+    poller: Poller,
     _values: PhantomData<T>,
 }
 
@@ -82,6 +85,7 @@ impl<T: Value> KvServer<T> {
             mode,
             update,
             early: VecDeque::new(),
+            poller: Poller::new(),
             _values: PhantomData,
         })
     }
@@ -109,37 +113,125 @@ impl<T: Value> KvServer<T> {
 
     /// Serves until the scheduler ends the job: `Ok` when it shut the job down, the
     /// error when it aborted it or fell silent.
-    pub fn run(mut self) -> Result<ServerReport, PsError> {
-        let name = format!("server {} at {}", self.node.rank, self.router.endpoint());
-        let mut store = Store::<T, PeerId>::new(
-            name.clone(),
-            self.mode,
-            self.node.num_workers as usize,
-            self.update.clone(),
-        );
+    pub fn run(self) -> Result<ServerReport, PsError> {
+        self.run_until(&AtomicBool::new(false))
+    }
+
+    /// [`KvServer::run`], returning at once, without a word to anyone, when `kill`
+    /// is set: a server dying mid-job, for tests of failover.
+    #[doc(hidden)]
+    pub fn run_until(mut self, kill: &AtomicBool) -> Result<ServerReport, PsError> {
+        let rank = self.node.rank;
+        let name = format!("server {rank} at {}", self.router.endpoint());
+        let workers = self.node.num_workers as usize;
+        let replicate = self.node.config.replicate && self.node.servers.len() > 1;
+        let mut own =
+            Store::<T, PeerId>::new(name.clone(), self.mode, workers, self.update.clone())
+                .with_primary(rank);
+        if replicate {
+            own = own.with_tracking();
+        }
+        let mut stores = BTreeMap::from([(rank, own)]);
+        let mut backups = Backups::<T>::default();
+        let mut link = replicate.then(|| {
+            let target = (rank + 1) % self.node.servers.len() as u32;
+            let endpoint = self.node.servers[target as usize].clone();
+            ReplicaLink::start(target, &endpoint, self.node.config.socket.clone())
+        });
         let mut requests = 0u64;
         loop {
+            if kill.load(Ordering::Relaxed) {
+                return Err(PsError::Aborted {
+                    reason: format!("{name} killed"),
+                });
+            }
             match self.node.check() {
                 Ok(()) => {}
                 Err(PsError::Finished) => {
+                    let rounds = stores.values().map(Store::rounds).sum();
                     return Ok(ServerReport {
-                        rank: self.node.rank,
-                        rounds: store.rounds(),
+                        rank,
+                        rounds,
                         requests,
                     });
                 }
                 Err(e) => return Err(e),
             }
+            for (dead, by) in self.node.take_failovers() {
+                if dead == rank {
+                    return Err(PsError::Aborted {
+                        reason: format!("the scheduler declared {name} dead"),
+                    });
+                }
+                if by == rank {
+                    tracing::warn!("ps {name}: serving server {dead}'s keys from its replica");
+                    let copy = backups.take(dead);
+                    let adopted = Store::adopt(
+                        format!("server {dead} (served by {name})"),
+                        self.mode,
+                        workers,
+                        self.update.clone(),
+                        copy,
+                    )
+                    .with_primary(dead);
+                    stores.insert(dead, adopted);
+                }
+                if link.as_ref().is_some_and(|l| l.target == dead) {
+                    // Our replica is gone: nothing will acknowledge what it held.
+                    for reply in link
+                        .take()
+                        .map(ReplicaLink::release_all)
+                        .unwrap_or_default()
+                    {
+                        self.answer(&name, reply);
+                    }
+                }
+            }
+            if let Some(l) = link.as_mut() {
+                for reply in l.pump()? {
+                    self.answer(&name, reply);
+                }
+            }
             let got = match self.early.pop_front() {
                 Some(got) => Ok(got),
-                None => self.router.recv_from_timeout(node::SLICE),
+                None => self.receive(link.as_ref()),
             };
             let (peer, msg) = match got {
                 Ok(got) => got,
                 Err(RecvError::Timeout | RecvError::Empty) => continue,
                 Err(e) => return Err(PsError::protocol(&name, e)),
             };
+            if msg.header.kind == wire::REPLICA {
+                let primary = msg.header.src.id;
+                match backups.store(primary, &msg, &format!("server {primary}")) {
+                    Ok(()) => {
+                        let ack = replica::ack(self.node.addr(), &msg);
+                        if let Err(e) = self.router.send_to(&peer, ack) {
+                            tracing::warn!(
+                                "ps {name}: acknowledgement to server {primary} lost: {}",
+                                e.kind
+                            );
+                        }
+                    }
+                    Err(e) => tracing::warn!("ps {name}: {e}"),
+                }
+                continue;
+            }
             requests += 1;
+            let primary = msg.header.dst.id;
+            let Some(store) = stores.get_mut(&primary) else {
+                let reason = format!("{name} does not hold server {primary}'s keys");
+                self.answer(
+                    &name,
+                    Reply {
+                        peer,
+                        id: msg.header.seq,
+                        primary,
+                        body: Err(reason),
+                    },
+                );
+                continue;
+            };
             let replies = match decode::<T>(&msg, &peer) {
                 Ok(req) => store.handle(peer, req),
                 Err(e) => {
@@ -147,18 +239,55 @@ impl<T: Value> KvServer<T> {
                     vec![Reply {
                         peer,
                         id: msg.header.seq,
+                        primary,
                         body: Err(e.to_string()),
                     }]
                 }
             };
-            for reply in replies {
-                self.answer(&name, reply);
+            let changed = if primary == rank {
+                store.take_changed()
+            } else {
+                Vec::new()
+            };
+            match link.as_mut() {
+                Some(l) if !changed.is_empty() => {
+                    l.replicate(self.node.addr(), changed, replies)?
+                }
+                _ => {
+                    for reply in replies {
+                        self.answer(&name, reply);
+                    }
+                }
             }
         }
     }
 
+    /// The next message from a worker or a replicating server, waiting one slice at
+    /// most, while also watching the replica line for acknowledgements.
+    fn receive(&mut self, link: Option<&ReplicaLink>) -> Result<(PeerId, Msg), RecvError> {
+        let Some(dealer) = link.and_then(ReplicaLink::dealer) else {
+            return self.router.recv_from_timeout(node::SLICE);
+        };
+        let ready = self
+            .poller
+            .poll(
+                &[&self.router as &dyn Pollable, dealer as &dyn Pollable],
+                node::SLICE,
+            )
+            .map_err(|e| RecvError::Backend {
+                endpoint: self.router.endpoint().to_string(),
+                reason: e.to_string(),
+            })?;
+        match ready {
+            Some(0) => self.router.try_recv_from(),
+            _ => Err(RecvError::Empty),
+        }
+    }
+
     fn answer(&mut self, name: &str, reply: Reply<PeerId>) {
-        let me = self.node.addr();
+        // The reply names the server whose keys it is about, which is not this one
+        // for keys served after a failover: the worker counts answers by it.
+        let me = wire::addr(NodeRole::Server, reply.primary);
         let to = wire::addr(NodeRole::Worker, 0);
         let msg = match reply.body {
             Ok((meta, frames)) => wire::kv_msg(me, to, wire::REPLY, reply.id, &meta, frames),

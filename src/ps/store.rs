@@ -102,6 +102,8 @@ pub(crate) struct Request<T> {
 pub(crate) struct Reply<P> {
     pub(crate) peer: P,
     pub(crate) id: u64,
+    /// The server whose keys the reply is about.
+    pub(crate) primary: u32,
     pub(crate) body: Result<(KvMeta, Vec<Bytes>), String>,
 }
 
@@ -115,10 +117,23 @@ struct Contribution<T> {
     values: Vec<T>,
 }
 
+/// A key's state as a replica keeps it: enough to carry on the key's rounds.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Backup<T> {
+    pub(crate) value: Vec<T>,
+    pub(crate) offset: u64,
+    pub(crate) total: u64,
+    /// Per worker, the last request whose push is in `value`.
+    pub(crate) included: Vec<(u32, u64)>,
+}
+
 struct Entry<T> {
     value: Vec<T>,
     offset: u64,
     total: u64,
+    /// Per worker, the last request whose push is in `value`: a request sent again
+    /// after a failover is answered, not added twice.
+    included: HashMap<u32, u64>,
     sum: Vec<T>,
     from: HashSet<u32>,
     waiters: Vec<(ReqKey, usize, bool)>,
@@ -142,6 +157,11 @@ pub(crate) struct Store<T, P> {
     keys: HashMap<u64, Entry<T>>,
     pending: HashMap<ReqKey, Pending<P>>,
     rounds: u64,
+    /// Keys whose value changed since [`Store::take_changed`] last ran, recorded
+    /// only when `track` is on (a server that replicates).
+    changed: Vec<u64>,
+    track: bool,
+    primary: u32,
 }
 
 impl<T: Value, P: Clone> Store<T, P> {
@@ -155,7 +175,77 @@ impl<T: Value, P: Clone> Store<T, P> {
             keys: HashMap::new(),
             pending: HashMap::new(),
             rounds: 0,
+            changed: Vec::new(),
+            track: false,
+            primary: 0,
         }
+    }
+
+    /// Sets the rank of the server whose keys these are (named in replies).
+    pub(crate) fn with_primary(mut self, primary: u32) -> Self {
+        self.primary = primary;
+        self
+    }
+
+    /// Records which keys change, for [`Store::take_changed`].
+    pub(crate) fn with_tracking(mut self) -> Self {
+        self.track = true;
+        self
+    }
+
+    fn note_change(&mut self, key: u64) {
+        if self.track {
+            self.changed.push(key);
+        }
+    }
+
+    /// A store that carries on from a replica's copy of another server's keys.
+    pub(crate) fn adopt(
+        name: String,
+        mode: Mode,
+        workers: usize,
+        update: Update<T>,
+        backup: HashMap<u64, Backup<T>>,
+    ) -> Self {
+        let mut store = Store::new(name, mode, workers, update);
+        for (key, b) in backup {
+            store.keys.insert(
+                key,
+                Entry {
+                    value: b.value,
+                    offset: b.offset,
+                    total: b.total,
+                    included: b.included.into_iter().collect(),
+                    sum: Vec::new(),
+                    from: HashSet::new(),
+                    waiters: Vec::new(),
+                    deferred: VecDeque::new(),
+                },
+            );
+        }
+        store
+    }
+
+    /// The keys whose value changed since the last call, as a replica keeps them.
+    pub(crate) fn take_changed(&mut self) -> Vec<(u64, Backup<T>)> {
+        let mut keys = std::mem::take(&mut self.changed);
+        keys.sort_unstable();
+        keys.dedup();
+        keys.into_iter()
+            .filter_map(|k| {
+                let e = self.keys.get(&k)?;
+                let included = e.included.iter().map(|(w, id)| (*w, *id)).collect();
+                Some((
+                    k,
+                    Backup {
+                        value: e.value.clone(),
+                        offset: e.offset,
+                        total: e.total,
+                        included,
+                    },
+                ))
+            })
+            .collect()
     }
 
     /// Rounds completed (sync) or pushes applied (async), over all keys.
@@ -175,6 +265,7 @@ impl<T: Value, P: Clone> Store<T, P> {
             return vec![Reply {
                 peer,
                 id: req.id,
+                primary: self.primary,
                 body: Err(e.to_string()),
             }];
         }
@@ -182,6 +273,7 @@ impl<T: Value, P: Clone> Store<T, P> {
             Op::Pull => vec![Reply {
                 peer,
                 id: req.id,
+                primary: self.primary,
                 body: Ok(self.pull(&req.meta)),
             }],
             Op::Init => {
@@ -191,10 +283,12 @@ impl<T: Value, P: Clone> Store<T, P> {
                     let entry = self.entry(&req.meta, i);
                     entry.value.copy_from_slice(&req.values[at..at + len]);
                     at += len;
+                    self.note_change(req.meta.keys[i]);
                 }
                 vec![Reply {
                     peer,
                     id: req.id,
+                    primary: self.primary,
                     body: Ok((KvMeta::default(), Vec::new())),
                 }]
             }
@@ -208,6 +302,7 @@ impl<T: Value, P: Clone> Store<T, P> {
                     update.apply(key, &mut entry.value, &req.values[at..at + len]);
                     at += len;
                     self.rounds += 1;
+                    self.note_change(key);
                 }
                 let body = if req.op == Op::PushPull {
                     self.pull(&req.meta)
@@ -217,6 +312,7 @@ impl<T: Value, P: Clone> Store<T, P> {
                 vec![Reply {
                     peer,
                     id: req.id,
+                    primary: self.primary,
                     body: Ok(body),
                 }]
             }
@@ -264,6 +360,7 @@ impl<T: Value, P: Clone> Store<T, P> {
             value: vec![T::default(); meta.lens[i] as usize],
             offset: meta.offsets[i],
             total: meta.totals[i],
+            included: HashMap::new(),
             sum: Vec::new(),
             from: HashSet::new(),
             waiters: Vec::new(),
@@ -311,7 +408,21 @@ impl<T: Value, P: Clone> Store<T, P> {
             },
         );
         for (i, piece) in pieces.into_iter().enumerate() {
-            self.entry(&req.meta, i);
+            let entry = self.entry(&req.meta, i);
+            if entry
+                .included
+                .get(&req.worker)
+                .is_some_and(|&last| last >= req.id)
+            {
+                // Sent again after a failover, and already in the value: answer it.
+                let frame = if wants_value {
+                    payload::frame_from_slice(&entry.value)
+                } else {
+                    Bytes::new()
+                };
+                done.push((key_of, i, frame));
+                continue;
+            }
             let c = Contribution {
                 worker: req.worker,
                 req: key_of,
@@ -325,7 +436,7 @@ impl<T: Value, P: Clone> Store<T, P> {
         if n == 0 {
             done.clear();
             if let Some(p) = self.pending.remove(&key_of) {
-                replies.push(finish(key_of.1, p));
+                replies.push(finish(key_of.1, self.primary, p));
             }
         }
         for (req, index, frame) in done {
@@ -336,7 +447,7 @@ impl<T: Value, P: Clone> Store<T, P> {
             p.remaining -= 1;
             if p.remaining == 0 {
                 if let Some(p) = self.pending.remove(&req) {
-                    replies.push(finish(req.1, p));
+                    replies.push(finish(req.1, self.primary, p));
                 }
             }
         }
@@ -370,6 +481,13 @@ impl<T: Value, P: Clone> Store<T, P> {
             if e.from.len() == workers {
                 update.apply(key, &mut e.value, &e.sum);
                 self.rounds += 1;
+                if self.track {
+                    self.changed.push(key);
+                }
+                for ((worker, id), _, _) in &e.waiters {
+                    let last = e.included.entry(*worker).or_insert(*id);
+                    *last = (*last).max(*id);
+                }
                 let snapshot = if e.waiters.iter().any(|w| w.2) {
                     payload::frame_from_slice(&e.value)
                 } else {
@@ -385,11 +503,12 @@ impl<T: Value, P: Clone> Store<T, P> {
     }
 }
 
-fn finish<P>(id: u64, p: Pending<P>) -> Reply<P> {
+fn finish<P>(id: u64, primary: u32, p: Pending<P>) -> Reply<P> {
     if p.op != Op::PushPull {
         return Reply {
             peer: p.peer,
             id,
+            primary,
             body: Ok((KvMeta::default(), Vec::new())),
         };
     }
@@ -397,6 +516,7 @@ fn finish<P>(id: u64, p: Pending<P>) -> Reply<P> {
     Reply {
         peer: p.peer,
         id,
+        primary,
         body: Ok((p.meta, coalesce(frames))),
     }
 }

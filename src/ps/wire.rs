@@ -28,6 +28,10 @@ pub(crate) const REPLY: Kind = Kind::User(BASE + 4);
 pub(crate) const REFUSE: Kind = Kind::User(BASE + 5);
 /// A control note, [`Control`] in frame 0.
 pub(crate) const CONTROL: Kind = Kind::User(BASE + 6);
+/// A server's changed keys for its replica: [`ReplicaMeta`] in frame 0, then values.
+pub(crate) const REPLICA: Kind = Kind::User(BASE + 7);
+/// The replica has stored a [`REPLICA`] message (same sequence number).
+pub(crate) const REPLICA_ACK: Kind = Kind::User(BASE + 8);
 
 /// Most bytes a metadata or control frame may have.
 const META_LIMIT: usize = 64 << 20;
@@ -101,6 +105,49 @@ pub(crate) enum Control {
     Shutdown,
     /// The job failed; the reason names the node.
     Abort { reason: String },
+    /// Server `dead` is gone; server `by` serves its keys from its replica.
+    Failover { dead: u32, by: u32 },
+}
+
+/// What a [`REPLICA`] message carries besides the values: the keys (as [`KvMeta`])
+/// and, per key, which request of each worker the value includes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ReplicaMeta {
+    pub(crate) kv: KvMeta,
+    pub(crate) included: Vec<Vec<(u32, u64)>>,
+}
+
+/// Reads the metadata frame of a [`REPLICA`] message.
+pub(crate) fn read_replica_meta(msg: &Msg, from: &str) -> Result<(ReplicaMeta, u64), PsError> {
+    let frame = msg
+        .frames()
+        .first()
+        .ok_or_else(|| PsError::protocol(from, "replica message without metadata"))?;
+    let meta: ReplicaMeta =
+        payload::frame_to_value(frame, META_LIMIT).map_err(|e| PsError::protocol(from, e))?;
+    if meta.included.len() != meta.kv.keys.len() {
+        return Err(PsError::protocol(
+            from,
+            "replica metadata lists of different lengths",
+        ));
+    }
+    let count = meta.kv.check(from)?;
+    Ok((meta, count))
+}
+
+/// A [`REPLICA`] message: `meta` in frame 0, then the values.
+pub(crate) fn replica_msg(
+    src: Addr,
+    dst: Addr,
+    id: u64,
+    meta: &ReplicaMeta,
+    values: Vec<Bytes>,
+) -> Result<Msg, PsError> {
+    let frame =
+        payload::frame_from_value(meta).map_err(|e| PsError::BadArguments(e.to_string()))?;
+    let mut msg = Msg::new(src, dst, REPLICA).with_seq(id).with_frame(frame);
+    msg.frames_mut().extend(values);
+    Ok(msg)
 }
 
 /// A node's address in message headers: its role and rank.

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use std::collections::{HashMap, HashSet};
 use std::marker::PhantomData;
 use std::time::Instant;
-use switchyard_msg::{payload, Kind};
+use switchyard_msg::{payload, Kind, Msg};
 use switchyard_transports::{Dealer, DealerSocket, Pollable, Poller, Socket};
 
 /// A request in flight, returned by the `start_*` calls; [`KvWorker::wait`] ends it.
@@ -67,7 +67,11 @@ enum Op {
 struct Pending {
     op: Op,
     keys: Vec<u64>,
+    /// The servers (by the rank whose keys they are about) yet to answer.
     owed: HashSet<usize>,
+    /// With replication on: each server's request, to send again to its replica if
+    /// the server dies before answering (frames are shared, not copied).
+    sent: Vec<(usize, Msg)>,
     /// (key index, offset, total, bytes) of every piece received.
     pieces: Vec<(usize, u64, u64, Bytes)>,
     error: Option<PsError>,
@@ -96,6 +100,9 @@ pub struct KvWorker<T: Value> {
     next_id: u64,
     pending: HashMap<u64, Pending>,
     totals: HashMap<u64, u64>,
+    /// Which connection reaches each server's keys: itself, or after a failover the
+    /// server that took them over.
+    route: Vec<usize>,
     _values: PhantomData<T>,
 }
 
@@ -113,6 +120,7 @@ impl<T: Value> KvWorker<T> {
             servers.push(dealer);
             names.push(name);
         }
+        let names_len = names.len();
         let placement = Placement::new(config.sharding, servers.len(), config.split_threshold);
         Ok(KvWorker {
             node,
@@ -123,6 +131,7 @@ impl<T: Value> KvWorker<T> {
             next_id: 1,
             pending: HashMap::new(),
             totals: HashMap::new(),
+            route: (0..names_len).collect(),
             _values: PhantomData,
         })
     }
@@ -293,8 +302,11 @@ impl<T: Value> KvWorker<T> {
             Op::Pull => wire::PULL,
             Op::Init => wire::INIT,
         };
+        self.node.check()?;
+        self.follow_failovers()?;
         let me = self.node.addr();
         let mut owed = HashSet::new();
+        let mut sent = Vec::new();
         for (s, (meta, frames)) in requests.into_iter().enumerate() {
             if meta.keys.is_empty() {
                 continue;
@@ -307,13 +319,17 @@ impl<T: Value> KvWorker<T> {
                 &meta,
                 frames,
             )?;
-            node::send_to(&mut self.servers[s], msg, &self.names[s])?;
+            if self.node.config.replicate {
+                sent.push((s, msg.clone()));
+            }
+            node::send_to(&mut self.servers[self.route[s]], msg, &self.names[s])?;
             owed.insert(s);
         }
         let pending = Pending {
             op,
             keys: keys.to_vec(),
             owed,
+            sent,
             pieces: Vec::new(),
             error: None,
             started: Instant::now(),
@@ -350,12 +366,41 @@ impl<T: Value> KvWorker<T> {
                 self.pending.remove(&ticket.id);
                 return Err(err);
             }
-            if let Err(e) = self.node.check() {
+            if let Err(e) = self.node.check().and_then(|()| self.follow_failovers()) {
                 self.pending.remove(&ticket.id);
                 return Err(e);
             }
             self.receive()?;
         }
+    }
+
+    /// Sends the requests a dead server had not answered to the server that now
+    /// serves its keys, and sends there from now on.
+    fn follow_failovers(&mut self) -> Result<(), PsError> {
+        for (dead, by) in self.node.take_failovers() {
+            let (dead, by) = (dead as usize, by as usize);
+            if dead >= self.route.len() || by >= self.route.len() {
+                continue;
+            }
+            tracing::warn!(
+                "ps worker {}: server {dead} is gone; server {by} serves its keys",
+                self.node.rank
+            );
+            self.route[dead] = self.route[by];
+            for p in self.pending.values() {
+                if !p.owed.contains(&dead) {
+                    continue;
+                }
+                for (_, msg) in p.sent.iter().filter(|(s, _)| *s == dead) {
+                    node::send_to(
+                        &mut self.servers[self.route[dead]],
+                        msg.clone(),
+                        &self.names[by],
+                    )?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Receives whatever the servers have sent, waiting one slice at most.
@@ -370,13 +415,18 @@ impl<T: Value> KvWorker<T> {
         let Some(first) = ready else { return Ok(()) };
         for s in (first..self.servers.len()).chain(0..first) {
             while let Ok(msg) = self.servers[s].try_recv() {
-                self.on_reply(s, msg);
+                // Answers name the server whose keys they are about: after a
+                // failover one connection carries answers for two.
+                let primary = msg.header.src.id as usize;
+                if primary < self.names.len() {
+                    self.on_reply(primary, msg);
+                }
             }
         }
         Ok(())
     }
 
-    fn on_reply(&mut self, s: usize, msg: switchyard_msg::Msg) {
+    fn on_reply(&mut self, s: usize, msg: Msg) {
         let name = &self.names[s];
         let Some(p) = self.pending.get_mut(&msg.header.seq) else {
             tracing::debug!(
