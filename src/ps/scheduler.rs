@@ -15,6 +15,9 @@ use switchyard_transports::{PeerId, RecvError, Router, RouterSocket, Socket};
 
 /// How long the serving loop receives before it checks for silent nodes.
 const SLICE: Duration = Duration::from_millis(20);
+/// Longest the scheduler waits on one node's full queue (a node that does not read
+/// its line for long is dead or stuck; its silence will tell).
+const SEND_WAIT: Duration = Duration::from_millis(50);
 
 /// A scheduler bound to its endpoint, ready to [`run`](Scheduler::run).
 #[derive(Debug)]
@@ -287,11 +290,13 @@ impl Scheduler {
         wire::control(wire::SCHEDULER, wire::SCHEDULER, note)
     }
 
+    /// Sends `note` to `peer`, waiting a moment at most: the scheduler must not
+    /// stall on one node, or it would miss the others' heartbeats.
     fn send(&mut self, peer: &PeerId, note: &Control) {
         let msg = self.note(note);
-        if let Err(e) =
-            self.router
-                .send_to_deadline(peer, msg, Instant::now() + Duration::from_secs(1))
+        if let Err(e) = self
+            .router
+            .send_to_deadline(peer, msg, Instant::now() + SEND_WAIT)
         {
             tracing::warn!("ps scheduler: {note:?} to {peer} not sent: {}", e.kind);
         }
@@ -302,11 +307,9 @@ impl Scheduler {
         for m in members.iter().filter(|m| !m.done) {
             for peer in std::iter::once(&m.main).chain(m.beat.as_ref()) {
                 let msg = self.note(note);
-                let _ = self.router.send_to_deadline(
-                    peer,
-                    msg,
-                    Instant::now() + Duration::from_secs(1),
-                );
+                let _ = self
+                    .router
+                    .send_to_deadline(peer, msg, Instant::now() + SEND_WAIT);
             }
         }
     }

@@ -139,6 +139,7 @@ impl<T: Value> KvServer<T> {
             ReplicaLink::start(target, &endpoint, self.node.config.socket.clone())
         });
         let mut requests = 0u64;
+        let mut before_failover = Vec::new();
         loop {
             if kill.load(Ordering::Relaxed) {
                 return Err(PsError::Aborted {
@@ -175,6 +176,7 @@ impl<T: Value> KvServer<T> {
                     )
                     .with_primary(dead);
                     stores.insert(dead, adopted);
+                    self.early.extend(before_failover.drain(..));
                 }
                 if link.as_ref().is_some_and(|l| l.target == dead) {
                     // Our replica is gone: nothing will acknowledge what it held.
@@ -219,6 +221,12 @@ impl<T: Value> KvServer<T> {
             }
             requests += 1;
             let primary = msg.header.dst.id;
+            if !stores.contains_key(&primary) && link.is_some() && self.is_replica_of(primary) {
+                // A worker heard of the failover before we did: keep the request
+                // until our own notice comes.
+                before_failover.push((peer, msg));
+                continue;
+            }
             let Some(store) = stores.get_mut(&primary) else {
                 let reason = format!("{name} does not hold server {primary}'s keys");
                 self.answer(
@@ -260,6 +268,12 @@ impl<T: Value> KvServer<T> {
                 }
             }
         }
+    }
+
+    /// Whether this server keeps the copy of server `primary`'s keys.
+    fn is_replica_of(&self, primary: u32) -> bool {
+        let servers = self.node.servers.len() as u32;
+        servers > 1 && primary < servers && (primary + 1) % servers == self.node.rank
     }
 
     /// The next message from a worker or a replicating server, waiting one slice at
