@@ -184,3 +184,92 @@ fn killed_server_ends_every_process_with_its_name() {
     assert!(!status.success());
     assert!(killed_at.elapsed() < dead_timeout + Duration::from_secs(10));
 }
+
+/// With replication on (`SWITCHYARD_PS_REPLICATE=1`), a server process SIGKILLed
+/// mid-run is replaced by the other: every worker finishes its 60 rounds, the loss
+/// keeps falling, and the job ends well.
+#[test]
+fn killed_server_is_replaced_when_replicated() {
+    let dead_timeout = Duration::from_millis(1500);
+    let config = PsConfig::new(4, 2)
+        .with_sharding(Sharding::Range { key_space: Some(9) })
+        .with_replication(true)
+        .with_liveness(Duration::from_millis(100), dead_timeout);
+    let scheduler = Scheduler::bind("tcp://127.0.0.1:0", &config).unwrap();
+    let port = scheduler.endpoint().rsplit(':').next().unwrap().to_string();
+    let sched = std::thread::spawn(move || scheduler.run());
+    let spawn = |role: &str| {
+        Command::new(example())
+            .args(["--rounds", "60", "--pause-ms", "20"])
+            .env("DMLC_ROLE", role)
+            .env("DMLC_NUM_WORKER", "4")
+            .env("DMLC_NUM_SERVER", "2")
+            .env("DMLC_PS_ROOT_URI", "127.0.0.1")
+            .env("DMLC_PS_ROOT_PORT", &port)
+            .env("SWITCHYARD_PS_REPLICATE", "1")
+            .env("PS_HEARTBEAT_INTERVAL", "0.1")
+            .env("PS_HEARTBEAT_TIMEOUT", "1.5")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut guard = Guard(Vec::new());
+    for _ in 0..2 {
+        guard.0.push(spawn("server"));
+    }
+    for _ in 0..4 {
+        guard.0.push(spawn("worker"));
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut readers = Vec::new();
+    for child in &mut guard.0[2..] {
+        let out = child.stdout.take().unwrap();
+        let tx = tx.clone();
+        readers.push(std::thread::spawn(move || {
+            let mut lines = Vec::new();
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if line.starts_with("round   5") {
+                    let _ = tx.send(());
+                }
+                lines.push(line);
+            }
+            lines
+        }));
+    }
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("training reaches round 5");
+    guard.0[1].kill().unwrap();
+    let report = sched.join().unwrap().expect("the job ends well");
+    assert_eq!(report.failovers, 1);
+    for (i, child) in guard.0.iter_mut().enumerate().skip(2) {
+        let status = wait_bounded(child, Duration::from_secs(30)).expect("worker exits");
+        let mut text = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut text)
+            .unwrap();
+        assert!(status.success(), "worker process {i}: {status}\n{text}");
+    }
+    let status = wait_bounded(&mut guard.0[0], Duration::from_secs(30)).expect("server exits");
+    assert!(status.success(), "the surviving server: {status}");
+    let out: Vec<String> = readers
+        .into_iter()
+        .flat_map(|r| r.join().unwrap())
+        .collect();
+    let losses: Vec<f32> = out
+        .iter()
+        .filter_map(|l| l.split("loss ").nth(1)?.split(',').next()?.parse().ok())
+        .collect();
+    assert_eq!(losses.len(), 60, "{out:?}");
+    assert!(
+        losses.windows(2).all(|w| w[1] < w[0]),
+        "the loss falls every round: {losses:?}"
+    );
+    assert!(
+        out.iter().any(|l| l.starts_with("test accuracy")),
+        "{out:?}"
+    );
+}
