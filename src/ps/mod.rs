@@ -36,7 +36,20 @@
 //! length differs from the key's with [`PsError::LengthChanged`]; a server, worker
 //! or scheduler that dies makes every waiting call fail within
 //! [`PsConfig::dead_timeout`] (plus a heartbeat) with [`PsError::Aborted`] or
-//! [`PsError::SchedulerSilent`] naming it, and the servers and scheduler return.
+//! [`PsError::SchedulerSilent`] naming it, and the servers and scheduler return
+//! (unless replication replaces a dead server, below).
+//!
+//! # Replication
+//!
+//! With [`PsConfig::replicate`] on (`SWITCHYARD_PS_REPLICATE=1`), each server's keys
+//! are also kept by the next server of the ring: after a request changes keys, the
+//! server sends their new values to that server and answers the workers only once
+//! it has acknowledged them. When a server falls silent, the scheduler announces a
+//! failover instead of aborting; the next server serves the dead one's keys from its
+//! copy, and workers send it the requests the dead server had not answered (each
+//! server remembers, per key, the last request of each worker it has counted, so a
+//! request sent twice is answered, not added twice). Sums stay exact. One server may
+//! die per job: the server that took over keeps no second copy.
 //!
 //! # Examples
 //!

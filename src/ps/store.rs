@@ -299,8 +299,15 @@ impl<T: Value, P: Clone> Store<T, P> {
                     let key = req.meta.keys[i];
                     let update = self.update.clone();
                     let entry = self.entry(&req.meta, i);
-                    update.apply(key, &mut entry.value, &req.values[at..at + len]);
+                    let piece = &req.values[at..at + len];
                     at += len;
+                    let last = entry.included.entry(req.worker).or_insert(0);
+                    if *last >= req.id {
+                        // Sent again after a failover, and already applied.
+                        continue;
+                    }
+                    *last = req.id;
+                    update.apply(key, &mut entry.value, piece);
                     self.rounds += 1;
                     self.note_change(key);
                 }

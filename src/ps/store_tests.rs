@@ -159,3 +159,42 @@ fn duplicate_keys_are_refused() {
     let r = store.handle(0, req(0, 1, Op::Push, &[1, 1], &[1, 1], vec![1.0, 1.0]));
     assert!(r[0].body.as_ref().unwrap_err().contains("twice"));
 }
+
+#[test]
+fn a_request_sent_again_is_not_counted_twice() {
+    for mode in [Mode::Sync, Mode::Async] {
+        let mut store = Store::<f32, u32>::new("s".into(), mode, 1, Update::Sum).with_tracking();
+        let first = store.handle(0, req(0, 7, Op::PushPull, &[1], &[1], vec![5.0]));
+        assert_eq!(values(&first[0]), [5.0]);
+        let changed = store.take_changed();
+        assert_eq!(changed.len(), 1);
+        assert_eq!(changed[0].1.included, [(0, 7)]);
+        // The same request again (a worker resending after a failover): answered with
+        // the value that already includes it.
+        let again = store.handle(0, req(0, 7, Op::PushPull, &[1], &[1], vec![5.0]));
+        assert_eq!(values(&again[0]), [5.0], "{mode:?}");
+        let next = store.handle(0, req(0, 8, Op::PushPull, &[1], &[1], vec![1.0]));
+        assert_eq!(values(&next[0]), [6.0], "{mode:?}");
+    }
+}
+
+#[test]
+fn an_adopted_store_carries_on_from_the_copy() {
+    let mut primary =
+        Store::<f32, u32>::new("s0".into(), Mode::Sync, 2, Update::Sum).with_tracking();
+    primary.handle(0, req(0, 1, Op::Push, &[4], &[2], vec![1.0, 1.0]));
+    primary.handle(1, req(1, 1, Op::Push, &[4], &[2], vec![2.0, 2.0]));
+    let copy = primary.take_changed().into_iter().collect();
+    let mut replica =
+        Store::<f32, u32>::adopt("s1".into(), Mode::Sync, 2, Update::Sum, copy).with_primary(0);
+    // Worker 1's round-1 push comes again; worker 0's round-2 push is new.
+    let r = replica.handle(1, req(1, 1, Op::PushPull, &[4], &[2], vec![2.0, 2.0]));
+    assert_eq!(values(&r[0]), [3.0, 3.0]);
+    assert_eq!(r[0].primary, 0);
+    assert!(replica
+        .handle(0, req(0, 2, Op::PushPull, &[4], &[2], vec![1.0, 1.0]))
+        .is_empty());
+    let r = replica.handle(1, req(1, 2, Op::PushPull, &[4], &[2], vec![1.0, 1.0]));
+    assert_eq!(r.len(), 2);
+    assert_eq!(values(&r[0]), [5.0, 5.0]);
+}

@@ -387,7 +387,11 @@ impl<T: Value> KvWorker<T> {
                 self.node.rank
             );
             self.route[dead] = self.route[by];
-            for p in self.pending.values() {
+            // In request order: the replica takes a request whose id is not above
+            // the last one it has from this worker as already counted.
+            let mut ids: Vec<u64> = self.pending.keys().copied().collect();
+            ids.sort_unstable();
+            for p in ids.iter().filter_map(|id| self.pending.get(id)) {
                 if !p.owed.contains(&dead) {
                     continue;
                 }
