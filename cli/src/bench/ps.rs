@@ -6,7 +6,7 @@
 //! processes). Each request carries 32 keys of 1 KiB, or one key of 1 MiB (split over
 //! both servers); servers sum the four workers' pushes of each round (sync mode).
 //! Every repetition times both forms in the same job, one after the other, on keys of
-//! their own. The baseline exchange has the same shape without the parameter server:
+//! their own, then the baseline; the figures are medians over repetitions. The baseline exchange has the same shape without the parameter server:
 //! each worker sends each server its half of the bytes, each server answers all four
 //! once it has heard from all four, with as many bytes back.
 
@@ -173,18 +173,20 @@ fn bare_timings(shape: Shape, reps: usize) -> Result<Vec<f64>> {
                     .map(|e| DealerSocket::connect(e, SocketOptions::default()))
                     .collect::<std::result::Result<Vec<_>, _>>()
                     .map_err(|e| e.to_string())?;
-                let payload = vec![1u8; half];
+                let payload = vec![1u8; 2 * half];
                 let mut out = Vec::with_capacity(reps);
                 for _ in 0..reps {
                     start_line.wait();
                     let started = Instant::now();
                     for seq in 0..shape.iters as u64 {
-                        for d in &mut dealers {
-                            // A fresh buffer per message, as the worker's values are.
+                        // A fresh buffer per round, one half to each server, as a
+                        // worker's values go.
+                        let buffer = Bytes::from(payload.clone());
+                        for (i, d) in dealers.iter_mut().enumerate() {
                             let msg =
                                 Msg::new(Addr::worker(0, id), Addr::server(0, 0), Kind::Update)
                                     .with_seq(seq)
-                                    .with_frame(payload.clone());
+                                    .with_frame(buffer.slice(i * half..(i + 1) * half));
                             d.send(msg).map_err(|e| e.to_string())?;
                         }
                         for d in &mut dealers {
@@ -221,10 +223,17 @@ pub(crate) fn run(common: Common) -> Result<()> {
             continue;
         }
         let shape = Shape::new(value_bytes, common.quick);
-        let timings = ps_timings(shape, reps)?;
-        let separate = median(timings.iter().map(|t| t.0).collect());
-        let fused = median(timings.iter().map(|t| t.1).collect());
-        let bare = median(bare_timings(shape, reps)?);
+        // One job and one bare exchange per repetition, alternately, so that a slow
+        // spell on a shared machine hits both sides alike.
+        let (mut separate, mut fused, mut bare) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..reps {
+            for (s, f) in ps_timings(shape, 1)? {
+                separate.push(s);
+                fused.push(f);
+            }
+            bare.extend(bare_timings(shape, 1)?);
+        }
+        let (separate, fused, bare) = (median(separate), median(fused), median(bare));
         let size = value_bytes as u64;
         let keys = |secs: f64| shape.keys_moved() / secs;
         let gbps = |secs: f64| shape.bytes_moved() / secs / 1e9;
