@@ -153,10 +153,10 @@ fn bare_timings(shape: Shape, reps: usize) -> Result<Vec<f64>> {
                 while peers.len() < WORKERS as usize {
                     let (peer, msg) = router.recv_from_timeout(WAIT).map_err(|e| e.to_string())?;
                     std::hint::black_box(msg.payload_len());
-                    peers.push((peer, msg));
+                    peers.push((peer, msg.reply(Kind::Put)));
                 }
-                for (peer, msg) in peers {
-                    let reply = msg.reply(Kind::Put).with_frame(answer.clone());
+                for (peer, reply) in peers {
+                    let reply = reply.with_frame(answer.clone());
                     router.send_to(&peer, reply).map_err(|e| e.to_string())?;
                 }
             }
