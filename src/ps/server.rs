@@ -2,7 +2,8 @@
 
 use super::node::{self, Node};
 use super::replica::{self, Backups, ReplicaLink};
-use super::store::{Mode, Op, Reply, Request, Store, Update};
+use super::store::{Op, Reply, Request, Store};
+use super::update::{Mode, Update};
 use super::wire::{self, Group, NodeRole};
 use super::{PsConfig, PsError, Value};
 use std::collections::{BTreeMap, VecDeque};

@@ -2,13 +2,14 @@
 
 use super::node::{self, Node};
 use super::shard::Placement;
-use super::wire::{self, Group, KvMeta, NodeRole, Runs};
+use super::split::{self, KvValues};
+use super::wire::{self, Group, KvMeta, NodeRole};
 use super::{PsConfig, PsError, Value};
 use bytes::Bytes;
 use std::collections::{HashMap, HashSet};
 use std::marker::PhantomData;
 use std::time::Instant;
-use switchyard_msg::{payload, Kind, Msg};
+use switchyard_msg::{Kind, Msg};
 use switchyard_transports::{Dealer, DealerSocket, Pollable, Poller, Socket};
 
 /// A request in flight, returned by the `start_*` calls; [`KvWorker::wait`] ends it.
@@ -16,43 +17,6 @@ use switchyard_transports::{Dealer, DealerSocket, Pollable, Poller, Socket};
 #[must_use = "a ticket must be waited on to learn whether the request succeeded"]
 pub struct Ticket {
     id: u64,
-}
-
-/// Values of a list of keys: one vector, cut by per-key lengths.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct KvValues<T> {
-    keys: Vec<u64>,
-    lens: Vec<usize>,
-    starts: Vec<usize>,
-    values: Vec<T>,
-}
-
-impl<T> KvValues<T> {
-    /// The keys, in the order asked.
-    pub fn keys(&self) -> &[u64] {
-        &self.keys
-    }
-
-    /// Every key's values, one after the other.
-    pub fn values(&self) -> &[T] {
-        &self.values
-    }
-
-    /// Each key's number of values.
-    pub fn lens(&self) -> &[usize] {
-        &self.lens
-    }
-
-    /// The values of the `i`-th key.
-    pub fn get(&self, i: usize) -> Option<&[T]> {
-        let (start, len) = (*self.starts.get(i)?, *self.lens.get(i)?);
-        self.values.get(start..start + len)
-    }
-
-    /// The values, without the keys.
-    pub fn into_values(self) -> Vec<T> {
-        self.values
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,34 +167,8 @@ impl<T: Value> KvWorker<T> {
 
     /// Starts a [`pull`](KvWorker::pull).
     pub fn start_pull(&mut self, keys: &[u64]) -> Result<Ticket, PsError> {
-        check_unique(keys)?;
         let known: Option<Vec<u64>> = keys.iter().map(|k| self.totals.get(k).copied()).collect();
-        let mut metas: Vec<KvMeta> = vec![KvMeta::default(); self.servers.len()];
-        match known {
-            Some(totals) => {
-                for (&key, &total) in keys.iter().zip(&totals) {
-                    for p in self.placement.pieces(key, total)? {
-                        let m = &mut metas[p.server];
-                        m.keys.push(key);
-                        m.lens.push(0);
-                        m.offsets.push(0);
-                        m.totals.push(0);
-                        m.must_have = true;
-                    }
-                }
-            }
-            // A key this worker has not seen may be split or not: ask every server
-            // for whatever it holds, and check afterwards that the pieces add up.
-            None => {
-                for m in &mut metas {
-                    m.keys = keys.to_vec();
-                    m.lens = vec![0; keys.len()];
-                    m.offsets = vec![0; keys.len()];
-                    m.totals = vec![0; keys.len()];
-                }
-            }
-        }
-        let requests = metas.into_iter().map(|m| (m, Vec::new())).collect();
+        let requests = split::pull_requests(&self.placement, keys, known.as_deref())?;
         self.send_all(Op::Pull, keys, requests)
     }
 
@@ -241,47 +179,10 @@ impl<T: Value> KvWorker<T> {
         lens: &[usize],
         values: Vec<T>,
     ) -> Result<Ticket, PsError> {
-        if keys.len() != lens.len() {
-            return Err(PsError::BadArguments(format!(
-                "{} keys but {} lengths",
-                keys.len(),
-                lens.len()
-            )));
-        }
-        let sum: usize = lens.iter().sum();
-        if sum != values.len() {
-            return Err(PsError::BadArguments(format!(
-                "lengths add up to {sum} but {} values were given",
-                values.len()
-            )));
-        }
-        check_unique(keys)?;
-        let size = std::mem::size_of::<T>();
-        let buffer = payload::frame_from_vec(values);
-        let mut requests: Vec<(KvMeta, Runs)> = (0..self.servers.len())
-            .map(|_| Default::default())
-            .collect();
-        let mut start = 0usize;
-        for (&key, &len) in keys.iter().zip(lens) {
-            let total = len as u64;
-            for p in self.placement.pieces(key, total)? {
-                let (m, runs) = &mut requests[p.server];
-                m.keys.push(key);
-                m.lens.push(p.len);
-                m.offsets.push(p.offset);
-                m.totals.push(total);
-                let from = (start + p.offset as usize) * size;
-                runs.add(&buffer, from, from + p.len as usize * size);
-            }
-            start += len;
-        }
+        let requests = split::push_requests(&self.placement, keys, lens, values)?;
         for (&key, &len) in keys.iter().zip(lens) {
             self.totals.insert(key, len as u64);
         }
-        let requests = requests
-            .into_iter()
-            .map(|(m, runs)| (m, runs.finish(&buffer)))
-            .collect();
         self.send_all(op, keys, requests)
     }
 
@@ -512,8 +413,6 @@ impl<T: Value> KvWorker<T> {
             found[*k] += (bytes.len() / std::mem::size_of::<T>()) as u64;
         }
         let mut lens = Vec::with_capacity(n);
-        let mut starts = Vec::with_capacity(n);
-        let mut sum = 0usize;
         for k in 0..n {
             let key = p.keys[k];
             let Some(total) = totals[k] else {
@@ -533,23 +432,9 @@ impl<T: Value> KvWorker<T> {
                 });
             }
             self.totals.insert(key, total);
-            starts.push(sum);
             lens.push(total as usize);
-            sum += total as usize;
         }
-        let mut values = vec![T::default(); sum];
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut values);
-        let size = std::mem::size_of::<T>();
-        for (k, offset, _, piece) in &p.pieces {
-            let at = (starts[*k] + *offset as usize) * size;
-            bytes[at..at + piece.len()].copy_from_slice(piece);
-        }
-        Ok(KvValues {
-            keys: p.keys,
-            lens,
-            starts,
-            values,
-        })
+        Ok(KvValues::assemble(p.keys, lens, &p.pieces))
     }
 
     /// Waits until every node of `group` (workers or all) has reached the barrier.
@@ -561,13 +446,5 @@ impl<T: Value> KvWorker<T> {
     /// servers stop and the scheduler's [`run`](super::Scheduler::run) returns.
     pub fn finish(mut self) -> Result<(), PsError> {
         self.node.done()
-    }
-}
-
-fn check_unique(keys: &[u64]) -> Result<(), PsError> {
-    let mut seen = HashSet::with_capacity(keys.len());
-    match keys.iter().find(|k| !seen.insert(**k)) {
-        Some(k) => Err(PsError::BadArguments(format!("key {k} appears twice"))),
-        None => Ok(()),
     }
 }
