@@ -76,9 +76,12 @@ impl<T: Value> KvWorker<T> {
         let node = Node::join(scheduler, NodeRole::Worker, String::new(), config)?;
         let mut servers = Vec::new();
         let mut names = Vec::new();
+        // A registered server answers as soon as it serves; one that does not within
+        // the liveness timeout is as good as dead.
+        let options = config.socket.clone().with_connect_timeout(config.dead_timeout);
         for (rank, endpoint) in node.servers.iter().enumerate() {
             let name = format!("server {rank} at {endpoint}");
-            let dealer = DealerSocket::connect(endpoint, config.socket.clone()).map_err(|e| {
+            let dealer = DealerSocket::connect(endpoint, options.clone()).map_err(|e| {
                 PsError::transport(format!("worker {} connecting to {name}", node.rank), e)
             })?;
             servers.push(dealer);
