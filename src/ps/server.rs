@@ -222,7 +222,7 @@ impl<T: Value> KvServer<T> {
             }
             requests += 1;
             let primary = msg.header.dst.id;
-            if !stores.contains_key(&primary) && link.is_some() && self.is_replica_of(primary) {
+            if !stores.contains_key(&primary) && replicate && self.is_replica_of(primary) {
                 // A worker heard of the failover before we did: keep the request
                 // until our own notice comes.
                 before_failover.push((peer, msg));

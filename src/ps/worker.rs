@@ -78,7 +78,10 @@ impl<T: Value> KvWorker<T> {
         let mut names = Vec::new();
         // A registered server answers as soon as it serves; one that does not within
         // the liveness timeout is as good as dead.
-        let options = config.socket.clone().with_connect_timeout(config.dead_timeout);
+        let options = config
+            .socket
+            .clone()
+            .with_connect_timeout(config.dead_timeout);
         for (rank, endpoint) in node.servers.iter().enumerate() {
             let name = format!("server {rank} at {endpoint}");
             let dealer = DealerSocket::connect(endpoint, options.clone()).map_err(|e| {
@@ -197,7 +200,6 @@ impl<T: Value> KvWorker<T> {
         keys: &[u64],
         requests: Vec<(KvMeta, Vec<Bytes>)>,
     ) -> Result<Ticket, PsError> {
-        self.node.check()?;
         let id = self.next_id;
         self.next_id += 1;
         let kind: Kind = match op {
