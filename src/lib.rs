@@ -45,6 +45,7 @@ pub mod collective;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod launch;
+pub mod ps;
 
 /// The README's Rust examples, compiled and run as doc tests so that they stay true.
 #[cfg(doctest)]

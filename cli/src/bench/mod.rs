@@ -10,6 +10,8 @@ mod chart;
 mod collective;
 #[cfg(feature = "mpi")]
 mod mpi;
+#[cfg(feature = "zmq")]
+mod ps;
 mod report;
 mod tracker;
 #[cfg(feature = "zmq")]
@@ -61,6 +63,10 @@ pub(crate) enum Suite {
     /// XGBoost 1.7.6's tracker (SWITCHYARD_XGB17_PYTHON), and from `switchyard launch
     /// -n 4` to the first collective.
     Tracker(tracker::TrackerArgs),
+    /// Parameter server (4 workers, 2 servers, tcp): keys/s and GB/s of fused
+    /// push_pull beside push then pull at 1 KiB and 1 MiB values, and both beside a
+    /// bare Dealer/Router exchange of the same bytes.
+    Ps(Common),
 }
 
 pub(crate) fn run(suite: Suite) -> Result<(), Box<dyn std::error::Error>> {
@@ -77,6 +83,10 @@ pub(crate) fn run(suite: Suite) -> Result<(), Box<dyn std::error::Error>> {
         Suite::Broadcast(args) => collective::run(collective::Op::Broadcast, args),
         Suite::Allgather(args) => collective::run(collective::Op::Allgather, args),
         Suite::Tracker(args) => tracker::run(args),
+        #[cfg(feature = "zmq")]
+        Suite::Ps(common) => ps::run(common),
+        #[cfg(not(feature = "zmq"))]
+        Suite::Ps(_) => Err("bench ps runs over tcp and needs the `zmq` feature".into()),
     }
 }
 
