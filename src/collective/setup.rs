@@ -142,8 +142,9 @@ impl Communicator {
         Communicator::bind_mesh(rank, endpoints.len(), endpoint, options)?.connect(endpoints)
     }
 
-    /// The communicator of a process started by `switchyard launch` (a mesh on
-    /// loopback, endpoints exchanged through the launcher's rendezvous), under a
+    /// The communicator of a process started by `switchyard launch` (a mesh on the
+    /// address [`Bootstrap::bind_endpoint`] chooses, endpoints exchanged through the
+    /// launcher's rendezvous), under a
     /// rabit/XGBoost tracker ([`from_tracker`](Communicator::from_tracker)) or by
     /// `mpirun` (the MPI engine; needs the `mpi` feature).
     pub fn from_bootstrap(
@@ -170,7 +171,12 @@ impl Communicator {
                 if size == 1 {
                     return Ok(Communicator::solo_with(options));
                 }
-                let builder = Communicator::bind_mesh(rank, size, "tcp://127.0.0.1:0", options)?;
+                // On the address that reaches the launcher's host (loopback when it
+                // is this machine), or the SWITCHYARD_IFNAME interface's.
+                let endpoint = boot
+                    .bind_endpoint()
+                    .map_err(|e| setup(format!("choosing the mesh address: {e}")))?;
+                let builder = Communicator::bind_mesh(rank, size, &endpoint, options)?;
                 let endpoints = boot
                     .exchange(builder.endpoint(), builder.options.timeout)
                     .map_err(|e| setup(format!("endpoint exchange: {e}")))?;

@@ -80,6 +80,7 @@ mod embedded;
 mod error;
 mod group;
 mod hostfile;
+mod iface;
 mod options;
 mod process;
 mod remote;
@@ -88,8 +89,11 @@ mod rendezvous_server;
 mod signals;
 mod supervise;
 
+pub(crate) use bootstrap::tcp_any_port;
 pub use bootstrap::{Bootstrap, Rendezvous};
 pub use error::LaunchError;
+pub(crate) use iface::ifname_address;
+pub use iface::{bind_address, ENV_IFNAME};
 pub use options::{LaunchOptions, LauncherKind};
 pub use process::run_local;
 
