@@ -101,7 +101,7 @@ fn pick<'a>(all: &'a [(String, IpAddr)], names: &str) -> Option<(&'a str, IpAddr
 
 /// The local address of the route to `host:port`: a UDP socket's "connect" picks the
 /// route and source address and sends nothing.
-fn route_address(host: &str, port: u16) -> Result<IpAddr, LaunchError> {
+pub(crate) fn route_address(host: &str, port: u16) -> Result<IpAddr, LaunchError> {
     let at = format!("{host}:{port}");
     let fail = |reason: String| LaunchError::Rendezvous {
         addr: at.clone(),
