@@ -191,3 +191,11 @@ fn bootstrap_exchange_swaps_stub_endpoints_through_the_root() {
         assert_eq!(r.join().unwrap().unwrap(), ["stub-0", "stub-1", "stub-2"]);
     }
 }
+
+#[test]
+fn an_id_on_the_default_address_works_on_this_host() {
+    // Whatever address `new` picks (the default route's, another interface's or
+    // loopback), ranks on this host reach it.
+    let id = UniqueId::new().unwrap();
+    job(id, 2);
+}

@@ -78,21 +78,23 @@ pub struct UniqueId {
 }
 
 impl UniqueId {
-    /// A new id whose root is this process, on the address
-    /// [`bind_address`](super::bind_address) would give towards the default route
-    /// (`SWITCHYARD_IFNAME` first; loopback when there is no route, i.e. a job on this
-    /// host only). The listener is bound now, on a free port; rank 0 of the job must
-    /// run in this process.
+    /// A new id whose root is this process, on the interface named by
+    /// `SWITCHYARD_IFNAME`, else the source address of the default route, else the
+    /// first IPv4 interface that is not loopback, else loopback (a job on this host
+    /// only). The listener is bound now, on a free port; rank 0 of the job must run in
+    /// this process.
     pub fn new() -> Result<UniqueId, IdError> {
         let ip = match super::ifname_address() {
             Err(e) => return Err(IdError::Address(e.to_string())),
             Ok(Some(ip)) => ip,
             // The default route's source address: any routable target will do, the UDP
-            // "connect" sends nothing (192.0.2.1 is the documentation network). No
-            // route at all means a job on this host only.
-            Ok(None) => {
-                super::iface::route_address("192.0.2.1", 9).unwrap_or(IpAddr::from([127, 0, 0, 1]))
-            }
+            // "connect" sends nothing (192.0.2.1 is the documentation network).
+            // Without a default route, the first interface that is not loopback (as
+            // NCCL does), else loopback.
+            Ok(None) => super::iface::route_address("192.0.2.1", 9)
+                .ok()
+                .or_else(first_non_loopback)
+                .unwrap_or(IpAddr::from([127, 0, 0, 1])),
         };
         tracing::debug!(%ip, "unique id root address");
         UniqueId::new_on(ip)
@@ -244,6 +246,15 @@ fn parked() -> std::sync::MutexGuard<'static, Option<HashMap<u64, TcpListener>>>
 /// Takes the listener [`UniqueId::new`] parked for `tag`, if this process has it.
 fn take_parked(tag: u64) -> Option<TcpListener> {
     parked().get_or_insert_with(HashMap::new).remove(&tag)
+}
+
+/// The first IPv4 address of an interface other than loopback, if any.
+fn first_non_loopback() -> Option<IpAddr> {
+    super::iface::interface_addresses()
+        .ok()?
+        .into_iter()
+        .map(|(_, ip)| ip)
+        .find(|ip| ip.is_ipv4() && !ip.is_loopback())
 }
 
 /// 64 random bits from std's per-process random hash keys, mixed with the time and pid.
