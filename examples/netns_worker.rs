@@ -46,7 +46,9 @@ struct Args {
 
 fn parse() -> Result<Args, Error> {
     let mut args = std::env::args().skip(1);
-    let mode = args.next().ok_or("usage: netns_worker tracker|env [options]")?;
+    let mode = args
+        .next()
+        .ok_or("usage: netns_worker tracker|env [options]")?;
     let mut parsed = Args {
         mode,
         iters: 10,

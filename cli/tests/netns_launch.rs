@@ -55,45 +55,73 @@ fn launch(net: &Net, cluster: &SshCluster, n: usize, worker_args: &[&str]) -> Co
     c.arg("launch")
         .args(["-n", &n.to_string(), "--launcher", "ssh", "--hostfile"])
         .arg(cluster.hostfile())
-        .args(["--host", &head, "--rendezvous-timeout", "30", "--timeout", "90"])
+        .args([
+            "--host",
+            &head,
+            "--rendezvous-timeout",
+            "30",
+            "--timeout",
+            "90",
+        ])
         .arg("--")
         .arg(example("netns_worker"))
         .args(worker_args);
     c
 }
 
-#[test]
-fn an_ssh_job_on_three_hosts_ranks_them_by_host() {
-    let Some(net) = Net::new(3) else { return };
-    // Task t runs on the hostfile's t-th host: not in address order, so that the
-    // tracker's sorting is visible.
-    let order = [2, 0, 1];
-    let cluster = SshCluster::new(&net, &order);
-    let cmd = launch(&net, &cluster, 3, &["tracker", "--iters", "20", "--timeout", "20"]);
-    let (out, _) = run_bounded(cmd, Duration::from_secs(90));
+/// Runs a 3-rank job of `netns_worker WORKER_ARGS --iters 20` through the ssh
+/// launcher, task `t` on host `order[t]`; checks that it succeeds, that every rank
+/// ran on its task's host and finished; returns the joined lines in rank order.
+fn three_host_job(net: &Net, order: &[usize], mode: &str) -> Vec<Joined> {
+    let cluster = SshCluster::new(net, order);
+    let args = [mode, "--iters", "20", "--timeout", "20"];
+    let (out, _) = run_bounded(launch(net, &cluster, 3, &args), Duration::from_secs(90));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-
     let mut joined: Vec<Joined> = stdout.lines().filter_map(parse_joined).collect();
     joined.sort_by_key(|j| j.rank);
     assert_eq!(joined.len(), 3, "{stdout}\n{stderr}");
     for (rank, j) in joined.iter().enumerate() {
-        assert_eq!(j.world, 3, "{j:?}");
-        assert_eq!(j.rank, rank, "{joined:?}");
-        // It ran on the host its task was given, and is seen there at that address...
+        assert_eq!((j.rank, j.world), (rank, 3), "{joined:?}");
+        // It ran on the host its task was given, and is seen there at that address.
         assert_eq!(j.addr, Net::addr(order[j.task]).to_string(), "{j:?}");
-        // ...and the tracker ranked the hosts in address order.
-        assert_eq!(j.addr, Net::addr(rank).to_string(), "{joined:?}");
         let done = format!("[{}] done iters=20", j.task);
-        assert!(stdout.lines().any(|l| l == done), "no {done:?} in\n{stdout}");
+        assert!(
+            stdout.lines().any(|l| l == done),
+            "no {done:?} in\n{stdout}"
+        );
     }
     let log = cluster.log();
     assert_eq!(log.len(), 3, "{log:?}");
-    for &host in &order {
+    for &host in order {
         let start = format!("ssh -o BatchMode=yes {} cd ", Net::addr(host));
-        assert!(log.iter().any(|l| l.starts_with(&start)), "{start:?} not in {log:?}");
+        assert!(
+            log.iter().any(|l| l.starts_with(&start)),
+            "{start:?} not in {log:?}"
+        );
     }
+    joined
+}
+
+#[test]
+fn an_ssh_job_on_three_hosts_ranks_them_by_host() {
+    let Some(net) = Net::new(3) else { return };
+    // Not in address order, so that the tracker's sorting shows.
+    let joined = three_host_job(&net, &[2, 0, 1], "tracker");
+    for (rank, j) in joined.iter().enumerate() {
+        assert_eq!(j.addr, Net::addr(rank).to_string(), "{joined:?}");
+    }
+}
+
+#[test]
+fn a_host_with_a_dead_end_interface_is_reached_on_the_one_that_routes() {
+    // Host 2's first interface leads nowhere; its peers reach it only on eth0.
+    let Some(net) = Net::with_dead_ends(3, &[(2, "a0", "10.99.0.3/24")]) else {
+        return;
+    };
+    let joined = three_host_job(&net, &[0, 1, 2], "tracker");
+    assert_eq!(joined[2].addr, Net::addr(2).to_string(), "{joined:?}");
 }
 
 /// A line of the launcher's output and when it arrived.
@@ -175,7 +203,10 @@ fn a_partitioned_host_is_named_by_every_survivor_and_ends_the_job() {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
-        assert!(Instant::now() < end_by, "the job still runs 45 s after the partition");
+        assert!(
+            Instant::now() < end_by,
+            "the job still runs 45 s after the partition"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     guard.0 = None;

@@ -70,7 +70,10 @@ pub(crate) fn ip(args: &[&str]) {
 /// Prints why the test does not run, or fails it when namespaces are required.
 fn skip(why: &str) -> Option<Net> {
     let required = std::env::var(ENV_REQUIRE).is_ok_and(|v| v.trim() == "1");
-    assert!(!required, "{ENV_REQUIRE}=1 but network namespaces are unusable: {why}");
+    assert!(
+        !required,
+        "{ENV_REQUIRE}=1 but network namespaces are unusable: {why}"
+    );
     eprintln!("skipped: network namespaces are unusable here ({why}); {ENV_REQUIRE}=1 makes this a failure");
     None
 }
@@ -102,6 +105,15 @@ impl Net {
     /// [`HOST_IF`], loopback up everywhere. `None` (after saying why) when namespaces
     /// cannot be made here.
     pub(crate) fn new(hosts: usize) -> Option<Net> {
+        Net::with_dead_ends(hosts, &[])
+    }
+
+    /// As [`Net::new`], and host `i` of each `(i, ifname, cidr)` also gets the
+    /// interface `ifname` at `cidr` (e.g. `10.99.0.1/24`), up and linked to a
+    /// namespace of its own that reaches no other host: a network the job must not
+    /// use. It is made before [`HOST_IF`], so it comes first in the host's interface
+    /// list (a choice of "the first interface" picks it).
+    pub(crate) fn with_dead_ends(hosts: usize, dead_ends: &[(usize, &str, &str)]) -> Option<Net> {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         if hosts == 0 || hosts > 250 {
             panic!("{hosts} hosts: the harness has addresses for 1 to 250");
@@ -134,6 +146,9 @@ impl Net {
         ip(&["-n", &bridge, "link", "set", "br0", "up"]);
         for i in 0..hosts {
             let ns = net.namespace(&format!("h{i}"));
+            for &(_, ifname, cidr) in dead_ends.iter().filter(|d| d.0 == i) {
+                net.add_dead_end(&ns, ifname, cidr);
+            }
             let port = format!("h{i}");
             ip(&[
                 "-n", &ns, "link", "add", HOST_IF, "type", "veth", "peer", "name", &port, "netns",
@@ -186,19 +201,17 @@ impl Net {
         ip(&["-n", &self.hosts[i], "link", "set", HOST_IF, "down"]);
     }
 
-    /// Gives host `i` a second interface `ifname` at `cidr` (e.g. `10.99.0.1/24`), up
-    /// and linked to a namespace of its own that reaches no other host: a network the
-    /// job must not use.
-    pub(crate) fn add_dead_end(&mut self, i: usize, ifname: &str, cidr: &str) {
-        let island = self.namespace(&format!("i{i}{ifname}"));
-        let host = self.hosts[i].clone();
+    /// Gives the host namespace `host` an interface `ifname` at `cidr` whose far end
+    /// is in a namespace of its own (see [`Net::with_dead_ends`]).
+    fn add_dead_end(&mut self, host: &str, ifname: &str, cidr: &str) {
+        let island = self.namespace(&format!("x{}", self.made.len()));
         ip(&[
-            "-n", &host, "link", "add", ifname, "type", "veth", "peer", "name", "x0", "netns",
+            "-n", host, "link", "add", ifname, "type", "veth", "peer", "name", "x0", "netns",
             &island,
         ]);
         ip(&["-n", &island, "link", "set", "x0", "up"]);
-        ip(&["-n", &host, "addr", "add", cidr, "dev", ifname]);
-        ip(&["-n", &host, "link", "set", ifname, "up"]);
+        ip(&["-n", host, "addr", "add", cidr, "dev", ifname]);
+        ip(&["-n", host, "link", "set", ifname, "up"]);
     }
 }
 

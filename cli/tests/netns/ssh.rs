@@ -42,7 +42,10 @@ impl SshCluster {
             .map(|i| format!("{} {}\n", Net::addr(i), net.ns(i)))
             .collect();
         std::fs::write(dir.join("map"), map).unwrap();
-        let hosts: String = order.iter().map(|&i| format!("{}\n", Net::addr(i))).collect();
+        let hosts: String = order
+            .iter()
+            .map(|&i| format!("{}\n", Net::addr(i)))
+            .collect();
         std::fs::write(dir.join("hosts"), hosts).unwrap();
         SshCluster { dir }
     }
