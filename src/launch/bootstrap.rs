@@ -252,20 +252,27 @@ impl Bootstrap {
         })
     }
 
-    /// Where this process's stub should bind: `mpi://RANK` under `mpirun`; under a
-    /// tracker, any free port on the address this host uses to reach the tracker
-    /// (peers may be on other machines); otherwise `tcp://127.0.0.1:0` (any free port
-    /// on loopback, since `switchyard launch` starts every process on this machine).
+    /// Where this process's stub should bind: `mpi://RANK` under `mpirun`; otherwise
+    /// any free port on the address [`bind_address`](super::bind_address) chooses for
+    /// the rendezvous or tracker host (`SWITCHYARD_IFNAME`, else the route to that
+    /// host: `tcp://127.0.0.1:0` when it is on loopback). When no address can be
+    /// chosen this falls back to `tcp://0.0.0.0:0`; [`bind_endpoint`](Bootstrap::bind_endpoint)
+    /// returns the error instead.
     pub fn stub_endpoint(&self) -> String {
-        match &self.rendezvous {
-            Rendezvous::Mpi => format!("mpi://{}", self.rank),
-            Rendezvous::Launcher(_) => "tcp://127.0.0.1:0".into(),
-            Rendezvous::Tracker { host, port, .. } => match local_ip_towards(host, *port) {
-                Some(std::net::IpAddr::V6(ip)) => format!("tcp://[{ip}]:0"),
-                Some(ip) => format!("tcp://{ip}:0"),
-                None => "tcp://0.0.0.0:0".into(),
-            },
-        }
+        self.bind_endpoint()
+            .unwrap_or_else(|_| "tcp://0.0.0.0:0".into())
+    }
+
+    /// [`stub_endpoint`](Bootstrap::stub_endpoint), or the error naming why no address
+    /// could be chosen (a `SWITCHYARD_IFNAME` that matches nothing, a root host that
+    /// does not resolve or has no route).
+    pub fn bind_endpoint(&self) -> Result<String, LaunchError> {
+        let (host, port) = match &self.rendezvous {
+            Rendezvous::Mpi => return Ok(format!("mpi://{}", self.rank)),
+            Rendezvous::Launcher(addr) => split_host_port(addr)?,
+            Rendezvous::Tracker { host, port, .. } => (host.clone(), *port),
+        };
+        Ok(tcp_any_port(super::bind_address(&host, port)?))
     }
 
     /// Sends this process's endpoint to the rendezvous and returns every rank's, in
@@ -302,20 +309,29 @@ impl Bootstrap {
     }
 }
 
-/// The local address of a route to `host:port`, found by connecting a UDP socket
-/// (which sends nothing).
-fn local_ip_towards(host: &str, port: u16) -> Option<std::net::IpAddr> {
-    use std::net::{ToSocketAddrs, UdpSocket};
-    let target = (host.trim_start_matches('[').trim_end_matches(']'), port)
-        .to_socket_addrs()
-        .ok()?
-        .next()?;
-    let any = if target.is_ipv4() {
-        "0.0.0.0:0"
-    } else {
-        "[::]:0"
+/// `tcp://IP:0`, with IPv6 addresses in brackets.
+pub(crate) fn tcp_any_port(ip: std::net::IpAddr) -> String {
+    match ip {
+        std::net::IpAddr::V6(ip) => format!("tcp://[{ip}]:0"),
+        ip => format!("tcp://{ip}:0"),
+    }
+}
+
+/// `host:port` (or `[v6]:port`) split; an error names the address.
+pub(crate) fn split_host_port(addr: &str) -> Result<(String, u16), LaunchError> {
+    let bad = |reason: &str| LaunchError::Rendezvous {
+        addr: addr.to_string(),
+        reason: reason.to_string(),
     };
-    let socket = UdpSocket::bind(any).ok()?;
-    socket.connect(target).ok()?;
-    Some(socket.local_addr().ok()?.ip())
+    let (host, port) = addr
+        .rsplit_once(':')
+        .ok_or_else(|| bad("not a host:port address"))?;
+    let port = port
+        .parse::<u16>()
+        .map_err(|_| bad("the port is not a number (0..65535)"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(bad("no host before the port"));
+    }
+    Ok((host.to_string(), port))
 }
