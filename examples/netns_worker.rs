@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! netns_worker MODE [--iters N] [--timeout SECS] [--progress EVERY] [--ignore-sigterm 1]
+//!                    [--ifname NAME] [--rank R --world N [--id ID]]
 //! ```
 //!
 //! `MODE` is how the communicator is formed:
@@ -13,10 +14,16 @@
 //!   (`DMLC_TASK_ID` as the task id) with `Communicator::from_tracker`, even when
 //!   `switchyard launch` also set its own rendezvous: the tracker's ranks are sorted
 //!   by host, and its mesh binds the address that routes to the tracker;
-//! - `env`: `Communicator::from_env`, whatever convention the environment follows.
+//! - `env`: `Communicator::from_env`, whatever convention the environment follows;
+//! - `uid`: `Communicator::init` with `--rank` and `--world`; rank 0 without `--id`
+//!   makes the id (`UniqueId::new`) and prints `id=ID` first, the others get `--id ID`.
+//!
+//! `--ifname NAME` sets `SWITCHYARD_IFNAME` for this process (as a site's login
+//! environment would on a real host).
 //!
 //! Output, one line each, for the test to parse:
 //!
+//! - `id=ID` (mode `uid`, rank 0 only): the unique id to hand to the other ranks;
 //! - `joined rank=R world=N addr=A task=T`: `A` is the local address of the route to
 //!   the tracker or rendezvous (the host's address as its peers see it);
 //! - `iter K` every `--progress` iterations (default 100);
@@ -32,6 +39,7 @@ use std::net::{IpAddr, ToSocketAddrs, UdpSocket};
 use std::process::ExitCode;
 use std::time::Duration;
 use switchyard::collective::{CommOptions, Communicator, ReduceOp, TrackerJoin};
+use switchyard::launch::{UniqueId, ENV_IFNAME};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -42,6 +50,9 @@ struct Args {
     timeout: Option<Duration>,
     progress: u64,
     ignore_sigterm: bool,
+    rank: Option<usize>,
+    world: Option<usize>,
+    id: Option<UniqueId>,
 }
 
 fn parse() -> Result<Args, Error> {
@@ -55,6 +66,9 @@ fn parse() -> Result<Args, Error> {
         timeout: None,
         progress: 100,
         ignore_sigterm: false,
+        rank: None,
+        world: None,
+        id: None,
     };
     while let Some(flag) = args.next() {
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -63,6 +77,11 @@ fn parse() -> Result<Args, Error> {
             "--timeout" => parsed.timeout = Some(Duration::from_secs_f64(value.parse()?)),
             "--progress" => parsed.progress = value.parse::<u64>()?.max(1),
             "--ignore-sigterm" => parsed.ignore_sigterm = value == "1",
+            "--rank" => parsed.rank = Some(value.parse()?),
+            "--world" => parsed.world = Some(value.parse()?),
+            "--id" => parsed.id = Some(value.parse()?),
+            // Before any thread starts: nothing reads the environment concurrently.
+            "--ifname" => std::env::set_var(ENV_IFNAME, value),
             other => return Err(format!("unknown option {other}").into()),
         }
     }
@@ -86,9 +105,12 @@ fn local_ip_towards(host: &str, port: u16) -> Option<IpAddr> {
     Some(socket.local_addr().ok()?.ip())
 }
 
-/// The host and port this process was pointed at: the tracker, else the launcher's
-/// rendezvous, else `MASTER_ADDR`/`MASTER_PORT`.
-fn root() -> Option<(String, u16)> {
+/// The host and port this process was pointed at: the unique id's root, the tracker,
+/// the launcher's rendezvous, or `MASTER_ADDR`/`MASTER_PORT`.
+fn root(args: &Args, id: Option<UniqueId>) -> Option<(String, u16)> {
+    if let Some(id) = id.or(args.id) {
+        return Some((id.root().ip().to_string(), id.root().port()));
+    }
     let pair = |h: &str, p: &str| -> Option<(String, u16)> {
         Some((std::env::var(h).ok()?, std::env::var(p).ok()?.parse().ok()?))
     };
@@ -101,12 +123,14 @@ fn root() -> Option<(String, u16)> {
         .or_else(|| pair("MASTER_ADDR", "MASTER_PORT"))
 }
 
-fn communicator(args: &Args) -> Result<Communicator, Error> {
+/// The communicator, and the unique id when this process made it.
+fn communicator(args: &Args) -> Result<(Communicator, Option<UniqueId>), Error> {
+    let mut made = None;
     let mut options = CommOptions::from_env();
     if let Some(t) = args.timeout {
         options = options.with_timeout(t);
     }
-    Ok(match args.mode.as_str() {
+    let comm = match args.mode.as_str() {
         "tracker" => {
             let port = var("DMLC_TRACKER_PORT")?.parse()?;
             let mut join = TrackerJoin::new(var("DMLC_TRACKER_URI")?, port);
@@ -116,15 +140,31 @@ fn communicator(args: &Args) -> Result<Communicator, Error> {
             Communicator::from_tracker(&join, options)?
         }
         "env" => Communicator::from_env_with(options)?,
+        "uid" => {
+            let rank = args.rank.ok_or("mode uid needs --rank")?;
+            let world = args.world.ok_or("mode uid needs --world")?;
+            let id = match args.id {
+                Some(id) => id,
+                None if rank == 0 => {
+                    let id = UniqueId::new()?;
+                    println!("id={id}");
+                    made = Some(id);
+                    id
+                }
+                None => return Err("mode uid needs --id on ranks other than 0".into()),
+            };
+            Communicator::init(&id, rank, world, options)?
+        }
         other => return Err(format!("unknown mode {other}").into()),
-    })
+    };
+    Ok((comm, made))
 }
 
 fn run(args: &Args, rank: &mut Option<usize>) -> Result<(), Error> {
-    let mut comm = communicator(args)?;
+    let (mut comm, made) = communicator(args)?;
     let (r, n) = (comm.rank(), comm.world_size());
     *rank = Some(r);
-    let addr = root()
+    let addr = root(args, made)
         .and_then(|(h, p)| local_ip_towards(&h, p))
         .map_or_else(|| "?".to_string(), |a| a.to_string());
     let task = std::env::var("DMLC_TASK_ID").unwrap_or_else(|_| "-".into());

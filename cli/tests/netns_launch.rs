@@ -72,9 +72,10 @@ fn launch(net: &Net, cluster: &SshCluster, n: usize, worker_args: &[&str]) -> Co
 /// Runs a 3-rank job of `netns_worker WORKER_ARGS --iters 20` through the ssh
 /// launcher, task `t` on host `order[t]`; checks that it succeeds, that every rank
 /// ran on its task's host and finished; returns the joined lines in rank order.
-fn three_host_job(net: &Net, order: &[usize], mode: &str) -> Vec<Joined> {
+fn three_host_job(net: &Net, order: &[usize], worker_args: &[&str]) -> Vec<Joined> {
     let cluster = SshCluster::new(net, order);
-    let args = [mode, "--iters", "20", "--timeout", "20"];
+    let mut args = worker_args.to_vec();
+    args.extend(["--iters", "20", "--timeout", "20"]);
     let (out, _) = run_bounded(launch(net, &cluster, 3, &args), Duration::from_secs(90));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -108,9 +109,20 @@ fn three_host_job(net: &Net, order: &[usize], mode: &str) -> Vec<Joined> {
 fn an_ssh_job_on_three_hosts_ranks_them_by_host() {
     let Some(net) = Net::new(3) else { return };
     // Not in address order, so that the tracker's sorting shows.
-    let joined = three_host_job(&net, &[2, 0, 1], "tracker");
+    let joined = three_host_job(&net, &[2, 0, 1], &["tracker"]);
     for (rank, j) in joined.iter().enumerate() {
         assert_eq!(j.addr, Net::addr(rank).to_string(), "{joined:?}");
+    }
+}
+
+#[test]
+fn an_ssh_job_of_switchyard_programs_meets_at_the_launchers_rendezvous() {
+    let Some(net) = Net::new(3) else { return };
+    // Communicator::from_env: the launcher's rank (= task) and its rendezvous; each
+    // mesh binds the address that routes to the rendezvous on host 0.
+    let joined = three_host_job(&net, &[2, 0, 1], &["env"]);
+    for j in &joined {
+        assert_eq!(j.rank, j.task, "{joined:?}");
     }
 }
 
@@ -120,8 +132,15 @@ fn a_host_with_a_dead_end_interface_is_reached_on_the_one_that_routes() {
     let Some(net) = Net::with_dead_ends(3, &[(2, "a0", "10.99.0.3/24")]) else {
         return;
     };
-    let joined = three_host_job(&net, &[0, 1, 2], "tracker");
-    assert_eq!(joined[2].addr, Net::addr(2).to_string(), "{joined:?}");
+    for args in [&["tracker"][..], &["env"], &["env", "--ifname", "eth0"]] {
+        // The job succeeds only if host 2's mesh is on an address its peers reach.
+        let joined = three_host_job(&net, &[0, 1, 2], args);
+        assert_eq!(
+            joined[2].addr,
+            Net::addr(2).to_string(),
+            "{args:?}: {joined:?}"
+        );
+    }
 }
 
 /// A line of the launcher's output and when it arrived.

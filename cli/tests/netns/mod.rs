@@ -14,6 +14,10 @@
 //! missing it prints why and returns `None`, and the test returns early; with
 //! `SWITCHYARD_REQUIRE_NETNS=1` (CI, which runs as root) that is a failure instead.
 //!
+//! Every host has a default route via 10.77.0.254, an address nobody answers.
+//! Ports are per namespace: a test may use a fixed port (a `MASTER_PORT`) without
+//! colliding with anything outside its own hosts.
+//!
 //! Names are `sy{pid}n{counter}...`, unique per test process and per harness, so tests
 //! in parallel do not collide. Dropping the [`Net`] deletes every namespace it made
 //! (deleting a namespace deletes its interfaces), also when the test panics; a test
@@ -35,6 +39,9 @@ const PREFIX: &str = "sy";
 
 /// The interface that joins a host to the bridge, inside the host's namespace.
 pub(crate) const HOST_IF: &str = "eth0";
+
+/// The hosts' default gateway: an address on the bridge's network that nobody has.
+pub(crate) const GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 254);
 
 /// Network namespaces joined by a bridge, deleted on drop.
 #[derive(Debug)]
@@ -159,6 +166,12 @@ impl Net {
             let cidr = format!("{}/24", Net::addr(i));
             ip(&["-n", &ns, "addr", "add", &cidr, "dev", HOST_IF]);
             ip(&["-n", &ns, "link", "set", HOST_IF, "up"]);
+            // Hosts have a default route, as real ones do (unique ids find their
+            // address by it); the gateway does not exist, so nothing goes beyond.
+            let gateway = GATEWAY.to_string();
+            ip(&[
+                "-n", &ns, "route", "add", "default", "via", &gateway, "dev", HOST_IF,
+            ]);
             net.hosts.push(ns);
         }
         Some(net)
