@@ -124,13 +124,10 @@ fn a_unique_id_made_on_one_host_brings_up_a_job_on_three() {
     assert!(id.contains(&format!("@{}:", Net::addr(0))), "{id}");
     let mut workers = vec![root];
     for host in 1..3 {
-        let rank = host.to_string();
-        let args = with(&rank, &["--id", &id]);
-        workers.push(Worker::start(
-            &net,
-            host,
-            &args.iter().map(String::as_str).collect::<Vec<_>>(),
-        ));
+        let mut extra = common.to_vec();
+        extra.extend(["--id", &id]);
+        let args = uid_args(host, 3, &extra);
+        workers.push(Worker::start(&net, host, &strs(&args)));
     }
     for (host, worker) in workers.into_iter().enumerate() {
         let (status, lines) = worker.finish(by);
@@ -142,4 +139,71 @@ fn a_unique_id_made_on_one_host_brings_up_a_job_on_three() {
         );
         assert!(lines.iter().any(|l| l == "done iters=20"), "{lines:#?}");
     }
+}
+
+/// `netns_worker uid --rank RANK --world WORLD` plus `extra`, as owned strings.
+fn uid_args(rank: usize, world: usize, extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "uid",
+        "--rank",
+        &rank.to_string(),
+        "--world",
+        &world.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn a_root_that_is_not_there_is_named_within_the_timeout() {
+    let Some(net) = Net::new(2) else { return };
+    // Nobody has 10.77.0.9: no RST comes back, only silence.
+    let id = "syid:00000000000000ff@10.77.0.9:29500";
+    let started = Instant::now();
+    let args = uid_args(1, 2, &["--id", id, "--timeout", "3"]);
+    let worker = Worker::start(&net, 1, &strs(&args));
+    let (status, lines) = worker.finish(started + Duration::from_secs(30));
+    let took = started.elapsed();
+    assert!(!status.success(), "{lines:#?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("netns_worker: ") && l.contains("10.77.0.9:29500")),
+        "the error does not name the root: {lines:#?}"
+    );
+    assert!(
+        took < Duration::from_secs(3 + 5),
+        "gave up after {took:?}: {lines:#?}"
+    );
+}
+
+#[test]
+fn switchyard_ifname_is_obeyed_even_when_it_names_a_dead_end() {
+    // Host 1 is told to use a0, which its peer cannot reach: the job fails, and says
+    // at which address, rather than silently using eth0.
+    let Some(net) = Net::with_dead_ends(2, &[(1, "a0", "10.99.0.2/24")]) else {
+        return;
+    };
+    let by = Instant::now() + Duration::from_secs(40);
+    let args0 = uid_args(0, 2, &["--timeout", "4"]);
+    let mut root = Worker::start(&net, 0, &strs(&args0));
+    let id = root.wait_for("id=", by);
+    let args1 = uid_args(1, 2, &["--id", &id, "--timeout", "4", "--ifname", "a0"]);
+    let other = Worker::start(&net, 1, &strs(&args1));
+    let (s0, lines0) = root.finish(by);
+    let (s1, lines1) = other.finish(by);
+    assert!(!s0.success() && !s1.success(), "{lines0:#?}\n{lines1:#?}");
+    let all: Vec<&String> = lines0.iter().chain(&lines1).collect();
+    assert!(
+        all.iter()
+            .any(|l| l.starts_with("netns_worker: ") && l.contains("10.99.0.2")),
+        "no error names host 1's a0 address: {all:#?}"
+    );
 }
