@@ -182,6 +182,9 @@ impl Communicator {
                     .map_err(|e| setup(format!("endpoint exchange: {e}")))?;
                 builder.connect(&endpoints)
             }
+            Rendezvous::UniqueId(id) => {
+                Communicator::init(id, boot.rank as usize, boot.world_size as usize, options)
+            }
             Rendezvous::Tracker {
                 host,
                 port,

@@ -76,6 +76,7 @@
 
 mod bootstrap;
 mod console;
+pub mod conventions;
 mod embedded;
 mod error;
 mod group;

@@ -7,7 +7,7 @@
 //! it in this process, so the process that makes the id must be the one that runs
 //! rank 0 (NCCL's rule too); rank 0's [`exchange`] takes that listener. An id made by
 //! [`UniqueId::at`] (the `MASTER_ADDR`/`MASTER_PORT` convention) has no listener yet:
-//! rank 0 binds the id's port itself, and the other ranks retry their connection
+//! rank 0 binds the id's port itself, on every interface, and the other ranks retry their connection
 //! until it does or their timeout ends.
 //!
 //! # Protocol
@@ -33,7 +33,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -530,8 +530,17 @@ pub fn exchange(
     let root = if rank == 0 {
         let listener = match take_parked(id.tag) {
             Some(l) => l,
-            None => TcpListener::bind(id.root)
-                .map_err(|e| IdError::Address(format!("rank 0 binds the root {}: {e}", id.root)))?,
+            // Every interface, at the id's port: the root's name (MASTER_ADDR) may
+            // stand for an address this host only receives on (a service address).
+            None => {
+                let any: IpAddr = match id.root {
+                    SocketAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+                    SocketAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
+                };
+                TcpListener::bind((any, id.root.port())).map_err(|e| {
+                    IdError::Address(format!("rank 0 binds the root port {}: {e}", id.root))
+                })?
+            }
         };
         let tag = id.tag;
         Some(std::thread::spawn(move || {
