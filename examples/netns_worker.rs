@@ -106,7 +106,7 @@ fn local_ip_towards(host: &str, port: u16) -> Option<IpAddr> {
 }
 
 /// The host and port this process was pointed at: the unique id's root, the tracker,
-/// the launcher's rendezvous, or `MASTER_ADDR`/`MASTER_PORT`.
+/// the launcher's rendezvous, `MASTER_ADDR`/`MASTER_PORT`, or Slurm's launch node.
 fn root(args: &Args, id: Option<UniqueId>) -> Option<(String, u16)> {
     if let Some(id) = id.or(args.id) {
         return Some((id.root().ip().to_string(), id.root().port()));
@@ -121,6 +121,8 @@ fn root(args: &Args, id: Option<UniqueId>) -> Option<(String, u16)> {
             Some((h.to_string(), p.parse().ok()?))
         })
         .or_else(|| pair("MASTER_ADDR", "MASTER_PORT"))
+        // Any port does for a route; Slurm's default port depends on the job id.
+        .or_else(|| Some((std::env::var("SLURM_LAUNCH_NODE_IPADDR").ok()?, 9)))
 }
 
 /// The communicator, and the unique id when this process made it.

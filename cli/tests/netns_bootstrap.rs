@@ -16,6 +16,27 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use support::{example, ChildGuard};
 
+/// Variables by which some starter could have marked this test process.
+const LAUNCH_VARS: [&str; 17] = [
+    "SWITCHYARD_RANK",
+    "SWITCHYARD_WORLD_SIZE",
+    "SWITCHYARD_RENDEZVOUS",
+    "SWITCHYARD_IFNAME",
+    "DMLC_TRACKER_URI",
+    "DMLC_TRACKER_PORT",
+    "DMLC_TASK_ID",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "RANK",
+    "WORLD_SIZE",
+    "OMPI_COMM_WORLD_RANK",
+    "PMI_RANK",
+    "PMIX_RANK",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_JOB_ID",
+];
+
 /// A worker started on one host, its stdout and stderr lines arriving on `lines`.
 struct Worker {
     guard: ChildGuard,
@@ -26,20 +47,21 @@ struct Worker {
 impl Worker {
     /// `netns_worker ARGS` on host `host`.
     fn start(net: &Net, host: usize, args: &[&str]) -> Worker {
+        Worker::start_with(net, host, args, &[])
+    }
+
+    /// `netns_worker ARGS` on host `host` with the variables `env`.
+    fn start_with(net: &Net, host: usize, args: &[&str], env: &[(String, String)]) -> Worker {
         let mut cmd = net.command(host, example("netns_worker"));
         cmd.args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         // Nothing of this test process's own starter may leak into the workers.
-        for var in [
-            "SWITCHYARD_RANK",
-            "DMLC_TRACKER_URI",
-            "MASTER_ADDR",
-            "SWITCHYARD_IFNAME",
-        ] {
+        for var in LAUNCH_VARS {
             cmd.env_remove(var);
         }
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
         let mut child = cmd.spawn().expect("spawn a worker");
         let (tx, lines) = mpsc::channel();
         let out = child.stdout.take().unwrap();
@@ -206,4 +228,61 @@ fn switchyard_ifname_is_obeyed_even_when_it_names_a_dead_end() {
             .any(|l| l.starts_with("netns_worker: ") && l.contains("10.99.0.2")),
         "no error names host 1's a0 address: {all:#?}"
     );
+}
+
+/// Starts rank `r` of 3 on host `r` with `env(r)`, highest rank first (the others
+/// must wait for rank 0 to bind the root), in mode `env`; checks that every rank
+/// finishes at its host's address.
+fn three_ranks_from_env(net: &Net, env: impl Fn(usize) -> Vec<(&'static str, String)>) {
+    let by = Instant::now() + Duration::from_secs(60);
+    let args = ["env", "--iters", "20", "--timeout", "20"];
+    let mut workers: Vec<(usize, Worker)> = (0..3)
+        .rev()
+        .map(|r| {
+            let vars: Vec<(String, String)> = env(r)
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
+            (r, Worker::start_with(net, r, &args, &vars))
+        })
+        .collect();
+    workers.sort_by_key(|w| w.0);
+    for (rank, worker) in workers {
+        let (status, lines) = worker.finish(by);
+        assert!(status.success(), "rank {rank}: {lines:#?}");
+        let joined = format!("joined rank={rank} world=3 addr={} ", Net::addr(rank));
+        assert!(
+            lines.iter().any(|l| l.starts_with(&joined)),
+            "{joined:?} not in {lines:#?}"
+        );
+        assert!(lines.iter().any(|l| l == "done iters=20"), "{lines:#?}");
+    }
+}
+
+#[test]
+fn torchrun_variables_bring_up_a_job_on_three_hosts() {
+    let Some(net) = Net::new(3) else { return };
+    // Ports belong to the namespaces: a fixed MASTER_PORT collides with nothing.
+    three_ranks_from_env(&net, |r| {
+        vec![
+            ("MASTER_ADDR", Net::addr(0).to_string()),
+            ("MASTER_PORT", "29500".into()),
+            ("RANK", r.to_string()),
+            ("WORLD_SIZE", "3".into()),
+        ]
+    });
+}
+
+#[test]
+fn srun_variables_bring_up_a_job_on_three_hosts() {
+    let Some(net) = Net::new(3) else { return };
+    // srun ran on host 0, where rank 0 is; the port comes from the job id.
+    three_ranks_from_env(&net, |r| {
+        vec![
+            ("SLURM_PROCID", r.to_string()),
+            ("SLURM_NTASKS", "3".into()),
+            ("SLURM_JOB_ID", "4242".into()),
+            ("SLURM_LAUNCH_NODE_IPADDR", Net::addr(0).to_string()),
+        ]
+    });
 }
