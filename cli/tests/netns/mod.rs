@@ -85,13 +85,19 @@ fn skip(why: &str) -> Option<Net> {
     None
 }
 
+/// The namespaces there are now.
+pub(crate) fn list() -> Vec<String> {
+    let out = ip_output(&["netns", "list"]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
 /// Deletes namespaces that earlier, killed test processes left behind.
 fn sweep_leftovers() {
-    let out = ip_output(&["netns", "list"]);
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let Some(name) = line.split_whitespace().next() else {
-            continue;
-        };
+    for name in list() {
         let Some(rest) = name.strip_prefix(PREFIX) else {
             continue;
         };
@@ -102,7 +108,7 @@ fn sweep_leftovers() {
             continue;
         };
         if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = ip_output(&["netns", "del", name]);
+            let _ = ip_output(&["netns", "del", &name]);
         }
     }
 }
@@ -189,6 +195,11 @@ impl Net {
     /// Host `i`'s address on the bridge: `10.77.0.{i+1}`.
     pub(crate) fn addr(i: usize) -> Ipv4Addr {
         Ipv4Addr::new(10, 77, 0, u8::try_from(i + 1).expect("at most 250 hosts"))
+    }
+
+    /// Every namespace made (bridge, hosts, dead ends), deleted on drop.
+    pub(crate) fn namespaces(&self) -> &[String] {
+        &self.made
     }
 
     /// How many hosts.
