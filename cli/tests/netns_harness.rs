@@ -49,18 +49,16 @@ fn hosts_reach_each_other_and_a_downed_host_is_cut_off() {
 
 #[test]
 fn a_panicking_test_leaves_no_namespace_behind() {
+    // Skip (or fail, when required) out here: the panic below is caught.
+    let Some(probe) = Net::new(1) else { return };
+    drop(probe);
     let made = std::sync::Mutex::new(Vec::new());
     let result = std::panic::catch_unwind(|| {
-        let Some(net) = Net::with_dead_ends(2, &[(0, "a0", "10.99.0.1/24")]) else {
-            return;
-        };
+        let net = Net::with_dead_ends(2, &[(0, "a0", "10.99.0.1/24")]).unwrap();
         made.lock().unwrap().extend(net.namespaces().to_vec());
         panic!("a test fails with its hosts up");
     });
     let made = made.into_inner().unwrap();
-    if made.is_empty() {
-        return; // skipped: no namespaces here
-    }
     assert!(result.is_err());
     assert_eq!(made.len(), 4, "bridge, two hosts, one dead end: {made:?}");
     let left: Vec<String> = list().into_iter().filter(|n| made.contains(n)).collect();
