@@ -35,6 +35,11 @@ const SCHEDULERS: [(&str, &str, &str); 3] = [
     ("srun", "SLURM_PROCID", "SLURM_NTASKS"),
 ];
 
+/// Appended to a scheduler's half-set error: the other way to run under `mpirun`.
+const MPI_HINT: &str = " (without the MPI engine, switchyard bootstraps mpirun's and \
+                        srun's ranks over TCP from both; or rebuild with `--features mpi` \
+                        to let MPI do it)";
+
 /// What a convention yields.
 #[derive(Debug)]
 pub(crate) struct Found {
@@ -56,8 +61,8 @@ fn missing(var: &'static str, because: &str) -> LaunchError {
     }
 }
 
-fn number(var: &'static str) -> Result<u32, LaunchError> {
-    let text = get(var).ok_or_else(|| missing(var, "its partner variable is set"))?;
+fn number(var: &'static str, partner: &str, hint: &str) -> Result<u32, LaunchError> {
+    let text = get(var).ok_or_else(|| missing(var, &format!("{partner} is set{hint}")))?;
     text.trim().parse().map_err(|_| LaunchError::Env {
         var,
         value: text,
@@ -82,7 +87,7 @@ pub(crate) fn torchrun() -> Result<Option<Found>, LaunchError> {
             &format!("{present} is set: the torchrun convention needs {VARS:?}"),
         ));
     }
-    let (rank, world) = rank_and_size("RANK", "WORLD_SIZE")?;
+    let (rank, world) = rank_and_size("RANK", "WORLD_SIZE", "")?;
     let root = root_addr(
         "MASTER_ADDR",
         &get("MASTER_ADDR").unwrap_or_default(),
@@ -114,7 +119,7 @@ pub(crate) fn scheduler() -> Result<Option<Found>, LaunchError> {
     else {
         return Ok(None);
     };
-    let (rank, world) = rank_and_size(rank_var, size_var)?;
+    let (rank, world) = rank_and_size(rank_var, size_var, MPI_HINT)?;
     let port = port()?;
     let (var, host) = if let Some(h) = get("MASTER_ADDR") {
         ("MASTER_ADDR", h)
@@ -155,9 +160,10 @@ pub(crate) fn scheduler() -> Result<Option<Found>, LaunchError> {
 fn rank_and_size(
     rank_var: &'static str,
     size_var: &'static str,
+    hint: &str,
 ) -> Result<(u32, u32), LaunchError> {
-    let rank = number(rank_var)?;
-    let world = number(size_var)?;
+    let rank = number(rank_var, size_var, hint)?;
+    let world = number(size_var, rank_var, hint)?;
     if world == 0 || rank >= world {
         return Err(LaunchError::Env {
             var: rank_var,
