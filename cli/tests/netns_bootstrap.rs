@@ -37,6 +37,11 @@ const LAUNCH_VARS: [&str; 17] = [
     "SLURM_JOB_ID",
 ];
 
+/// Builds the worker (when stale) before a test starts its clocks.
+fn ready() {
+    example("netns_worker");
+}
+
 /// A worker started on one host, its stdout and stderr lines arriving on `lines`.
 struct Worker {
     guard: ChildGuard,
@@ -128,6 +133,7 @@ impl Worker {
 #[test]
 fn a_unique_id_made_on_one_host_brings_up_a_job_on_three() {
     let Some(net) = Net::new(3) else { return };
+    ready();
     let by = Instant::now() + Duration::from_secs(60);
     let common = ["--world", "3", "--iters", "20", "--timeout", "20"];
     let with = |rank: &str, extra: &[&str]| -> Vec<String> {
@@ -188,6 +194,7 @@ fn a_root_that_is_not_there_is_named_within_the_timeout() {
     let Some(net) = Net::new(2) else { return };
     // Nobody has 10.77.0.9: no RST comes back, only silence.
     let id = "syid:00000000000000ff@10.77.0.9:29500";
+    ready();
     let started = Instant::now();
     let args = uid_args(1, 2, &["--id", id, "--timeout", "3"]);
     let worker = Worker::start(&net, 1, &strs(&args));
@@ -213,6 +220,7 @@ fn switchyard_ifname_is_obeyed_even_when_it_names_a_dead_end() {
     let Some(net) = Net::with_dead_ends(2, &[(1, "a0", "10.99.0.2/24")]) else {
         return;
     };
+    ready();
     let by = Instant::now() + Duration::from_secs(40);
     let args0 = uid_args(0, 2, &["--timeout", "4"]);
     let mut root = Worker::start(&net, 0, &strs(&args0));
@@ -234,6 +242,7 @@ fn switchyard_ifname_is_obeyed_even_when_it_names_a_dead_end() {
 /// must wait for rank 0 to bind the root), in mode `env`; checks that every rank
 /// finishes at its host's address.
 fn three_ranks_from_env(net: &Net, env: impl Fn(usize) -> Vec<(&'static str, String)>) {
+    ready();
     let by = Instant::now() + Duration::from_secs(60);
     let args = ["env", "--iters", "20", "--timeout", "20"];
     let mut workers: Vec<(usize, Worker)> = (0..3)
