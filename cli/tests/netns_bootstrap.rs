@@ -130,23 +130,14 @@ impl Worker {
     }
 }
 
-#[test]
-fn a_unique_id_made_on_one_host_brings_up_a_job_on_three() {
-    let Some(net) = Net::new(3) else { return };
+/// Rank 0 makes a unique id on host 0; ranks 1 and 2 get it on hosts 1 and 2; checks
+/// that the id names host 0's bridge address and that every rank finishes at its
+/// host's address.
+fn unique_id_job(net: &Net) {
     ready();
     let by = Instant::now() + Duration::from_secs(60);
-    let common = ["--world", "3", "--iters", "20", "--timeout", "20"];
-    let with = |rank: &str, extra: &[&str]| -> Vec<String> {
-        let mut a = vec!["uid".to_string(), "--rank".into(), rank.into()];
-        a.extend(common.iter().chain(extra).map(|s| s.to_string()));
-        a
-    };
-    let args0 = with("0", &[]);
-    let mut root = Worker::start(
-        &net,
-        0,
-        &args0.iter().map(String::as_str).collect::<Vec<_>>(),
-    );
+    let common = ["--iters", "20", "--timeout", "20"];
+    let mut root = Worker::start(net, 0, &strs(&uid_args(0, 3, &common)));
     let id = root.wait_for("id=", by);
     // The id names host 0's address on the network the others share.
     assert!(id.contains(&format!("@{}:", Net::addr(0))), "{id}");
@@ -154,8 +145,7 @@ fn a_unique_id_made_on_one_host_brings_up_a_job_on_three() {
     for host in 1..3 {
         let mut extra = common.to_vec();
         extra.extend(["--id", &id]);
-        let args = uid_args(host, 3, &extra);
-        workers.push(Worker::start(&net, host, &strs(&args)));
+        workers.push(Worker::start(net, host, &strs(&uid_args(host, 3, &extra))));
     }
     for (host, worker) in workers.into_iter().enumerate() {
         let (status, lines) = worker.finish(by);
@@ -167,6 +157,20 @@ fn a_unique_id_made_on_one_host_brings_up_a_job_on_three() {
         );
         assert!(lines.iter().any(|l| l == "done iters=20"), "{lines:#?}");
     }
+}
+
+#[test]
+fn a_unique_id_made_on_one_host_brings_up_a_job_on_three() {
+    let Some(net) = Net::new(3) else { return };
+    unique_id_job(&net);
+}
+
+#[test]
+fn a_unique_id_made_where_the_first_interface_leads_nowhere_names_the_routed_one() {
+    let Some(net) = Net::with_dead_ends(3, &[(0, "a0", "10.99.0.1/24")]) else {
+        return;
+    };
+    unique_id_job(&net);
 }
 
 /// `netns_worker uid --rank RANK --world WORLD` plus `extra`, as owned strings.
