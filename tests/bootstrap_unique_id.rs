@@ -169,3 +169,33 @@ fn bad_ranks_are_refused_before_any_traffic() {
     ));
     assert!(Communicator::init(&id, 0, 0, options()).is_err());
 }
+
+#[test]
+fn bootstrap_exchange_swaps_stub_endpoints_through_the_root() {
+    use switchyard::launch::{Bootstrap, Rendezvous};
+    let id = UniqueId::new_on(LO).unwrap();
+    let ranks: Vec<_> = (0..3u32)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                let boot = Bootstrap {
+                    rank,
+                    world_size: 3,
+                    rendezvous: Rendezvous::UniqueId(id),
+                };
+                assert_eq!(boot.bind_endpoint().unwrap(), "tcp://127.0.0.1:0");
+                boot.exchange(&format!("stub-{rank}"), Duration::from_secs(10))
+            })
+        })
+        .collect();
+    for r in ranks {
+        assert_eq!(r.join().unwrap().unwrap(), ["stub-0", "stub-1", "stub-2"]);
+    }
+}
+
+#[test]
+fn an_id_on_the_default_address_works_on_this_host() {
+    // Whatever address `new` picks (the default route's, another interface's or
+    // loopback), ranks on this host reach it.
+    let id = UniqueId::new().unwrap();
+    job(id, 2);
+}

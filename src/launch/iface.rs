@@ -24,7 +24,9 @@ pub const ENV_IFNAME: &str = "SWITCHYARD_IFNAME";
 
 /// The address to bind and advertise when the root is at `host:port`: the address of
 /// the interface named by [`ENV_IFNAME`], else the local address of the route to the
-/// root (see the [module docs](self)).
+/// root, found by "connecting" a UDP socket (no packet is sent). `SWITCHYARD_IFNAME`
+/// is a comma-separated list of exact interface names, tried in order; an
+/// interface's IPv4 address is preferred. The choice is logged.
 ///
 /// # Errors
 ///

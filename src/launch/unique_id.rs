@@ -32,12 +32,17 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use thiserror::Error;
+
+mod root;
+mod wire;
+
+pub use root::{RootState, Verdict};
+use wire::{put_text, Wire};
 
 /// Magic of a check-in and of the root's answer.
 const CHECK_IN: [u8; 4] = *b"SYUI";
@@ -78,21 +83,23 @@ pub struct UniqueId {
 }
 
 impl UniqueId {
-    /// A new id whose root is this process, on the address
-    /// [`bind_address`](super::bind_address) would give towards the default route
-    /// (`SWITCHYARD_IFNAME` first; loopback when there is no route, i.e. a job on this
-    /// host only). The listener is bound now, on a free port; rank 0 of the job must
-    /// run in this process.
+    /// A new id whose root is this process, on the interface named by
+    /// `SWITCHYARD_IFNAME`, else the source address of the default route, else the
+    /// first IPv4 interface that is not loopback, else loopback (a job on this host
+    /// only). The listener is bound now, on a free port; rank 0 of the job must run in
+    /// this process.
     pub fn new() -> Result<UniqueId, IdError> {
         let ip = match super::ifname_address() {
             Err(e) => return Err(IdError::Address(e.to_string())),
             Ok(Some(ip)) => ip,
             // The default route's source address: any routable target will do, the UDP
-            // "connect" sends nothing (192.0.2.1 is the documentation network). No
-            // route at all means a job on this host only.
-            Ok(None) => {
-                super::iface::route_address("192.0.2.1", 9).unwrap_or(IpAddr::from([127, 0, 0, 1]))
-            }
+            // "connect" sends nothing (192.0.2.1 is the documentation network).
+            // Without a default route, the first interface that is not loopback (as
+            // NCCL does), else loopback.
+            Ok(None) => super::iface::route_address("192.0.2.1", 9)
+                .ok()
+                .or_else(first_non_loopback)
+                .unwrap_or(IpAddr::from([127, 0, 0, 1])),
         };
         tracing::debug!(%ip, "unique id root address");
         UniqueId::new_on(ip)
@@ -246,6 +253,15 @@ fn take_parked(tag: u64) -> Option<TcpListener> {
     parked().get_or_insert_with(HashMap::new).remove(&tag)
 }
 
+/// The first IPv4 address of an interface other than loopback, if any.
+fn first_non_loopback() -> Option<IpAddr> {
+    super::iface::interface_addresses()
+        .ok()?
+        .into_iter()
+        .map(|(_, ip)| ip)
+        .find(|ip| ip.is_ipv4() && !ip.is_loopback())
+}
+
 /// 64 random bits from std's per-process random hash keys, mixed with the time and pid.
 fn random_tag() -> u64 {
     use std::hash::{BuildHasher, Hasher};
@@ -258,150 +274,6 @@ fn random_tag() -> u64 {
     );
     h.write_u32(std::process::id());
     h.finish()
-}
-
-/// What the root decides about one check-in (the sans-IO part of the root).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// Wrong tag: close the connection without an answer.
-    Close,
-    /// Answer with this status (1 duplicate, 2 wrong world, 3 bad rank) and reason.
-    Refuse(u32, String),
-    /// Accepted; wait for the others.
-    Wait,
-    /// Accepted and it was the last: answer everyone with these successor addresses
-    /// (index: rank).
-    Complete(Vec<String>),
-}
-
-/// The root's bookkeeping: which rank checked in with which ring address.
-#[derive(Debug)]
-pub struct RootState {
-    tag: u64,
-    world: u32,
-    ring: Vec<Option<String>>,
-}
-
-impl RootState {
-    /// A root for job `tag` of `world` ranks.
-    pub fn new(tag: u64, world: u32) -> RootState {
-        RootState {
-            tag,
-            world,
-            ring: vec![None; world as usize],
-        }
-    }
-
-    /// Decides about one check-in.
-    pub fn check_in(&mut self, tag: u64, rank: u32, world: u32, ring_addr: String) -> Verdict {
-        if tag != self.tag {
-            return Verdict::Close;
-        }
-        if world != self.world {
-            return Verdict::Refuse(2, format!("the root's world size is {}", self.world));
-        }
-        let Some(slot) = self.ring.get_mut(rank as usize) else {
-            return Verdict::Refuse(3, format!("rank {rank} is outside a world of {world}"));
-        };
-        if let Some(first) = slot {
-            return Verdict::Refuse(1, format!("rank {rank} already checked in (ring {first})"));
-        }
-        *slot = Some(ring_addr);
-        if self.ring.iter().any(Option::is_none) {
-            return Verdict::Wait;
-        }
-        let all: Vec<String> = self.ring.iter().flatten().cloned().collect();
-        let n = all.len();
-        Verdict::Complete((0..n).map(|r| all[(r + 1) % n].clone()).collect())
-    }
-
-    /// Ranks not checked in yet.
-    pub fn missing(&self) -> Vec<u32> {
-        (0..self.world)
-            .filter(|&r| self.ring[r as usize].is_none())
-            .collect()
-    }
-}
-
-/// Reads and writes with deadlines on one stream.
-struct Wire<'a> {
-    stream: &'a TcpStream,
-    peer: String,
-    until: Instant,
-}
-
-impl Wire<'_> {
-    fn fail(&self, reason: impl Into<String>) -> IdError {
-        IdError::Protocol {
-            peer: self.peer.clone(),
-            reason: reason.into(),
-        }
-    }
-
-    fn arm(&self) -> Result<(), IdError> {
-        let left = self.until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(self.fail("timed out"));
-        }
-        self.stream
-            .set_read_timeout(Some(left))
-            .and_then(|_| self.stream.set_write_timeout(Some(left)))
-            .map_err(|e| self.fail(e.to_string()))
-    }
-
-    fn read(&self, buf: &mut [u8]) -> Result<(), IdError> {
-        self.arm()?;
-        let mut s = self.stream;
-        s.read_exact(buf).map_err(|e| match e.kind() {
-            std::io::ErrorKind::UnexpectedEof => self.fail("closed the connection"),
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
-                self.fail("silent until the timeout")
-            }
-            _ => self.fail(e.to_string()),
-        })
-    }
-
-    fn u32(&self) -> Result<u32, IdError> {
-        let mut b = [0u8; 4];
-        self.read(&mut b)?;
-        Ok(u32::from_le_bytes(b))
-    }
-
-    fn u64(&self) -> Result<u64, IdError> {
-        let mut b = [0u8; 8];
-        self.read(&mut b)?;
-        Ok(u64::from_le_bytes(b))
-    }
-
-    fn magic(&self, want: [u8; 4]) -> Result<(), IdError> {
-        let mut b = [0u8; 4];
-        self.read(&mut b)?;
-        if b != want {
-            return Err(self.fail(format!("bad magic {b:02x?}")));
-        }
-        Ok(())
-    }
-
-    fn text(&self) -> Result<String, IdError> {
-        let len = self.u32()?;
-        if len > MAX_TEXT {
-            return Err(self.fail(format!("string of {len} bytes, over {MAX_TEXT}")));
-        }
-        let mut b = vec![0u8; len as usize];
-        self.read(&mut b)?;
-        String::from_utf8(b).map_err(|_| self.fail("string is not UTF-8"))
-    }
-
-    fn write(&self, bytes: &[u8]) -> Result<(), IdError> {
-        self.arm()?;
-        let mut s = self.stream;
-        s.write_all(bytes).map_err(|e| self.fail(e.to_string()))
-    }
-}
-
-fn put_text(out: &mut Vec<u8>, s: &str) {
-    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-    out.extend_from_slice(s.as_bytes());
 }
 
 /// Connects to `addr`, retrying while nothing listens there yet, until `until`.
@@ -688,31 +560,6 @@ fn accept_predecessor(
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-
-    #[test]
-    fn root_state_refuses_and_completes() {
-        let mut s = RootState::new(7, 3);
-        assert_eq!(s.check_in(8, 0, 3, "a".into()), Verdict::Close);
-        assert!(matches!(
-            s.check_in(7, 0, 4, "a".into()),
-            Verdict::Refuse(2, _)
-        ));
-        assert!(matches!(
-            s.check_in(7, 3, 3, "a".into()),
-            Verdict::Refuse(3, _)
-        ));
-        assert_eq!(s.check_in(7, 1, 3, "b".into()), Verdict::Wait);
-        assert!(matches!(
-            s.check_in(7, 1, 3, "x".into()),
-            Verdict::Refuse(1, _)
-        ));
-        assert_eq!(s.missing(), vec![0, 2]);
-        assert_eq!(s.check_in(7, 2, 3, "c".into()), Verdict::Wait);
-        assert_eq!(
-            s.check_in(7, 0, 3, "a".into()),
-            Verdict::Complete(vec!["b".into(), "c".into(), "a".into()])
-        );
-    }
 
     #[test]
     fn ids_parse_and_print() {
