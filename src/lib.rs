@@ -52,6 +52,8 @@ pub mod launch;
 pub struct ReadmeDoctests;
 
 pub use switchyard_msg as msg;
+/// The optional job secret (`SWITCHYARD_JOB_SECRET` / `SWITCHYARD_JOB_SECRET_FILE`).
+pub use switchyard_secret as secret;
 pub use switchyard_stub as stub;
 pub use switchyard_transports as transports;
 
