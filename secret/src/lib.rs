@@ -162,6 +162,17 @@ impl JobSecret {
         JobSecret::new(bytes, path)
     }
 
+    /// A 32-byte key for `label`, derived from the secret (HMAC-SHA256 of the label):
+    /// a credential for a mechanism that cannot run this crate's handshake, such as
+    /// ZeroMQ's PLAIN, so that the secret itself never goes on the wire.
+    pub fn derive(&self, label: &str) -> Result<[u8; 32], AuthFailure> {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.key)
+            .map_err(|e| AuthFailure::Io(format!("HMAC key: {e}")))?;
+        mac.update(b"switchyard/v1/derive/");
+        mac.update(label.as_bytes());
+        Ok(mac.finalize().into_bytes().into())
+    }
+
     fn tag(
         &self,
         label: &[u8],
