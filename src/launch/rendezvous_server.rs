@@ -238,6 +238,45 @@ mod secret_tests {
         assert_eq!(joined, 2, "only the two real ranks joined");
     }
 
+    /// A holder of the secret that authenticates as one rank and checks in as another
+    /// is closed; the real ranks still check in.
+    #[test]
+    fn a_check_in_must_name_the_authenticated_rank() {
+        let good = key("0123456789abcdef0123456789abcdef");
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (tx, notices) = crossbeam_channel::unbounded();
+        let done = Arc::new(AtomicBool::new(false));
+        spawn_with_secret(listener, 2, tx, done.clone(), Some(good.clone())).unwrap();
+
+        let mut liar = TcpStream::connect(&addr).unwrap();
+        switchyard_secret::connect(&mut liar, &good, AUTH_PURPOSE, 1, Instant::now() + LIMIT)
+            .unwrap();
+        let mut check_in = MAGIC_CHECK_IN.to_vec();
+        check_in.extend_from_slice(&0u32.to_le_bytes()); // rank 0, not 1
+        check_in.extend_from_slice(&2u32.to_le_bytes());
+        check_in.extend_from_slice(&3u32.to_le_bytes());
+        check_in.extend_from_slice(b"x:1");
+        std::io::Write::write_all(&mut liar, &check_in).unwrap();
+        liar.set_read_timeout(Some(LIMIT)).unwrap();
+        let mut answer = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut liar, &mut answer);
+        assert!(answer.is_empty(), "the liar was answered");
+
+        let a = addr.clone();
+        let g = good.clone();
+        let zero = std::thread::spawn(move || {
+            exchange_with_secret(&a, 0, 2, "tcp://a:1", LIMIT, Some(&g))
+        });
+        let one = exchange_with_secret(&addr, 1, 2, "tcp://b:1", LIMIT, Some(&good)).unwrap();
+        assert_eq!(one, ["tcp://a:1", "tcp://b:1"]);
+        assert_eq!(zero.join().unwrap().unwrap(), one);
+        done.store(true, Ordering::SeqCst);
+        assert_eq!(notices.try_iter().count(), 2);
+    }
+
+    const MAGIC_CHECK_IN: [u8; 4] = crate::launch::rendezvous::MAGIC;
+
     /// A process with a secret facing a launcher without one is told so within the
     /// handshake's limit, not left hanging.
     #[test]
