@@ -2,10 +2,11 @@
 //!
 //! Worker and server threads in many processes exchange [`Msg`]s through Dealer/Router
 //! sockets; a per-process [`Stub`] routes each message by its destination [`Addr`].
-//! This crate is the facade: it re-exports the layers below and adds the local
-//! launcher and bootstrap ([`launch`]) and the collectives ([`collective`]). The
-//! rabit-compatible tracker, recovery and the parameter server are not built yet (see
-//! the README).
+//! This crate is the facade: it re-exports the layers below and adds the launcher and
+//! bootstraps ([`launch`]), the collectives ([`collective`], which can also join a
+//! rabit/XGBoost tracker: `Communicator::from_tracker`) and a ps-lite-style parameter
+//! server ([`ps`]). The tracker itself is the `switchyard-tracker` crate. Recovery of
+//! a dead worker is not built yet (see the README).
 //!
 //! | crate | what it holds |
 //! |---|---|
@@ -45,6 +46,7 @@ pub mod collective;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod launch;
+pub mod ps;
 
 /// The README's Rust examples, compiled and run as doc tests so that they stay true.
 #[cfg(doctest)]

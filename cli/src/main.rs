@@ -48,6 +48,11 @@ enum Command {
         /// outward address).
         #[arg(long)]
         host: Option<String>,
+        /// Network interface(s) every process binds and advertises its mesh on
+        /// (SWITCHYARD_IFNAME, like NCCL_SOCKET_IFNAME: a comma list of names; default:
+        /// the interface that routes to the rendezvous or tracker).
+        #[arg(long)]
+        interface: Option<String>,
         /// Restart a process that exits abnormally up to K times (DMLC_NUM_ATTEMPT+1).
         #[arg(long, default_value_t = 0)]
         max_restarts: u32,
@@ -86,6 +91,7 @@ fn main() -> ExitCode {
             launcher,
             hostfile,
             host,
+            interface,
             max_restarts,
             no_tracker,
             timeout,
@@ -108,6 +114,9 @@ fn main() -> ExitCode {
                 .with_rendezvous_timeout(Duration::from_secs(rendezvous_timeout));
             if let Some(host) = host {
                 options = options.with_host(host);
+            }
+            if let Some(interface) = interface {
+                options = options.with_env(switchyard::launch::ENV_IFNAME, interface);
             }
             match run_local(&options) {
                 Err(e @ LaunchError::Interrupted { .. }) => {

@@ -300,9 +300,6 @@ const NOTICE_LIMIT_S: u32 = 60;
 /// the tracker exits non-zero. (XGBoost's own tracker sends `-1`, which workers ignore,
 /// JSON doc §12.9: there the healthy worker would wait out its hold.)
 #[test]
-#[ignore = "racy in h-tracker: the job is marked failed (and `switchyard tracker` exits) \
-            before the error signals go out (tracker/src/server/json_conn.rs, cmd 3); \
-            failed 3 runs in 9 before h-tracker df8c9e7, which only narrows the window"]
 fn xgboost3_signal_error_ends_every_worker_and_fails_the_job() {
     let Some(python) = Xgb::V3.python() else {
         return;

@@ -7,7 +7,7 @@ use super::mesh::MeshEngine;
 use super::options::{CommOptions, DataPath};
 // Through the re-exports, which stay whatever files the links live in.
 use super::{BoundLink, Communicator, Link, StreamLink, TrackerJoin};
-use crate::launch::{Bootstrap, Rendezvous};
+use crate::launch::{Bootstrap, Rendezvous, UniqueId};
 
 /// A mesh communicator whose endpoint is bound but whose peers are not connected:
 /// hand [`MeshBuilder::endpoint`] to the other ranks, then [`MeshBuilder::connect`].
@@ -142,8 +142,9 @@ impl Communicator {
         Communicator::bind_mesh(rank, endpoints.len(), endpoint, options)?.connect(endpoints)
     }
 
-    /// The communicator of a process started by `switchyard launch` (a mesh on
-    /// loopback, endpoints exchanged through the launcher's rendezvous), under a
+    /// The communicator of a process started by `switchyard launch` (a mesh on the
+    /// address [`Bootstrap::bind_endpoint`] chooses, endpoints exchanged through the
+    /// launcher's rendezvous), under a
     /// rabit/XGBoost tracker ([`from_tracker`](Communicator::from_tracker)) or by
     /// `mpirun` (the MPI engine; needs the `mpi` feature).
     pub fn from_bootstrap(
@@ -170,11 +171,19 @@ impl Communicator {
                 if size == 1 {
                     return Ok(Communicator::solo_with(options));
                 }
-                let builder = Communicator::bind_mesh(rank, size, "tcp://127.0.0.1:0", options)?;
+                // On the address that reaches the launcher's host (loopback when it
+                // is this machine), or the SWITCHYARD_IFNAME interface's.
+                let endpoint = boot
+                    .bind_endpoint()
+                    .map_err(|e| setup(format!("choosing the mesh address: {e}")))?;
+                let builder = Communicator::bind_mesh(rank, size, &endpoint, options)?;
                 let endpoints = boot
                     .exchange(builder.endpoint(), builder.options.timeout)
                     .map_err(|e| setup(format!("endpoint exchange: {e}")))?;
                 builder.connect(&endpoints)
+            }
+            Rendezvous::UniqueId(id) => {
+                Communicator::init(id, boot.rank as usize, boot.world_size as usize, options)
             }
             Rendezvous::Tracker {
                 host,
@@ -187,6 +196,73 @@ impl Communicator {
                 Communicator::from_tracker(&spec, options)
             }
         }
+    }
+
+    /// Rank `rank` of `world` in the job of `id`, with no tracker or launcher (NCCL's
+    /// bootstrap): every rank calls this with the same id, rank 0 in the process that
+    /// made the id with [`UniqueId::new`] (or binding the root of an id from
+    /// [`UniqueId::at`]). The mesh binds on the address
+    /// [`bind_address`](crate::launch::bind_address) chooses towards the root, the
+    /// endpoints are exchanged as [`unique_id`](crate::launch::unique_id) describes,
+    /// and the mesh opens; everything within [`CommOptions::timeout`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use switchyard::collective::{CommOptions, Communicator, ReduceOp};
+    /// use switchyard::launch::UniqueId;
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let id = UniqueId::new_on([127, 0, 0, 1].into())?;
+    /// // Pass `id.to_string()` to the other processes; here they are threads.
+    /// let ranks: Vec<_> = (0..2)
+    ///     .map(|rank| {
+    ///         std::thread::spawn(move || {
+    ///             let mut comm = Communicator::init(&id, rank, 2, CommOptions::default())?;
+    ///             let mut x = [rank as u32 + 1];
+    ///             comm.allreduce(&mut x, ReduceOp::Sum)?;
+    ///             Ok::<_, switchyard::collective::CollectiveError>(x[0])
+    ///         })
+    ///     })
+    ///     .collect();
+    /// for r in ranks {
+    ///     assert_eq!(r.join().expect("rank")?, 3);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn init(
+        id: &UniqueId,
+        rank: usize,
+        world: usize,
+        options: CommOptions,
+    ) -> Result<Communicator, CollectiveError> {
+        let setup = |reason: String| CollectiveError::InvalidArgument {
+            call: Call::Setup,
+            reason,
+        };
+        let (rank32, world32) = match (u32::try_from(rank), u32::try_from(world)) {
+            (Ok(r), Ok(w)) if w > 0 && r < w => (r, w),
+            _ => return Err(setup(format!("rank {rank} is outside a world of {world}"))),
+        };
+        let root = id.root();
+        let ip = crate::launch::bind_address(&root.ip().to_string(), root.port())
+            .map_err(|e| setup(format!("choosing the mesh address: {e}")))?;
+        let timeout = options.timeout;
+        let builder =
+            Communicator::bind_mesh(rank, world, &crate::launch::tcp_any_port(ip), options)?;
+        let endpoints = crate::launch::unique_id::exchange(
+            id,
+            rank32,
+            world32,
+            ip,
+            builder.endpoint(),
+            timeout,
+        )
+        .map_err(|e| setup(format!("unique-id bootstrap of {id}: {e}")))?;
+        if world == 1 {
+            return Ok(Communicator::solo_with(builder.options));
+        }
+        builder.connect(&endpoints)
     }
 
     /// The communicator for however this process was started: see

@@ -4,7 +4,8 @@
 //! ring in the classic protocol, the ring alone in the JSON one). switchyard's
 //! collectives need a full mesh, so, as NCCL's bootstrap does, the workers use the
 //! tracker's **ring** once: each binds its mesh endpoint on the address it used to
-//! reach the tracker (the address the tracker hands to peers), the endpoints go round
+//! reach the tracker (the address the tracker hands to peers; the interface named by
+//! `SWITCHYARD_IFNAME` when that is set), the endpoints go round
 //! the ring (an allgather of length-prefixed strings, under
 //! [`CommOptions::timeout`]), and then [`MeshBuilder::connect`](super::MeshBuilder::connect)
 //! wires the mesh as for any other start. The tracker links are closed afterwards.
@@ -269,10 +270,12 @@ impl Communicator {
                 joined.rank, joined.world
             )));
         };
-        let endpoint = match joined.local_ip {
-            IpAddr::V6(ip) => format!("tcp://[{ip}]:0"),
-            ip => format!("tcp://{ip}:0"),
-        };
+        // SWITCHYARD_IFNAME wins over the address of the tracker connection.
+        let local_ip = crate::launch::ifname_address()
+            .map_err(|e| setup_error(format!("choosing the mesh address: {e}")))?
+            .unwrap_or(joined.local_ip);
+        tracing::debug!(ip = %local_ip, "mesh address for the {at} job");
+        let endpoint = crate::launch::tcp_any_port(local_ip);
         let timeout = options.timeout;
         let builder = Communicator::bind_mesh(
             joined.rank as usize,
@@ -280,7 +283,7 @@ impl Communicator {
             &endpoint,
             options,
         )
-        .map_err(|e| match joined.local_ip {
+        .map_err(|e| match local_ip {
             // The zmq backend does not enable IPv6 on its sockets.
             IpAddr::V6(_) => setup_error(format!(
                 "{e}; the {at} was reached over IPv6 and the mesh needs IPv4: give the \

@@ -13,9 +13,19 @@ use std::time::Duration;
 ///    `DMLC_TASK_ID`, as set by `switchyard launch`, XGBoost's `worker_envs()` or
 ///    dmlc-core's launchers): [`Rendezvous::Tracker`]; the tracker assigns the rank
 ///    when the process joins it (see [`Rendezvous::Tracker`]);
-/// 3. in builds with the `mpi` feature, `mpirun` (OpenMPI's `OMPI_COMM_WORLD_*`, or
+/// 3. torchrun's `MASTER_ADDR`, `MASTER_PORT`, `RANK`, `WORLD_SIZE`: rank 0 roots a
+///    [`UniqueId`](super::UniqueId) bootstrap on `MASTER_PORT`
+///    ([`Rendezvous::UniqueId`]);
+/// 4. in builds with the `mpi` feature, `mpirun` (OpenMPI's `OMPI_COMM_WORLD_*`, or
 ///    `PMI_RANK`/`PMIX_RANK` of MPICH and Slurm), where rank and size come from MPI
-///    itself and every endpoint is `mpi://RANK`.
+///    itself and every endpoint is `mpi://RANK`;
+/// 5. without it, `mpirun` and `srun`'s variables (`OMPI_COMM_WORLD_RANK`/`SIZE`,
+///    `PMI_RANK`/`PMI_SIZE`, `SLURM_PROCID`/`SLURM_NTASKS`), again a
+///    [`Rendezvous::UniqueId`] with the mesh on ZeroMQ/TCP; where the root is is
+///    described in [`conventions`](super::conventions).
+///
+/// A debug trace names the convention picked; a half-set one is an error naming the
+/// missing variable.
 ///
 /// # Examples
 ///
@@ -26,6 +36,14 @@ use std::time::Duration;
 /// // bootstrap from.
 /// let launched = [
 ///     "SWITCHYARD_RANK",
+///     "RANK",
+///     "WORLD_SIZE",
+///     "MASTER_ADDR",
+///     "MASTER_PORT",
+///     "SLURM_PROCID",
+///     "SLURM_NTASKS",
+///     "PMI_SIZE",
+///     "OMPI_COMM_WORLD_SIZE",
 ///     "DMLC_TRACKER_URI",
 ///     "DMLC_TRACKER_PORT",
 ///     "OMPI_COMM_WORLD_RANK",
@@ -56,6 +74,10 @@ pub struct Bootstrap {
 pub enum Rendezvous {
     /// `switchyard launch`'s rendezvous at `host:port`.
     Launcher(String),
+    /// A tracker-less bootstrap rooted at rank 0 ([`UniqueId`](super::UniqueId)), as
+    /// read from the `MASTER_ADDR`/`RANK` convention or a scheduler's variables
+    /// (see [`conventions`](super::conventions)).
+    UniqueId(super::UniqueId),
     /// `mpirun` wired the processes: rank `r`'s endpoint is `mpi://r`.
     Mpi,
     /// A rabit/XGBoost tracker at `host:port` assigns ranks and links the workers
@@ -117,10 +139,23 @@ impl Bootstrap {
     pub fn from_env() -> Result<Option<Bootstrap>, LaunchError> {
         if std::env::var_os(ENV_RANK).is_none() {
             if let Some(tracker) = Bootstrap::from_tracker_env()? {
+                tracing::debug!("bootstrap: a rabit/XGBoost tracker (DMLC_TRACKER_URI)");
                 return Ok(Some(tracker));
+            }
+            if let Some(found) = super::conventions::torchrun()? {
+                return Ok(Some(Bootstrap::rooted(found)));
+            }
+            // With the MPI engine built in, mpirun's processes use it.
+            #[cfg(feature = "mpi")]
+            if MPI_RANK_VARS.iter().any(|v| std::env::var_os(v).is_some()) {
+                return Bootstrap::from_mpi_env();
+            }
+            if let Some(found) = super::conventions::scheduler()? {
+                return Ok(Some(Bootstrap::rooted(found)));
             }
             return Bootstrap::from_mpi_env();
         }
+        tracing::debug!("bootstrap: switchyard launch (SWITCHYARD_RANK)");
         let rank = number(ENV_RANK)?;
         let world_size = number(ENV_WORLD_SIZE)?;
         if world_size == 0 || rank >= world_size {
@@ -136,6 +171,21 @@ impl Bootstrap {
             world_size,
             rendezvous,
         }))
+    }
+
+    fn rooted(found: super::conventions::Found) -> Bootstrap {
+        tracing::debug!(
+            convention = found.convention,
+            rank = found.rank,
+            world = found.world,
+            root = %found.id.root(),
+            "bootstrap: a unique-id root from the environment"
+        );
+        Bootstrap {
+            rank: found.rank,
+            world_size: found.world,
+            rendezvous: Rendezvous::UniqueId(found.id),
+        }
     }
 
     /// The DMLC tracker variables: none set is `None`; a task id, a URI or a port
@@ -246,26 +296,36 @@ impl Bootstrap {
         Err(LaunchError::Env {
             var: marker,
             value: std::env::var(marker).unwrap_or_default(),
-            reason: "started by an MPI launcher, but this build has no MPI backend: \
-                     rebuild with `--features mpi`, or start it with `switchyard launch`"
+            reason: "started by an MPI launcher that sets no size variable \
+                     (OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS), and this build has \
+                     no MPI backend: rebuild with `--features mpi`, or start it with \
+                     `switchyard launch`"
                 .into(),
         })
     }
 
-    /// Where this process's stub should bind: `mpi://RANK` under `mpirun`; under a
-    /// tracker, any free port on the address this host uses to reach the tracker
-    /// (peers may be on other machines); otherwise `tcp://127.0.0.1:0` (any free port
-    /// on loopback, since `switchyard launch` starts every process on this machine).
+    /// Where this process's stub should bind: `mpi://RANK` under `mpirun`; otherwise
+    /// any free port on the address [`bind_address`](super::bind_address) chooses for
+    /// the rendezvous or tracker host (`SWITCHYARD_IFNAME`, else the route to that
+    /// host: `tcp://127.0.0.1:0` when it is on loopback). When no address can be
+    /// chosen this falls back to `tcp://0.0.0.0:0`; [`bind_endpoint`](Bootstrap::bind_endpoint)
+    /// returns the error instead.
     pub fn stub_endpoint(&self) -> String {
-        match &self.rendezvous {
-            Rendezvous::Mpi => format!("mpi://{}", self.rank),
-            Rendezvous::Launcher(_) => "tcp://127.0.0.1:0".into(),
-            Rendezvous::Tracker { host, port, .. } => match local_ip_towards(host, *port) {
-                Some(std::net::IpAddr::V6(ip)) => format!("tcp://[{ip}]:0"),
-                Some(ip) => format!("tcp://{ip}:0"),
-                None => "tcp://0.0.0.0:0".into(),
-            },
-        }
+        self.bind_endpoint()
+            .unwrap_or_else(|_| "tcp://0.0.0.0:0".into())
+    }
+
+    /// [`stub_endpoint`](Bootstrap::stub_endpoint), or the error naming why no address
+    /// could be chosen (a `SWITCHYARD_IFNAME` that matches nothing, a root host that
+    /// does not resolve or has no route).
+    pub fn bind_endpoint(&self) -> Result<String, LaunchError> {
+        let (host, port) = match &self.rendezvous {
+            Rendezvous::Mpi => return Ok(format!("mpi://{}", self.rank)),
+            Rendezvous::Launcher(addr) => split_host_port(addr)?,
+            Rendezvous::Tracker { host, port, .. } => (host.clone(), *port),
+            Rendezvous::UniqueId(id) => (id.root().ip().to_string(), id.root().port()),
+        };
+        Ok(tcp_any_port(super::bind_address(&host, port)?))
     }
 
     /// Sends this process's endpoint to the rendezvous and returns every rank's, in
@@ -292,6 +352,15 @@ impl Bootstrap {
                 }
                 Ok((0..self.world_size).map(|r| format!("mpi://{r}")).collect())
             }
+            Rendezvous::UniqueId(id) => {
+                let root = id.root();
+                let ip = super::bind_address(&root.ip().to_string(), root.port())?;
+                super::unique_id::exchange(id, self.rank, self.world_size, ip, endpoint, timeout)
+                    .map_err(|e| LaunchError::Rendezvous {
+                        addr: root.to_string(),
+                        reason: e.to_string(),
+                    })
+            }
             Rendezvous::Tracker { host, port, .. } => Err(LaunchError::Rendezvous {
                 addr: format!("{host}:{port}"),
                 reason: "a tracker assigns ranks and links workers itself: join it with \
@@ -302,20 +371,29 @@ impl Bootstrap {
     }
 }
 
-/// The local address of a route to `host:port`, found by connecting a UDP socket
-/// (which sends nothing).
-fn local_ip_towards(host: &str, port: u16) -> Option<std::net::IpAddr> {
-    use std::net::{ToSocketAddrs, UdpSocket};
-    let target = (host.trim_start_matches('[').trim_end_matches(']'), port)
-        .to_socket_addrs()
-        .ok()?
-        .next()?;
-    let any = if target.is_ipv4() {
-        "0.0.0.0:0"
-    } else {
-        "[::]:0"
+/// `tcp://IP:0`, with IPv6 addresses in brackets.
+pub(crate) fn tcp_any_port(ip: std::net::IpAddr) -> String {
+    match ip {
+        std::net::IpAddr::V6(ip) => format!("tcp://[{ip}]:0"),
+        ip => format!("tcp://{ip}:0"),
+    }
+}
+
+/// `host:port` (or `[v6]:port`) split; an error names the address.
+pub(crate) fn split_host_port(addr: &str) -> Result<(String, u16), LaunchError> {
+    let bad = |reason: &str| LaunchError::Rendezvous {
+        addr: addr.to_string(),
+        reason: reason.to_string(),
     };
-    let socket = UdpSocket::bind(any).ok()?;
-    socket.connect(target).ok()?;
-    Some(socket.local_addr().ok()?.ip())
+    let (host, port) = addr
+        .rsplit_once(':')
+        .ok_or_else(|| bad("not a host:port address"))?;
+    let port = port
+        .parse::<u16>()
+        .map_err(|_| bad("the port is not a number (0..65535)"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(bad("no host before the port"));
+    }
+    Ok((host.to_string(), port))
 }

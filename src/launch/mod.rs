@@ -76,10 +76,12 @@
 
 mod bootstrap;
 mod console;
+pub mod conventions;
 mod embedded;
 mod error;
 mod group;
 mod hostfile;
+mod iface;
 mod options;
 mod process;
 mod remote;
@@ -87,11 +89,16 @@ pub mod rendezvous;
 mod rendezvous_server;
 mod signals;
 mod supervise;
+pub mod unique_id;
 
+pub(crate) use bootstrap::tcp_any_port;
 pub use bootstrap::{Bootstrap, Rendezvous};
 pub use error::LaunchError;
+pub(crate) use iface::ifname_address;
+pub use iface::{bind_address, ENV_IFNAME};
 pub use options::{LaunchOptions, LauncherKind};
 pub use process::run_local;
+pub use unique_id::{IdError, UniqueId};
 
 /// Environment variable holding the rank.
 pub const ENV_RANK: &str = "SWITCHYARD_RANK";

@@ -81,6 +81,12 @@ pub fn run_local(options: &LaunchOptions) -> Result<(), LaunchError> {
             ]
         })
         .unwrap_or_default();
+    let mut tracker_env = tracker_env;
+    if options.servers > 0 {
+        let port = start_ps_scheduler(options, &bind)?;
+        tracker_env.push(("DMLC_PS_ROOT_URI".into(), told.clone()));
+        tracker_env.push(("DMLC_PS_ROOT_PORT".into(), port.to_string()));
+    }
     let procs = processes(options, &hosts, &tracker_env, &rendezvous_addr);
 
     let (output_done, output_closed) = unbounded();
@@ -94,6 +100,40 @@ pub fn run_local(options: &LaunchOptions) -> Result<(), LaunchError> {
     drain_output(&output_closed, supervisor.streams);
     console.summary(&supervisor.summary());
     result
+}
+
+/// A job with servers is a parameter-server job: like ps-lite's launcher, serve its
+/// scheduler (here on a thread of the launcher) and return its port, which processes
+/// learn as `DMLC_PS_ROOT_PORT`. Its verdict is logged; the processes' exit statuses
+/// decide the job's.
+fn start_ps_scheduler(options: &LaunchOptions, bind: &str) -> Result<u16, LaunchError> {
+    let config = crate::ps::PsConfig::new(options.processes, options.servers);
+    let endpoint = format!("tcp://{bind}:0");
+    let failed = |reason: String| LaunchError::InvalidOption {
+        option: "servers",
+        value: options.servers.to_string(),
+        reason: format!("cannot serve the parameter-server scheduler at {endpoint}: {reason}"),
+    };
+    let scheduler =
+        crate::ps::Scheduler::bind(&endpoint, &config).map_err(|e| failed(e.to_string()))?;
+    let port = scheduler
+        .endpoint()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse::<u16>().ok())
+        .ok_or_else(|| failed(format!("no port in {}", scheduler.endpoint())))?;
+    std::thread::Builder::new()
+        .name("ps-scheduler".into())
+        .spawn(move || match scheduler.run() {
+            Ok(report) => tracing::info!(
+                workers = report.workers,
+                servers = report.servers,
+                "parameter-server scheduler: job done"
+            ),
+            Err(e) => tracing::warn!(error = %e, "parameter-server scheduler"),
+        })
+        .map_err(|e| failed(e.to_string()))?;
+    Ok(port)
 }
 
 /// Refuses options that cannot work, naming the option.

@@ -8,12 +8,16 @@ use std::io::Write;
 use support::*;
 use switchyard_tracker::Event;
 
+/// Waits for prints of every text in `want`, in any order (each connection is served
+/// on its own thread).
 fn prints(events: &crossbeam_channel::Receiver<Event>, want: &[&str]) {
-    for w in want {
-        expect_event(
-            events,
-            |e| matches!(e, Event::Print { text, .. } if text == w),
-        );
+    let mut seen: Vec<String> = Vec::new();
+    while !want.iter().all(|w| seen.iter().any(|s| s == w)) {
+        if let Event::Print { text, .. } =
+            expect_event(events, |e| matches!(e, Event::Print { .. }))
+        {
+            seen.push(text);
+        }
     }
 }
 

@@ -247,3 +247,13 @@ fn an_ipv6_tracker_serves_a_job() {
     assert_eq!((read_i32(&mut b), read_i32(&mut b)), (1, 0));
     assert_eq!(read_str(&mut b), "::1");
 }
+
+/// A larger world: 64 workers link up and finish (turns are served one at a time).
+#[test]
+fn a_world_of_64_finishes() {
+    let t = tracker(64);
+    let started = std::time::Instant::now();
+    run_classic_job(t.addr(), 64, |i| format!("{i}"));
+    assert_eq!(t.wait(Some(WAIT)).unwrap().shut_down.len(), 64);
+    eprintln!("64 workers in {:?}", started.elapsed());
+}

@@ -10,7 +10,10 @@ mod chart;
 mod collective;
 #[cfg(feature = "mpi")]
 mod mpi;
+#[cfg(feature = "zmq")]
+mod ps;
 mod report;
+mod tracker;
 #[cfg(feature = "zmq")]
 mod transport;
 
@@ -56,6 +59,14 @@ pub(crate) enum Suite {
     Broadcast(collective::CollectiveArgs),
     /// Allgather (size = the gathered total), as `allreduce`.
     Allgather(collective::CollectiveArgs),
+    /// Time for the tracker to admit and wire N classic-protocol workers beside
+    /// XGBoost 1.7.6's tracker (SWITCHYARD_XGB17_PYTHON), and from `switchyard launch
+    /// -n 4` to the first collective.
+    Tracker(tracker::TrackerArgs),
+    /// Parameter server (4 workers, 2 servers, tcp): keys/s and GB/s of fused
+    /// push_pull beside push then pull at 1 KiB and 1 MiB values, and both beside a
+    /// bare Dealer/Router exchange of the same bytes.
+    Ps(Common),
 }
 
 pub(crate) fn run(suite: Suite) -> Result<(), Box<dyn std::error::Error>> {
@@ -71,6 +82,11 @@ pub(crate) fn run(suite: Suite) -> Result<(), Box<dyn std::error::Error>> {
         Suite::Allreduce(args) => collective::run(collective::Op::Allreduce, args),
         Suite::Broadcast(args) => collective::run(collective::Op::Broadcast, args),
         Suite::Allgather(args) => collective::run(collective::Op::Allgather, args),
+        Suite::Tracker(args) => tracker::run(args),
+        #[cfg(feature = "zmq")]
+        Suite::Ps(common) => ps::run(common),
+        #[cfg(not(feature = "zmq"))]
+        Suite::Ps(_) => Err("bench ps runs over tcp and needs the `zmq` feature".into()),
     }
 }
 

@@ -352,6 +352,13 @@ impl Classic {
     /// Applies a durable record: what [`finish`](Self::finish) and
     /// [`shutdown`](Self::shutdown) do to the state, and how a state file is replayed.
     pub fn apply(&mut self, record: &Record) {
+        // A state file is input too: a rank outside this world is ignored.
+        match record {
+            Record::Linked { rank, .. } | Record::ShutDown { rank, .. } if *rank >= self.n => {
+                return
+            }
+            _ => {}
+        }
         match record {
             Record::Linked {
                 rank,

@@ -53,7 +53,11 @@ impl Classic {
             .get(&rank)
             .filter(|h| h.conn == conn && self.current == Some(conn))
             .ok_or_else(|| format!("connection {conn} does not hold the turn for rank {rank}"))?;
-        let links = self.maps[rank as usize].clone();
+        let links = self
+            .maps
+            .get(rank as usize)
+            .cloned()
+            .ok_or_else(|| format!("rank {rank} is outside the world of {}", self.n))?;
         let neg = Negotiation {
             conn,
             rank,

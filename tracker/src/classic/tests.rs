@@ -334,3 +334,23 @@ fn replaying_durable_records_restores_what_shutdown_and_recover_need() {
     again.shutdown(1).unwrap();
     assert!(again.is_done());
 }
+
+#[test]
+fn replayed_records_outside_the_world_are_ignored() {
+    let mut c = Classic::new(2, SortBy::Host);
+    c.apply(&Record::Linked {
+        rank: 99,
+        task_id: Some("x".into()),
+        host: H.into(),
+        port: 1,
+        accept: 0,
+        reached: vec![],
+    });
+    c.apply(&Record::ShutDown {
+        protocol: Protocol::Classic,
+        rank: 5,
+    });
+    assert!(c.shut_down().is_empty());
+    // Task "x" is not known: it waits in the batch like any newcomer.
+    assert!(c.start(1, H, &start(-1, Some("x"))).unwrap().is_empty());
+}

@@ -208,11 +208,14 @@ impl Json {
     /// Applies a durable record (also how a state file is replayed).
     pub fn apply(&mut self, record: &Record) {
         match record {
-            Record::JsonBatch { members } => self.batch = Some(members.clone()),
+            // A state file is input too: a batch or rank that does not fit is ignored.
+            Record::JsonBatch { members } if members.len() == self.n as usize => {
+                self.batch = Some(members.clone())
+            }
             Record::ShutDown {
                 protocol: Protocol::Json,
                 rank,
-            } => {
+            } if *rank < self.n => {
                 self.shut_down.insert(*rank);
             }
             _ => {}

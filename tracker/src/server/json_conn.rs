@@ -57,6 +57,7 @@ pub(crate) fn session(
                 sh.json_actions(&mut m, actions)
             };
             signal_error(&targets);
+            sh.signalled();
             Ok(())
         }
         4 => {
@@ -149,6 +150,7 @@ fn start(
             sh.json_actions(&mut m, actions)
         };
         signal_error(&targets);
+        sh.signalled();
         return Err(Bad::Protocol(reason));
     }
     Ok(())

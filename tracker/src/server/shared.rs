@@ -175,8 +175,18 @@ impl Shared {
                 json::Action::Record(r) => self.note(m, r),
             }
         }
-        self.check_done(m);
+        // A failed job ends only after its workers were told (`signalled`): ending it
+        // first would let `switchyard tracker` exit before the error signals go out.
+        if signal.is_empty() {
+            self.check_done(m);
+        }
         signal
+    }
+
+    /// Ends the job if it is over, once the error signals owed to workers are sent.
+    pub(crate) fn signalled(&self) {
+        let m = lock(&self.machines);
+        self.check_done(&m);
     }
 
     /// Logs, keeps (if durable) and publishes a record, then checks whether the job

@@ -1,0 +1,580 @@
+//! The tracker-less bootstrap of NCCL's kind: a [`UniqueId`] names a root, every rank
+//! reports to it, and the endpoints go round a ring.
+//!
+//! # Who listens
+//!
+//! Rank 0 is the root. [`UniqueId::new`] binds the root's listener at once and keeps
+//! it in this process, so the process that makes the id must be the one that runs
+//! rank 0 (NCCL's rule too); rank 0's [`exchange`] takes that listener. An id made by
+//! [`UniqueId::at`] (the `MASTER_ADDR`/`MASTER_PORT` convention) has no listener yet:
+//! rank 0 binds the id's port itself, on every interface, and the other ranks retry their connection
+//! until it does or their timeout ends.
+//!
+//! # Protocol
+//!
+//! Little-endian integers; strings are a `u32` length (at most [`MAX_TEXT`]) and UTF-8.
+//!
+//! 1. Every rank (rank 0 too) binds a *ring listener* on its mesh address, connects to
+//!    the root and sends `"SYUI"`, the job tag (`u64`), its rank, the world size and
+//!    its ring listener's `host:port`.
+//! 2. The root closes a connection whose magic or tag is wrong (logged) and keeps
+//!    accepting. A rank outside the world, a rank already checked in, or another
+//!    world size is answered `"SYUI"`, a status (1: duplicate rank, 2: wrong world, 3:
+//!    bad rank) and a reason, and accepting goes on.
+//! 3. When all ranks have checked in, the root answers each `"SYUI"`, status 0 and the
+//!    ring listener of its successor (`rank + 1 mod world`).
+//! 4. Each rank connects to its successor and sends `"SYUR"`, the tag and its rank; it
+//!    accepts one connection from its predecessor (others are closed and logged).
+//! 5. The mesh endpoints go round the ring: at step `k` a rank sends entry `rank − k`
+//!    to its successor and receives entry `rank − k − 1` from its predecessor.
+//!
+//! Every read and connect is bounded by the caller's timeout.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::str::FromStr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+mod root;
+mod wire;
+
+pub use root::{RootState, Verdict};
+use wire::{put_text, Wire};
+
+/// Magic of a check-in and of the root's answer.
+const CHECK_IN: [u8; 4] = *b"SYUI";
+/// Magic of the ring hello.
+const RING: [u8; 4] = *b"SYUR";
+/// Longest string (address, endpoint, reason) accepted.
+pub const MAX_TEXT: u32 = 4096;
+/// How long the root waits for one connection's check-in once accepted, so that a
+/// silent stranger cannot hold the others up for the whole timeout.
+const CHECK_IN_READ: Duration = Duration::from_secs(5);
+/// Pause between connection attempts to a root that is not listening yet, and
+/// between polls of a non-blocking accept.
+const RETRY: Duration = Duration::from_millis(20);
+
+/// The listeners [`UniqueId::new`] bound, by job tag, until rank 0 takes its own.
+static PARKED: Mutex<Option<HashMap<u64, TcpListener>>> = Mutex::new(None);
+
+/// A job's bootstrap identity: the root's address and a random 64-bit job tag.
+///
+/// Printed as `syid:TAG@HOST:PORT` (tag in 16 hex digits), which [`FromStr`] parses
+/// back: pass it to the other ranks by environment variable, file or any channel.
+/// The tag keeps strangers (another job reusing the port) out; it is not a secret.
+///
+/// # Examples
+///
+/// ```
+/// use switchyard::launch::UniqueId;
+/// let id: UniqueId = "syid:00000000000000ff@127.0.0.1:29500".parse().unwrap();
+/// assert_eq!(id.tag(), 255);
+/// assert_eq!(id.root().port(), 29500);
+/// assert_eq!(id.to_string().parse::<UniqueId>().unwrap(), id);
+/// assert!("syid:zz@127.0.0.1:1".parse::<UniqueId>().is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UniqueId {
+    root: SocketAddr,
+    tag: u64,
+}
+
+impl UniqueId {
+    /// A new id whose root is this process, on the interface named by
+    /// `SWITCHYARD_IFNAME`, else the source address of the default route, else the
+    /// first IPv4 interface that is not loopback, else loopback (a job on this host
+    /// only). The listener is bound now, on a free port; rank 0 of the job must run in
+    /// this process.
+    pub fn new() -> Result<UniqueId, IdError> {
+        let ip = match super::ifname_address() {
+            Err(e) => return Err(IdError::Address(e.to_string())),
+            Ok(Some(ip)) => ip,
+            // The default route's source address: any routable target will do, the UDP
+            // "connect" sends nothing (192.0.2.1 is the documentation network).
+            // Without a default route, the first interface that is not loopback (as
+            // NCCL does), else loopback.
+            Ok(None) => super::iface::route_address("192.0.2.1", 9)
+                .ok()
+                .or_else(first_non_loopback)
+                .unwrap_or(IpAddr::from([127, 0, 0, 1])),
+        };
+        tracing::debug!(%ip, "unique id root address");
+        UniqueId::new_on(ip)
+    }
+
+    /// A new id whose root listens on `ip` (any free port), in this process.
+    pub fn new_on(ip: IpAddr) -> Result<UniqueId, IdError> {
+        let listener =
+            TcpListener::bind((ip, 0)).map_err(|e| IdError::Address(format!("bind {ip}: {e}")))?;
+        let root = listener
+            .local_addr()
+            .map_err(|e| IdError::Address(e.to_string()))?;
+        let id = UniqueId {
+            root,
+            tag: random_tag(),
+        };
+        parked()
+            .get_or_insert_with(HashMap::new)
+            .insert(id.tag, listener);
+        tracing::debug!(%id, "unique id made; its listener waits for rank 0");
+        Ok(id)
+    }
+
+    /// An id for a root that rank 0 will bind at `root` (as `MASTER_ADDR:MASTER_PORT`),
+    /// with a tag every rank derives the same way.
+    pub fn at(root: SocketAddr, tag: u64) -> UniqueId {
+        UniqueId { root, tag }
+    }
+
+    /// The root's bootstrap address.
+    pub fn root(&self) -> SocketAddr {
+        self.root
+    }
+
+    /// The job tag.
+    pub fn tag(&self) -> u64 {
+        self.tag
+    }
+}
+
+impl fmt::Display for UniqueId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "syid:{:016x}@{}", self.tag, self.root)
+    }
+}
+
+impl FromStr for UniqueId {
+    type Err = IdError;
+
+    fn from_str(s: &str) -> Result<UniqueId, IdError> {
+        let bad = |why: &str| IdError::Parse {
+            text: s.to_string(),
+            reason: why.to_string(),
+        };
+        let rest = s
+            .trim()
+            .strip_prefix("syid:")
+            .ok_or_else(|| bad("does not start with syid:"))?;
+        let (tag, root) = rest
+            .split_once('@')
+            .ok_or_else(|| bad("no @ between tag and address"))?;
+        if tag.len() != 16 {
+            return Err(bad("the tag is not 16 hex digits"));
+        }
+        let tag = u64::from_str_radix(tag, 16).map_err(|_| bad("the tag is not hex"))?;
+        let root = root
+            .parse::<SocketAddr>()
+            .map_err(|_| bad("the root is not an IP:port address"))?;
+        Ok(UniqueId { root, tag })
+    }
+}
+
+/// What can go wrong in a unique-id bootstrap.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum IdError {
+    /// The text is not a unique id.
+    #[error("not a unique id {text:?}: {reason}")]
+    Parse {
+        /// The text.
+        text: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// No local address could be chosen or bound.
+    #[error("no bootstrap address: {0}")]
+    Address(String),
+    /// The root (or a ring neighbour) could not be reached before the timeout.
+    #[error("cannot reach {addr} within {waited:?}: {reason}")]
+    Unreachable {
+        /// The address tried.
+        addr: SocketAddr,
+        /// How long connecting was tried.
+        waited: Duration,
+        /// The last failure.
+        reason: String,
+    },
+    /// Another process already checked in as this rank.
+    #[error("root {root} refused rank {rank}: {reason}")]
+    DuplicateRank {
+        /// The root.
+        root: SocketAddr,
+        /// The rank.
+        rank: u32,
+        /// The root's explanation.
+        reason: String,
+    },
+    /// This rank's world size differs from the root's, or its rank is outside it.
+    #[error("root {root} refused world size {world}: {reason}")]
+    WrongWorld {
+        /// The root.
+        root: SocketAddr,
+        /// The world size this rank was given.
+        world: u32,
+        /// The root's explanation.
+        reason: String,
+    },
+    /// A rank number outside `0..world`, refused before any traffic.
+    #[error("rank {rank} is outside a world of {world}")]
+    BadRank {
+        /// The rank.
+        rank: u32,
+        /// The world size.
+        world: u32,
+    },
+    /// A peer broke the protocol, closed the connection or went silent.
+    #[error("bootstrap peer {peer}: {reason}")]
+    Protocol {
+        /// Who (the root, or the ring neighbour).
+        peer: String,
+        /// What happened.
+        reason: String,
+    },
+    /// Not every rank checked in at the root before the timeout.
+    #[error("root waited {waited:?}; ranks {missing:?} never checked in")]
+    Missing {
+        /// How long the root waited.
+        waited: Duration,
+        /// The ranks that did not come.
+        missing: Vec<u32>,
+    },
+}
+
+fn parked() -> std::sync::MutexGuard<'static, Option<HashMap<u64, TcpListener>>> {
+    // A poisoned lock only means another thread panicked while holding the map.
+    PARKED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Takes the listener [`UniqueId::new`] parked for `tag`, if this process has it.
+fn take_parked(tag: u64) -> Option<TcpListener> {
+    parked().get_or_insert_with(HashMap::new).remove(&tag)
+}
+
+/// The first IPv4 address of an interface other than loopback, if any.
+fn first_non_loopback() -> Option<IpAddr> {
+    super::iface::interface_addresses()
+        .ok()?
+        .into_iter()
+        .map(|(_, ip)| ip)
+        .find(|ip| ip.is_ipv4() && !ip.is_loopback())
+}
+
+/// 64 random bits from std's per-process random hash keys, mixed with the time and pid.
+fn random_tag() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+/// Connects to `addr`, retrying while nothing listens there yet, until `until`.
+fn connect(addr: SocketAddr, until: Instant, started: Instant) -> Result<TcpStream, IdError> {
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        let reason = if left.is_zero() {
+            "timed out".to_string()
+        } else {
+            match TcpStream::connect_timeout(&addr, left) {
+                Ok(s) => return Ok(s),
+                Err(e) => e.to_string(),
+            }
+        };
+        if Instant::now() + RETRY >= until {
+            return Err(IdError::Unreachable {
+                addr,
+                waited: started.elapsed(),
+                reason,
+            });
+        }
+        std::thread::sleep(RETRY);
+    }
+}
+
+/// Accepts on a non-blocking `listener` until `until`.
+fn accept(listener: &TcpListener, until: Instant) -> Option<(TcpStream, SocketAddr)> {
+    loop {
+        match listener.accept() {
+            Ok((s, a)) => {
+                let _ = s.set_nonblocking(false);
+                return Some((s, a));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => tracing::warn!(error = %e, "bootstrap accept failed"),
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+        std::thread::sleep(RETRY);
+    }
+}
+
+/// The root: accepts check-ins until all `world` ranks are in, then answers each
+/// with its successor's ring address.
+fn serve_root(listener: TcpListener, tag: u64, world: u32, until: Instant) -> Result<(), IdError> {
+    let started = Instant::now();
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| IdError::Address(e.to_string()))?;
+    let mut state = RootState::new(tag, world);
+    let mut waiting: Vec<(u32, TcpStream)> = Vec::new();
+    loop {
+        let Some((stream, peer)) = accept(&listener, until) else {
+            return Err(IdError::Missing {
+                waited: started.elapsed(),
+                missing: state.missing(),
+            });
+        };
+        let wire = Wire {
+            stream: &stream,
+            peer: peer.to_string(),
+            until: until.min(Instant::now() + CHECK_IN_READ),
+        };
+        let read = (|| {
+            wire.magic(CHECK_IN)?;
+            Ok::<_, IdError>((wire.u64()?, wire.u32()?, wire.u32()?, wire.text()?))
+        })();
+        let (their_tag, rank, their_world, ring) = match read {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(%peer, error = %e, "bootstrap root: check-in dropped");
+                continue;
+            }
+        };
+        match state.check_in(their_tag, rank, their_world, ring) {
+            Verdict::Close => {
+                tracing::warn!(%peer, tag = format!("{their_tag:016x}"), "bootstrap root: wrong job tag, connection closed");
+            }
+            Verdict::Refuse(status, reason) => {
+                tracing::warn!(%peer, rank, world = their_world, %reason, "bootstrap root: check-in refused");
+                let mut out = CHECK_IN.to_vec();
+                out.extend_from_slice(&status.to_le_bytes());
+                put_text(&mut out, &reason);
+                let _ = wire.write(&out);
+            }
+            Verdict::Wait => waiting.push((rank, stream)),
+            Verdict::Complete(successors) => {
+                waiting.push((rank, stream));
+                for (rank, stream) in &waiting {
+                    let mut out = CHECK_IN.to_vec();
+                    out.extend_from_slice(&0u32.to_le_bytes());
+                    put_text(&mut out, &successors[*rank as usize]);
+                    let wire = Wire {
+                        stream,
+                        peer: format!("rank {rank}"),
+                        until,
+                    };
+                    if let Err(e) = wire.write(&out) {
+                        tracing::warn!(rank, error = %e, "bootstrap root: answer lost");
+                    }
+                }
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Joins the job of `id` as `rank` of `world`: reports to the root (rank 0 serves
+/// it), learns the ring, and returns every rank's `endpoint` in rank order. `ip` is
+/// where this rank's ring listener binds (its mesh address). Everything is bounded by
+/// `timeout`.
+pub fn exchange(
+    id: &UniqueId,
+    rank: u32,
+    world: u32,
+    ip: IpAddr,
+    endpoint: &str,
+    timeout: Duration,
+) -> Result<Vec<String>, IdError> {
+    if world == 0 || rank >= world {
+        return Err(IdError::BadRank { rank, world });
+    }
+    let started = Instant::now();
+    let until = started + timeout;
+    let root = if rank == 0 {
+        let listener = match take_parked(id.tag) {
+            Some(l) => l,
+            // Every interface, at the id's port: the root's name (MASTER_ADDR) may
+            // stand for an address this host only receives on (a service address).
+            None => {
+                let any: IpAddr = match id.root {
+                    SocketAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+                    SocketAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
+                };
+                TcpListener::bind((any, id.root.port())).map_err(|e| {
+                    IdError::Address(format!("rank 0 binds the root port {}: {e}", id.root))
+                })?
+            }
+        };
+        let tag = id.tag;
+        Some(std::thread::spawn(move || {
+            serve_root(listener, tag, world, until)
+        }))
+    } else {
+        None
+    };
+    let result = ring_exchange(id, rank, world, ip, endpoint, until, started);
+    if let Some(root) = root {
+        let served = root
+            .join()
+            .unwrap_or_else(|_| Err(IdError::Address("the root thread panicked".into())));
+        // The root's own error (who never came) says more than this rank's.
+        served?;
+    }
+    result
+}
+
+fn ring_exchange(
+    id: &UniqueId,
+    rank: u32,
+    world: u32,
+    ip: IpAddr,
+    endpoint: &str,
+    until: Instant,
+    started: Instant,
+) -> Result<Vec<String>, IdError> {
+    if endpoint.len() > MAX_TEXT as usize {
+        return Err(IdError::Address(format!(
+            "endpoint longer than {MAX_TEXT} bytes"
+        )));
+    }
+    let ring =
+        TcpListener::bind((ip, 0)).map_err(|e| IdError::Address(format!("bind {ip}: {e}")))?;
+    let ring_addr = ring
+        .local_addr()
+        .map_err(|e| IdError::Address(e.to_string()))?;
+    let to_root = connect(id.root, until, started)?;
+    let wire = Wire {
+        stream: &to_root,
+        peer: format!("root {}", id.root),
+        until,
+    };
+    let mut out = CHECK_IN.to_vec();
+    out.extend_from_slice(&id.tag.to_le_bytes());
+    out.extend_from_slice(&rank.to_le_bytes());
+    out.extend_from_slice(&world.to_le_bytes());
+    put_text(&mut out, &ring_addr.to_string());
+    wire.write(&out)?;
+    wire.magic(CHECK_IN).map_err(|e| match e {
+        IdError::Protocol { peer, reason } => IdError::Protocol {
+            peer,
+            reason: format!("{reason} (a wrong job tag is answered by closing)"),
+        },
+        e => e,
+    })?;
+    let status = wire.u32()?;
+    let text = wire.text()?;
+    let successor: SocketAddr = match status {
+        0 => text
+            .parse()
+            .map_err(|_| wire.fail(format!("successor {text:?} is not an address")))?,
+        1 => {
+            return Err(IdError::DuplicateRank {
+                root: id.root,
+                rank,
+                reason: text,
+            })
+        }
+        _ => {
+            return Err(IdError::WrongWorld {
+                root: id.root,
+                world,
+                reason: text,
+            })
+        }
+    };
+    drop(to_root);
+    let next = connect(successor, until, started)?;
+    let mut hello = RING.to_vec();
+    hello.extend_from_slice(&id.tag.to_le_bytes());
+    hello.extend_from_slice(&rank.to_le_bytes());
+    let next_wire = Wire {
+        stream: &next,
+        peer: format!("ring successor {successor}"),
+        until,
+    };
+    next_wire.write(&hello)?;
+    let prev = accept_predecessor(&ring, id.tag, (rank + world - 1) % world, until)?;
+    let prev_wire = Wire {
+        stream: &prev,
+        peer: "ring predecessor".into(),
+        until,
+    };
+    let n = world as usize;
+    let r = rank as usize;
+    let mut all = vec![String::new(); n];
+    all[r] = endpoint.to_string();
+    for k in 0..n - 1 {
+        let mut frame = Vec::new();
+        put_text(&mut frame, &all[(r + n - k) % n]);
+        next_wire.write(&frame)?;
+        all[(r + n - k - 1) % n] = prev_wire.text()?;
+    }
+    Ok(all)
+}
+
+/// Accepts the predecessor's ring connection; strangers are closed and logged.
+fn accept_predecessor(
+    ring: &TcpListener,
+    tag: u64,
+    want: u32,
+    until: Instant,
+) -> Result<TcpStream, IdError> {
+    ring.set_nonblocking(true)
+        .map_err(|e| IdError::Address(e.to_string()))?;
+    loop {
+        let Some((stream, peer)) = accept(ring, until) else {
+            return Err(IdError::Protocol {
+                peer: format!("ring predecessor (rank {want})"),
+                reason: "never connected before the timeout".into(),
+            });
+        };
+        let wire = Wire {
+            stream: &stream,
+            peer: peer.to_string(),
+            until: until.min(Instant::now() + CHECK_IN_READ),
+        };
+        let hello = (|| {
+            wire.magic(RING)?;
+            Ok::<_, IdError>((wire.u64()?, wire.u32()?))
+        })();
+        match hello {
+            Ok((t, r)) if t == tag && r == want => return Ok(stream),
+            Ok((t, r)) => {
+                tracing::warn!(%peer, rank = r, tag = format!("{t:016x}"), "bootstrap ring: not the predecessor, closed")
+            }
+            Err(e) => tracing::warn!(%peer, error = %e, "bootstrap ring: hello dropped"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn ids_parse_and_print() {
+        let id = UniqueId::at("[::1]:80".parse().unwrap(), u64::MAX);
+        assert_eq!(id.to_string(), "syid:ffffffffffffffff@[::1]:80");
+        assert_eq!(id.to_string().parse::<UniqueId>().unwrap(), id);
+        for bad in [
+            "",
+            "syid:",
+            "syid:0000000000000001",
+            "syid:1@127.0.0.1:1",
+            "syid:000000000000000g@127.0.0.1:1",
+            "syid:0000000000000001@host:1",
+        ] {
+            assert!(bad.parse::<UniqueId>().is_err(), "{bad}");
+        }
+    }
+}

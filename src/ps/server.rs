@@ -1,0 +1,346 @@
+//! A server: holds its share of the keys and answers workers' requests.
+
+use super::node::{self, Node};
+use super::replica::{self, Backups, ReplicaLink};
+use super::store::{Op, Reply, Request, Store};
+use super::update::{Mode, Update};
+use super::wire::{self, Group, NodeRole};
+use super::{PsConfig, PsError, Value};
+use std::collections::{BTreeMap, VecDeque};
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
+use switchyard_msg::Msg;
+use switchyard_transports::{PeerId, Pollable, Poller, RecvError, Router, RouterSocket, Socket};
+
+/// A server of a parameter-server job, registered and ready to [`run`](KvServer::run).
+///
+/// # Examples
+///
+/// A whole job in one process: scheduler, one server, one worker, as threads.
+///
+/// ```
+/// use switchyard::ps::{KvServer, KvWorker, Mode, PsConfig, Scheduler, Update};
+/// # fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// let config = PsConfig::new(1, 1);
+/// let scheduler = Scheduler::bind("local://ps-server-doc", &config)?;
+/// let endpoint = scheduler.endpoint().to_string();
+/// let sched = std::thread::spawn(move || scheduler.run());
+/// let (e, c) = (endpoint.clone(), config.clone());
+/// let server = std::thread::spawn(move || {
+///     KvServer::<f32>::join(&e, &c, Mode::Sync, Update::Sum)?.run()
+/// });
+/// let mut worker = KvWorker::<f32>::join(&endpoint, &config)?;
+/// worker.push(&[1, 2], &[2, 1], vec![1.0, 2.0, 3.0])?;
+/// let summed = worker.push_pull(&[1, 2], &[2, 1], vec![1.0, 1.0, 1.0])?;
+/// assert_eq!(summed.values(), [2.0, 3.0, 4.0]);
+/// assert_eq!(worker.pull(&[2])?.get(0), Some(&[4.0][..]));
+/// worker.finish()?;
+/// server.join().expect("server thread")?;
+/// sched.join().expect("scheduler thread")?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct KvServer<T: Value> {
+    node: Node,
+    router: RouterSocket,
+    mode: Mode,
+    update: Update<T>,
+    early: VecDeque<(PeerId, Msg)>,
+    poller: Poller,
+    _values: PhantomData<T>,
+}
+
+/// What a server did, returned by [`KvServer::run`] when the job ends well.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerReport {
+    /// The server's rank.
+    pub rank: u32,
+    /// Rounds completed (sync) or pushes applied (async), over all keys.
+    pub rounds: u64,
+    /// Requests answered.
+    pub requests: u64,
+}
+
+impl<T: Value> KvServer<T> {
+    /// Binds the server's socket and registers with the scheduler at `scheduler`.
+    pub fn join(
+        scheduler: &str,
+        config: &PsConfig,
+        mode: Mode,
+        update: Update<T>,
+    ) -> Result<Self, PsError> {
+        let endpoint = node::server_bind_endpoint(scheduler, config.host.as_deref())?;
+        let router = RouterSocket::bind(&endpoint, config.socket.clone())
+            .map_err(|e| PsError::transport(format!("server binding {endpoint}"), e))?;
+        let node = Node::join(
+            scheduler,
+            NodeRole::Server,
+            router.endpoint().to_string(),
+            config,
+        )?;
+        Ok(KvServer {
+            node,
+            router,
+            mode,
+            update,
+            early: VecDeque::new(),
+            poller: Poller::new(),
+            _values: PhantomData,
+        })
+    }
+
+    /// The server's rank (0-based, among servers).
+    pub fn rank(&self) -> u32 {
+        self.node.rank
+    }
+
+    /// The endpoint workers reach this server at.
+    pub fn endpoint(&self) -> &str {
+        self.router.endpoint()
+    }
+
+    /// Waits until every node of `group` (servers or all) has reached the barrier.
+    /// Requests that arrive meanwhile are kept for [`KvServer::run`].
+    pub fn barrier(&mut self, group: Group) -> Result<(), PsError> {
+        let (router, early) = (&mut self.router, &mut self.early);
+        self.node.barrier(group, || {
+            while let Ok(got) = router.try_recv_from() {
+                early.push_back(got);
+            }
+        })
+    }
+
+    /// Serves until the scheduler ends the job: `Ok` when it shut the job down, the
+    /// error when it aborted it or fell silent.
+    pub fn run(self) -> Result<ServerReport, PsError> {
+        self.run_until(&AtomicBool::new(false))
+    }
+
+    /// [`KvServer::run`], returning at once, without a word to anyone, when `kill`
+    /// is set: a server dying mid-job, for tests of failover.
+    #[doc(hidden)]
+    pub fn run_until(mut self, kill: &AtomicBool) -> Result<ServerReport, PsError> {
+        let rank = self.node.rank;
+        let name = format!("server {rank} at {}", self.router.endpoint());
+        let workers = self.node.num_workers as usize;
+        let replicate = self.node.config.replicate && self.node.servers.len() > 1;
+        let mut own =
+            Store::<T, PeerId>::new(name.clone(), self.mode, workers, self.update.clone())
+                .with_primary(rank);
+        if replicate {
+            own = own.with_tracking();
+        }
+        let mut stores = BTreeMap::from([(rank, own)]);
+        let mut backups = Backups::<T>::default();
+        let mut link = replicate.then(|| {
+            let target = (rank + 1) % self.node.servers.len() as u32;
+            let endpoint = self.node.servers[target as usize].clone();
+            ReplicaLink::start(target, &endpoint, self.node.config.socket.clone())
+        });
+        let mut requests = 0u64;
+        let mut before_failover = Vec::new();
+        loop {
+            if kill.load(Ordering::Relaxed) {
+                return Err(PsError::Aborted {
+                    reason: format!("{name} killed"),
+                });
+            }
+            match self.node.check() {
+                Ok(()) => {}
+                Err(PsError::Finished) => {
+                    let rounds = stores.values().map(Store::rounds).sum();
+                    return Ok(ServerReport {
+                        rank,
+                        rounds,
+                        requests,
+                    });
+                }
+                Err(e) => return Err(e),
+            }
+            for (dead, by) in self.node.take_failovers() {
+                if dead == rank {
+                    return Err(PsError::Aborted {
+                        reason: format!("the scheduler declared {name} dead"),
+                    });
+                }
+                if by == rank {
+                    tracing::warn!("ps {name}: serving server {dead}'s keys from its replica");
+                    let copy = backups.take(dead);
+                    let adopted = Store::adopt(
+                        format!("server {dead} (served by {name})"),
+                        self.mode,
+                        workers,
+                        self.update.clone(),
+                        copy,
+                    )
+                    .with_primary(dead);
+                    stores.insert(dead, adopted);
+                    self.early.extend(before_failover.drain(..));
+                }
+                if link.as_ref().is_some_and(|l| l.target == dead) {
+                    // Our replica is gone: nothing will acknowledge what it held.
+                    for reply in link
+                        .take()
+                        .map(ReplicaLink::release_all)
+                        .unwrap_or_default()
+                    {
+                        self.answer(&name, reply);
+                    }
+                }
+            }
+            if let Some(l) = link.as_mut() {
+                for reply in l.pump()? {
+                    self.answer(&name, reply);
+                }
+            }
+            let got = match self.early.pop_front() {
+                Some(got) => Ok(got),
+                None => self.receive(link.as_ref()),
+            };
+            let (peer, msg) = match got {
+                Ok(got) => got,
+                Err(RecvError::Timeout | RecvError::Empty) => continue,
+                Err(e) => return Err(PsError::protocol(&name, e)),
+            };
+            if msg.header.kind == wire::REPLICA {
+                let primary = msg.header.src.id;
+                match backups.store(primary, &msg, &format!("server {primary}")) {
+                    Ok(()) => {
+                        let ack = replica::ack(self.node.addr(), &msg);
+                        if let Err(e) = self.router.send_to(&peer, ack) {
+                            tracing::warn!(
+                                "ps {name}: acknowledgement to server {primary} lost: {}",
+                                e.kind
+                            );
+                        }
+                    }
+                    Err(e) => tracing::warn!("ps {name}: {e}"),
+                }
+                continue;
+            }
+            requests += 1;
+            let primary = msg.header.dst.id;
+            if !stores.contains_key(&primary) && replicate && self.is_replica_of(primary) {
+                // A worker heard of the failover before we did: keep the request
+                // until our own notice comes.
+                before_failover.push((peer, msg));
+                continue;
+            }
+            let Some(store) = stores.get_mut(&primary) else {
+                let reason = format!("{name} does not hold server {primary}'s keys");
+                self.answer(
+                    &name,
+                    Reply {
+                        peer,
+                        id: msg.header.seq,
+                        primary,
+                        body: Err(reason),
+                    },
+                );
+                continue;
+            };
+            let replies = match decode::<T>(&msg, &peer) {
+                Ok(req) => store.handle(peer, req),
+                Err(e) => {
+                    tracing::warn!("ps {name}: {e}");
+                    vec![Reply {
+                        peer,
+                        id: msg.header.seq,
+                        primary,
+                        body: Err(e.to_string()),
+                    }]
+                }
+            };
+            let changed = if primary == rank {
+                store.take_changed()
+            } else {
+                Vec::new()
+            };
+            match link.as_mut() {
+                Some(l) if !changed.is_empty() => {
+                    l.replicate(self.node.addr(), changed, replies)?
+                }
+                _ => {
+                    for reply in replies {
+                        self.answer(&name, reply);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether this server keeps the copy of server `primary`'s keys.
+    fn is_replica_of(&self, primary: u32) -> bool {
+        let servers = self.node.servers.len() as u32;
+        servers > 1 && primary < servers && (primary + 1) % servers == self.node.rank
+    }
+
+    /// The next message from a worker or a replicating server, waiting one slice at
+    /// most, while also watching the replica line for acknowledgements.
+    fn receive(&mut self, link: Option<&ReplicaLink>) -> Result<(PeerId, Msg), RecvError> {
+        let Some(dealer) = link.and_then(ReplicaLink::dealer) else {
+            return self.router.recv_from_timeout(node::SLICE);
+        };
+        let ready = self
+            .poller
+            .poll(
+                &[&self.router as &dyn Pollable, dealer as &dyn Pollable],
+                node::SLICE,
+            )
+            .map_err(|e| RecvError::Backend {
+                endpoint: self.router.endpoint().to_string(),
+                reason: e.to_string(),
+            })?;
+        match ready {
+            Some(0) => self.router.try_recv_from(),
+            _ => Err(RecvError::Empty),
+        }
+    }
+
+    fn answer(&mut self, name: &str, reply: Reply<PeerId>) {
+        // The reply names the server whose keys it is about, which is not this one
+        // for keys served after a failover: the worker counts answers by it.
+        let me = wire::addr(NodeRole::Server, reply.primary);
+        let to = wire::addr(NodeRole::Worker, 0);
+        let msg = match reply.body {
+            Ok((meta, frames)) => wire::kv_msg(me, to, wire::REPLY, reply.id, &meta, frames),
+            Err(reason) => Ok(Msg::new(me, to, wire::REFUSE)
+                .with_seq(reply.id)
+                .with_frame(reason.into_bytes())),
+        };
+        match msg {
+            Ok(msg) => {
+                if let Err(e) = self.router.send_to(&reply.peer, msg) {
+                    tracing::warn!("ps {name}: reply to {} lost: {}", reply.peer, e.kind);
+                }
+            }
+            Err(e) => tracing::warn!("ps {name}: {e}"),
+        }
+    }
+}
+
+fn decode<T: Value>(msg: &Msg, peer: &PeerId) -> Result<Request<T>, PsError> {
+    let from = format!("worker {} ({peer})", msg.header.src.id);
+    let op = match msg.header.kind {
+        k if k == wire::PUSH => Op::Push,
+        k if k == wire::PUSH_PULL => Op::PushPull,
+        k if k == wire::PULL => Op::Pull,
+        k if k == wire::INIT => Op::Init,
+        other => return Err(PsError::protocol(from, format!("unexpected {other:?}"))),
+    };
+    let (meta, count) = wire::read_meta(msg, &from)?;
+    let values = if op == Op::Pull {
+        Vec::new()
+    } else {
+        wire::read_values::<T>(msg, count, &from)?
+    };
+    Ok(Request {
+        worker: msg.header.src.id,
+        id: msg.header.seq,
+        op,
+        meta,
+        values,
+    })
+}

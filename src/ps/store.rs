@@ -1,0 +1,480 @@
+//! A server's keys and rounds, without sockets: requests in, replies out.
+//!
+//! In [`Mode::Sync`] a key's round collects one push from every worker, adds them up,
+//! applies the [`Update`] once and answers every push of the round together (a
+//! push_pull with the updated value, which all of them share: one copy per round, not
+//! per worker). A worker that pushes a key again before the round is complete waits
+//! for the next round. In [`Mode::Async`] every push is applied and answered at once.
+
+use super::update::{Mode, Update};
+use super::wire::{KvMeta, Runs};
+use super::{PsError, Value};
+use bytes::Bytes;
+use std::collections::{HashMap, HashSet, VecDeque};
+use switchyard_msg::payload;
+
+/// What a request asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Op {
+    Push,
+    PushPull,
+    Pull,
+    Init,
+}
+
+/// One request, decoded.
+#[derive(Debug)]
+pub(crate) struct Request<T> {
+    pub(crate) worker: u32,
+    pub(crate) id: u64,
+    pub(crate) op: Op,
+    pub(crate) meta: KvMeta,
+    pub(crate) values: Vec<T>,
+}
+
+/// One answer: to whom, for which request, and what.
+#[derive(Debug)]
+pub(crate) struct Reply<P> {
+    pub(crate) peer: P,
+    pub(crate) id: u64,
+    /// The server whose keys the reply is about.
+    pub(crate) primary: u32,
+    pub(crate) body: Result<(KvMeta, Vec<Bytes>), String>,
+}
+
+type ReqKey = (u32, u64);
+
+struct Contribution<T> {
+    worker: u32,
+    req: ReqKey,
+    index: usize,
+    wants_value: bool,
+    values: Vec<T>,
+}
+
+/// A key's state as a replica keeps it: enough to carry on the key's rounds.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Backup<T> {
+    pub(crate) value: Vec<T>,
+    pub(crate) offset: u64,
+    pub(crate) total: u64,
+    /// Per worker, the last request whose push is in `value`.
+    pub(crate) included: Vec<(u32, u64)>,
+}
+
+struct Entry<T> {
+    value: Vec<T>,
+    offset: u64,
+    total: u64,
+    /// Per worker, the last request whose push is in `value`: a request sent again
+    /// after a failover is answered, not added twice.
+    included: HashMap<u32, u64>,
+    sum: Vec<T>,
+    from: HashSet<u32>,
+    waiters: Vec<(ReqKey, usize, bool)>,
+    deferred: VecDeque<Contribution<T>>,
+}
+
+struct Pending<P> {
+    peer: P,
+    op: Op,
+    meta: KvMeta,
+    slots: Vec<Option<Bytes>>,
+    remaining: usize,
+}
+
+/// A server's state: its keys, the rounds in progress, the requests waiting on them.
+pub(crate) struct Store<T, P> {
+    name: String,
+    mode: Mode,
+    workers: usize,
+    update: Update<T>,
+    keys: HashMap<u64, Entry<T>>,
+    pending: HashMap<ReqKey, Pending<P>>,
+    rounds: u64,
+    /// Keys whose value changed since [`Store::take_changed`] last ran, recorded
+    /// only when `track` is on (a server that replicates).
+    changed: Vec<u64>,
+    track: bool,
+    primary: u32,
+}
+
+impl<T: Value, P: Clone> Store<T, P> {
+    /// A store named `name` (in errors) for `workers` workers.
+    pub(crate) fn new(name: String, mode: Mode, workers: usize, update: Update<T>) -> Self {
+        Store {
+            name,
+            mode,
+            workers: workers.max(1),
+            update,
+            keys: HashMap::new(),
+            pending: HashMap::new(),
+            rounds: 0,
+            changed: Vec::new(),
+            track: false,
+            primary: 0,
+        }
+    }
+
+    /// Sets the rank of the server whose keys these are (named in replies).
+    pub(crate) fn with_primary(mut self, primary: u32) -> Self {
+        self.primary = primary;
+        self
+    }
+
+    /// Records which keys change, for [`Store::take_changed`].
+    pub(crate) fn with_tracking(mut self) -> Self {
+        self.track = true;
+        self
+    }
+
+    fn note_change(&mut self, key: u64) {
+        if self.track {
+            self.changed.push(key);
+        }
+    }
+
+    /// A store that carries on from a replica's copy of another server's keys.
+    pub(crate) fn adopt(
+        name: String,
+        mode: Mode,
+        workers: usize,
+        update: Update<T>,
+        backup: HashMap<u64, Backup<T>>,
+    ) -> Self {
+        let mut store = Store::new(name, mode, workers, update);
+        for (key, b) in backup {
+            store.keys.insert(
+                key,
+                Entry {
+                    value: b.value,
+                    offset: b.offset,
+                    total: b.total,
+                    included: b.included.into_iter().collect(),
+                    sum: Vec::new(),
+                    from: HashSet::new(),
+                    waiters: Vec::new(),
+                    deferred: VecDeque::new(),
+                },
+            );
+        }
+        store
+    }
+
+    /// The keys whose value changed since the last call, as a replica keeps them.
+    pub(crate) fn take_changed(&mut self) -> Vec<(u64, Backup<T>)> {
+        let mut keys = std::mem::take(&mut self.changed);
+        keys.sort_unstable();
+        keys.dedup();
+        keys.into_iter()
+            .filter_map(|k| {
+                let e = self.keys.get(&k)?;
+                let included = e.included.iter().map(|(w, id)| (*w, *id)).collect();
+                Some((
+                    k,
+                    Backup {
+                        value: e.value.clone(),
+                        offset: e.offset,
+                        total: e.total,
+                        included,
+                    },
+                ))
+            })
+            .collect()
+    }
+
+    /// Rounds completed (sync) or pushes applied (async), over all keys.
+    pub(crate) fn rounds(&self) -> u64 {
+        self.rounds
+    }
+
+    /// Requests waiting for a round to complete.
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Handles one request from `peer` and returns the replies it makes possible.
+    pub(crate) fn handle(&mut self, peer: P, req: Request<T>) -> Vec<Reply<P>> {
+        if let Err(e) = self.validate(&req) {
+            return vec![Reply {
+                peer,
+                id: req.id,
+                primary: self.primary,
+                body: Err(e.to_string()),
+            }];
+        }
+        match req.op {
+            Op::Pull => vec![Reply {
+                peer,
+                id: req.id,
+                primary: self.primary,
+                body: Ok(self.pull(&req.meta)),
+            }],
+            Op::Init => {
+                let mut at = 0;
+                for i in 0..req.meta.keys.len() {
+                    let len = req.meta.lens[i] as usize;
+                    let entry = self.entry(&req.meta, i);
+                    entry.value.copy_from_slice(&req.values[at..at + len]);
+                    at += len;
+                    self.note_change(req.meta.keys[i]);
+                }
+                vec![Reply {
+                    peer,
+                    id: req.id,
+                    primary: self.primary,
+                    body: Ok((KvMeta::default(), Vec::new())),
+                }]
+            }
+            Op::Push | Op::PushPull if self.mode == Mode::Async => {
+                let mut at = 0;
+                for i in 0..req.meta.keys.len() {
+                    let len = req.meta.lens[i] as usize;
+                    let key = req.meta.keys[i];
+                    let update = self.update.clone();
+                    let entry = self.entry(&req.meta, i);
+                    let piece = &req.values[at..at + len];
+                    at += len;
+                    let last = entry.included.entry(req.worker).or_insert(0);
+                    if *last >= req.id {
+                        // Sent again after a failover, and already applied.
+                        continue;
+                    }
+                    *last = req.id;
+                    update.apply(key, &mut entry.value, piece);
+                    self.rounds += 1;
+                    self.note_change(key);
+                }
+                let body = if req.op == Op::PushPull {
+                    self.pull(&req.meta)
+                } else {
+                    (KvMeta::default(), Vec::new())
+                };
+                vec![Reply {
+                    peer,
+                    id: req.id,
+                    primary: self.primary,
+                    body: Ok(body),
+                }]
+            }
+            Op::Push | Op::PushPull => self.sync_push(peer, req),
+        }
+    }
+
+    fn validate(&self, req: &Request<T>) -> Result<(), PsError> {
+        let meta = &req.meta;
+        let mut seen = HashSet::with_capacity(meta.keys.len());
+        for (i, &key) in meta.keys.iter().enumerate() {
+            if !seen.insert(key) {
+                return Err(PsError::BadArguments(format!(
+                    "key {key} appears twice in one request"
+                )));
+            }
+            match self.keys.get(&key) {
+                Some(e) if req.op != Op::Pull || meta.must_have => {
+                    let same = e.value.len() as u64 == meta.lens[i]
+                        && e.offset == meta.offsets[i]
+                        && e.total == meta.totals[i];
+                    if !same && req.op != Op::Pull {
+                        return Err(PsError::LengthChanged {
+                            key,
+                            stored: e.value.len() as u64,
+                            pushed: meta.lens[i],
+                            server: self.name.clone(),
+                        });
+                    }
+                }
+                None if req.op == Op::Pull && meta.must_have => {
+                    return Err(PsError::NeverPushed {
+                        key,
+                        server: self.name.clone(),
+                    });
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn entry(&mut self, meta: &KvMeta, i: usize) -> &mut Entry<T> {
+        self.keys.entry(meta.keys[i]).or_insert_with(|| Entry {
+            value: vec![T::default(); meta.lens[i] as usize],
+            offset: meta.offsets[i],
+            total: meta.totals[i],
+            included: HashMap::new(),
+            sum: Vec::new(),
+            from: HashSet::new(),
+            waiters: Vec::new(),
+            deferred: VecDeque::new(),
+        })
+    }
+
+    /// The stored pieces of the keys in `meta` that this server holds.
+    fn pull(&self, meta: &KvMeta) -> (KvMeta, Vec<Bytes>) {
+        let mut out = KvMeta::default();
+        let mut frames = Vec::new();
+        for &key in &meta.keys {
+            if let Some(e) = self.keys.get(&key) {
+                out.keys.push(key);
+                out.lens.push(e.value.len() as u64);
+                out.offsets.push(e.offset);
+                out.totals.push(e.total);
+                frames.push(payload::frame_from_slice(&e.value));
+            }
+        }
+        (out, coalesce(frames))
+    }
+
+    fn sync_push(&mut self, peer: P, req: Request<T>) -> Vec<Reply<P>> {
+        let key_of = (req.worker, req.id);
+        let n = req.meta.keys.len();
+        let wants_value = req.op == Op::PushPull;
+        let mut done = Vec::new();
+        // Split from the back so that each piece is moved out, not copied.
+        let mut values = req.values;
+        let mut pieces = Vec::with_capacity(n);
+        for i in (0..n).rev() {
+            let start = values.len() - req.meta.lens[i] as usize;
+            pieces.push(values.split_off(start));
+        }
+        pieces.reverse();
+        self.pending.insert(
+            key_of,
+            Pending {
+                peer,
+                op: req.op,
+                meta: req.meta.clone(),
+                slots: vec![None; n],
+                remaining: n,
+            },
+        );
+        for (i, piece) in pieces.into_iter().enumerate() {
+            let entry = self.entry(&req.meta, i);
+            if entry
+                .included
+                .get(&req.worker)
+                .is_some_and(|&last| last >= req.id)
+            {
+                // Sent again after a failover, and already in the value: answer it.
+                let frame = if wants_value {
+                    payload::frame_from_slice(&entry.value)
+                } else {
+                    Bytes::new()
+                };
+                done.push((key_of, i, frame));
+                continue;
+            }
+            let c = Contribution {
+                worker: req.worker,
+                req: key_of,
+                index: i,
+                wants_value,
+                values: piece,
+            };
+            self.feed(req.meta.keys[i], c, &mut done);
+        }
+        let mut replies = Vec::new();
+        if n == 0 {
+            done.clear();
+            if let Some(p) = self.pending.remove(&key_of) {
+                replies.push(finish(key_of.1, self.primary, p));
+            }
+        }
+        for (req, index, frame) in done {
+            let Some(p) = self.pending.get_mut(&req) else {
+                continue;
+            };
+            p.slots[index] = Some(frame);
+            p.remaining -= 1;
+            if p.remaining == 0 {
+                if let Some(p) = self.pending.remove(&req) {
+                    replies.push(finish(req.1, self.primary, p));
+                }
+            }
+        }
+        replies
+    }
+
+    /// Adds one worker's push of `key` to the key's round, completing rounds (and
+    /// taking in deferred pushes) as far as they go.
+    fn feed(&mut self, key: u64, c: Contribution<T>, done: &mut Vec<(ReqKey, usize, Bytes)>) {
+        let workers = self.workers;
+        let update = self.update.clone();
+        let Some(e) = self.keys.get_mut(&key) else {
+            return;
+        };
+        let mut queue = VecDeque::from([c]);
+        while let Some(c) = queue.pop_front() {
+            if e.from.contains(&c.worker) {
+                e.deferred.push_back(c);
+                continue;
+            }
+            if e.from.is_empty() {
+                e.sum = c.values;
+            } else {
+                e.sum
+                    .iter_mut()
+                    .zip(&c.values)
+                    .for_each(|(s, v)| *s = s.add(*v));
+            }
+            e.from.insert(c.worker);
+            e.waiters.push((c.req, c.index, c.wants_value));
+            if e.from.len() == workers {
+                update.apply(key, &mut e.value, &e.sum);
+                self.rounds += 1;
+                if self.track {
+                    self.changed.push(key);
+                }
+                for ((worker, id), _, _) in &e.waiters {
+                    let last = e.included.entry(*worker).or_insert(*id);
+                    *last = (*last).max(*id);
+                }
+                let snapshot = if e.waiters.iter().any(|w| w.2) {
+                    payload::frame_from_slice(&e.value)
+                } else {
+                    Bytes::new()
+                };
+                for (req, index, _) in e.waiters.drain(..) {
+                    done.push((req, index, snapshot.clone()));
+                }
+                e.from.clear();
+                queue.extend(e.deferred.drain(..));
+            }
+        }
+    }
+}
+
+fn finish<P>(id: u64, primary: u32, p: Pending<P>) -> Reply<P> {
+    if p.op != Op::PushPull {
+        return Reply {
+            peer: p.peer,
+            id,
+            primary,
+            body: Ok((KvMeta::default(), Vec::new())),
+        };
+    }
+    let frames = p.slots.into_iter().map(Option::unwrap_or_default).collect();
+    Reply {
+        peer: p.peer,
+        id,
+        primary,
+        body: Ok((p.meta, coalesce(frames))),
+    }
+}
+
+/// One frame per key while that stays under the decoder's frame limit, else one
+/// frame for all.
+fn coalesce(frames: Vec<Bytes>) -> Vec<Bytes> {
+    if frames.len() <= 512 {
+        return frames;
+    }
+    let mut runs = Runs::default();
+    let joined = Bytes::from(frames.concat());
+    runs.add(&joined, 0, joined.len());
+    runs.finish(&joined)
+}
+
+#[cfg(test)]
+#[path = "store_tests.rs"]
+mod tests;

@@ -1,0 +1,200 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+use super::*;
+
+fn meta(keys: &[u64], lens: &[u64]) -> KvMeta {
+    KvMeta {
+        keys: keys.to_vec(),
+        lens: lens.to_vec(),
+        offsets: vec![0; keys.len()],
+        totals: lens.to_vec(),
+        must_have: true,
+    }
+}
+
+fn req(worker: u32, id: u64, op: Op, keys: &[u64], lens: &[u64], values: Vec<f32>) -> Request<f32> {
+    Request {
+        worker,
+        id,
+        op,
+        meta: meta(keys, lens),
+        values,
+    }
+}
+
+fn values(reply: &Reply<u32>) -> Vec<f32> {
+    let (_, frames) = reply.body.as_ref().unwrap();
+    frames
+        .iter()
+        .flat_map(|f| payload::frame_to_vec::<f32>(f).unwrap())
+        .collect()
+}
+
+#[test]
+fn sync_round_answers_every_worker_with_the_sum() {
+    let mut store = Store::<f32, u32>::new("server 0".into(), Mode::Sync, 3, Update::Sum);
+    assert!(store
+        .handle(0, req(0, 1, Op::PushPull, &[7], &[2], vec![1.0, 2.0]))
+        .is_empty());
+    assert!(store
+        .handle(1, req(1, 1, Op::PushPull, &[7], &[2], vec![10.0, 20.0]))
+        .is_empty());
+    assert_eq!(store.waiting(), 2);
+    let replies = store.handle(2, req(2, 5, Op::PushPull, &[7], &[2], vec![100.0, 200.0]));
+    assert_eq!(replies.len(), 3);
+    for r in &replies {
+        assert_eq!(values(r), [111.0, 222.0]);
+    }
+    let mut peers: Vec<_> = replies.iter().map(|r| (r.peer, r.id)).collect();
+    peers.sort();
+    assert_eq!(peers, [(0, 1), (1, 1), (2, 5)]);
+    assert_eq!(store.rounds(), 1);
+    assert_eq!(store.waiting(), 0);
+}
+
+#[test]
+fn a_second_push_from_one_worker_waits_for_the_next_round() {
+    let mut store = Store::<f32, u32>::new("s".into(), Mode::Sync, 2, Update::Sum);
+    assert!(store
+        .handle(0, req(0, 1, Op::Push, &[1], &[1], vec![1.0]))
+        .is_empty());
+    assert!(store
+        .handle(0, req(0, 2, Op::Push, &[1], &[1], vec![2.0]))
+        .is_empty());
+    let first = store.handle(1, req(1, 1, Op::Push, &[1], &[1], vec![3.0]));
+    assert_eq!(
+        first.len(),
+        2,
+        "round 1: worker 0's first push and worker 1's"
+    );
+    let second = store.handle(1, req(1, 2, Op::PushPull, &[1], &[1], vec![4.0]));
+    assert_eq!(second.len(), 2, "round 2 takes the deferred push");
+    let pp = second.iter().find(|r| r.peer == 1).unwrap();
+    assert_eq!(values(pp), [10.0]);
+}
+
+#[test]
+fn multi_key_request_waits_for_all_its_keys() {
+    let mut store = Store::<f32, u32>::new("s".into(), Mode::Sync, 2, Update::Sgd { rate: 0.5 });
+    assert!(store
+        .handle(
+            0,
+            req(0, 1, Op::PushPull, &[1, 2], &[1, 2], vec![2.0, 4.0, 6.0])
+        )
+        .is_empty());
+    let one = store.handle(1, req(1, 1, Op::PushPull, &[1], &[1], vec![2.0]));
+    assert_eq!(one.len(), 1, "worker 1's request has only key 1");
+    assert_eq!((one[0].peer, values(&one[0])), (1, vec![-2.0]));
+    let replies = store.handle(1, req(1, 2, Op::PushPull, &[2], &[2], vec![0.0, 2.0]));
+    assert_eq!(replies.len(), 2);
+    let w0 = replies.iter().find(|r| r.peer == 0).unwrap();
+    assert_eq!(values(w0), [-2.0, -2.0, -4.0]);
+}
+
+#[test]
+fn async_applies_each_push_at_once() {
+    let mut store = Store::<f64, u32>::new("s".into(), Mode::Async, 4, Update::Sum);
+    let r = store.handle(
+        0,
+        Request {
+            worker: 0,
+            id: 1,
+            op: Op::PushPull,
+            meta: meta(&[3], &[1]),
+            values: vec![1.5],
+        },
+    );
+    assert_eq!(r.len(), 1);
+    let r = store.handle(
+        1,
+        Request {
+            worker: 1,
+            id: 1,
+            op: Op::PushPull,
+            meta: meta(&[3], &[1]),
+            values: vec![1.5],
+        },
+    );
+    let (_, frames) = r[0].body.as_ref().unwrap();
+    assert_eq!(payload::frame_to_vec::<f64>(&frames[0]).unwrap(), [3.0]);
+}
+
+#[test]
+fn pull_of_a_never_pushed_key_is_refused_with_the_key() {
+    let mut store = Store::<f32, u32>::new("server 1".into(), Mode::Sync, 1, Update::Sum);
+    let r = store.handle(0, req(0, 1, Op::Pull, &[42], &[0], vec![]));
+    let err = r[0].body.as_ref().unwrap_err();
+    assert!(err.contains("key 42") && err.contains("server 1"), "{err}");
+}
+
+#[test]
+fn a_changed_length_is_refused_and_the_key_kept() {
+    let mut store = Store::<f32, u32>::new("server 0".into(), Mode::Async, 1, Update::Sum);
+    store.handle(0, req(0, 1, Op::Push, &[5], &[2], vec![1.0, 1.0]));
+    let r = store.handle(0, req(0, 2, Op::Push, &[5], &[3], vec![1.0, 1.0, 1.0]));
+    let err = r[0].body.as_ref().unwrap_err();
+    assert!(
+        err.contains("key 5") && err.contains("pushed 3") && err.contains("holds 2"),
+        "{err}"
+    );
+    let r = store.handle(0, req(0, 3, Op::Pull, &[5], &[0], vec![]));
+    assert_eq!(values(&r[0]), [1.0, 1.0]);
+}
+
+#[test]
+fn init_sets_and_custom_update_runs() {
+    let update = Update::custom(|key, stored: &mut [f32], agg: &[f32]| {
+        for (s, a) in stored.iter_mut().zip(agg) {
+            *s = s.max(*a) + key as f32;
+        }
+    });
+    let mut store = Store::<f32, u32>::new("s".into(), Mode::Sync, 1, update);
+    store.handle(0, req(0, 1, Op::Init, &[1], &[2], vec![5.0, -5.0]));
+    let r = store.handle(0, req(0, 2, Op::PushPull, &[1], &[2], vec![0.0, 0.0]));
+    assert_eq!(values(&r[0]), [6.0, 1.0]);
+}
+
+#[test]
+fn duplicate_keys_are_refused() {
+    let mut store = Store::<f32, u32>::new("s".into(), Mode::Sync, 1, Update::Sum);
+    let r = store.handle(0, req(0, 1, Op::Push, &[1, 1], &[1, 1], vec![1.0, 1.0]));
+    assert!(r[0].body.as_ref().unwrap_err().contains("twice"));
+}
+
+#[test]
+fn a_request_sent_again_is_not_counted_twice() {
+    for mode in [Mode::Sync, Mode::Async] {
+        let mut store = Store::<f32, u32>::new("s".into(), mode, 1, Update::Sum).with_tracking();
+        let first = store.handle(0, req(0, 7, Op::PushPull, &[1], &[1], vec![5.0]));
+        assert_eq!(values(&first[0]), [5.0]);
+        let changed = store.take_changed();
+        assert_eq!(changed.len(), 1);
+        assert_eq!(changed[0].1.included, [(0, 7)]);
+        // The same request again (a worker resending after a failover): answered with
+        // the value that already includes it.
+        let again = store.handle(0, req(0, 7, Op::PushPull, &[1], &[1], vec![5.0]));
+        assert_eq!(values(&again[0]), [5.0], "{mode:?}");
+        let next = store.handle(0, req(0, 8, Op::PushPull, &[1], &[1], vec![1.0]));
+        assert_eq!(values(&next[0]), [6.0], "{mode:?}");
+    }
+}
+
+#[test]
+fn an_adopted_store_carries_on_from_the_copy() {
+    let mut primary =
+        Store::<f32, u32>::new("s0".into(), Mode::Sync, 2, Update::Sum).with_tracking();
+    primary.handle(0, req(0, 1, Op::Push, &[4], &[2], vec![1.0, 1.0]));
+    primary.handle(1, req(1, 1, Op::Push, &[4], &[2], vec![2.0, 2.0]));
+    let copy = primary.take_changed().into_iter().collect();
+    let mut replica =
+        Store::<f32, u32>::adopt("s1".into(), Mode::Sync, 2, Update::Sum, copy).with_primary(0);
+    // Worker 1's round-1 push comes again; worker 0's round-2 push is new.
+    let r = replica.handle(1, req(1, 1, Op::PushPull, &[4], &[2], vec![2.0, 2.0]));
+    assert_eq!(values(&r[0]), [3.0, 3.0]);
+    assert_eq!(r[0].primary, 0);
+    assert!(replica
+        .handle(0, req(0, 2, Op::PushPull, &[4], &[2], vec![1.0, 1.0]))
+        .is_empty());
+    let r = replica.handle(1, req(1, 2, Op::PushPull, &[4], &[2], vec![1.0, 1.0]));
+    assert_eq!(r.len(), 2);
+    assert_eq!(values(&r[0]), [5.0, 5.0]);
+}

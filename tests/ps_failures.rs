@@ -1,0 +1,224 @@
+//! Errors, not hangs: bad requests, dead servers, workers and schedulers, and
+//! registrations that do not complete, each ending in an error that names the culprit
+//! within the timeout, on every node.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod ps_support;
+
+use ps_support::{config, endpoint, on_workers, Job};
+use std::time::{Duration, Instant};
+use switchyard::prelude::{Router, RouterSocket, Socket};
+use switchyard::ps::{
+    testing, Group, KvServer, KvWorker, Mode, NodeRole, PsError, Scheduler, Update,
+};
+
+/// How long after `dead_timeout` (1.5 s in these tests) an error may come: a
+/// heartbeat, a receive slice, thread start-up on a loaded machine.
+const SLACK: Duration = Duration::from_secs(3);
+
+#[test]
+fn bad_requests_are_errors_and_the_job_goes_on() {
+    let config = config(1, 2);
+    let job = Job::start(
+        &endpoint("tcp", "bad"),
+        config.clone(),
+        Mode::Sync,
+        Update::Sum,
+    );
+    let mut w = KvWorker::<f32>::join(&job.endpoint, &config).unwrap();
+
+    let err = w.pull(&[77]).unwrap_err();
+    assert!(matches!(err, PsError::NeverPushed { key: 77, .. }), "{err}");
+
+    w.push(&[5], &[2], vec![1.0, 2.0]).unwrap();
+    let err = w.pull(&[5, 6]).unwrap_err();
+    assert!(err.to_string().contains("key 6 was never pushed"), "{err}");
+
+    let err = w.push(&[5], &[3], vec![1.0; 3]).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("key 5") && text.contains("pushed 3") && text.contains("holds 2"),
+        "{text}"
+    );
+
+    let err = w.push(&[1, 1], &[1, 1], vec![1.0; 2]).unwrap_err();
+    assert!(err.to_string().contains("key 1 appears twice"), "{err}");
+    let err = w.push(&[1], &[2], vec![1.0; 3]).unwrap_err();
+    assert!(
+        err.to_string().contains("lengths add up to 2 but 3 values"),
+        "{err}"
+    );
+
+    // A good request is still served, and the job ends well.
+    assert_eq!(
+        w.push_pull(&[5], &[2], vec![1.0, 1.0]).unwrap().values(),
+        [2.0, 3.0]
+    );
+    w.finish().unwrap();
+    job.end_ok();
+}
+
+/// Server 1 stops (its thread returns without serving): every worker waiting on it
+/// gets an error naming it, the scheduler reports it, server 0 returns.
+#[test]
+fn dead_server_fails_every_worker_in_time() {
+    let config = config(2, 2);
+    let scheduler = Scheduler::bind(&endpoint("tcp", "deadserver"), &config).unwrap();
+    let e = scheduler.endpoint().to_string();
+    let sched = std::thread::spawn(move || scheduler.run());
+    let servers: Vec<_> = (0..2)
+        .map(|_| {
+            let (e, c) = (e.clone(), config.clone());
+            std::thread::spawn(move || {
+                let mut s = KvServer::<f32>::join(&e, &c, Mode::Sync, Update::Sum)?;
+                s.barrier(Group::All)?;
+                if s.rank() == 1 {
+                    // Dies: the socket closes and the heartbeats stop.
+                    return Err(PsError::Finished);
+                }
+                s.run()
+            })
+        })
+        .collect();
+    let results = on_workers(2, move |_| {
+        let mut w = KvWorker::<f32>::join(&e, &config)?;
+        w.barrier(Group::All)?;
+        let started = Instant::now();
+        // Key u64::MAX is on server 1 (range sharding over all of u64).
+        let err = w
+            .push_pull(&[0, u64::MAX], &[1, 1], vec![1.0, 1.0])
+            .unwrap_err();
+        Ok((err, started.elapsed()))
+    });
+    for r in results {
+        let (err, took) = r.unwrap();
+        assert!(err.to_string().contains("server 1"), "{err}");
+        assert!(took < config_dead() + SLACK, "took {took:?}");
+    }
+    // Threads and ranks need not line up: one thread is the dead server 1, the other
+    // is server 0, which must have been told to abort.
+    let servers: Vec<_> = servers.into_iter().map(|s| s.join().unwrap()).collect();
+    assert!(servers.iter().any(|s| matches!(s, Err(PsError::Finished))));
+    assert!(
+        servers
+            .iter()
+            .any(|s| matches!(s, Err(PsError::Aborted { .. }))),
+        "{servers:?}"
+    );
+    let err = sched.join().unwrap().unwrap_err();
+    assert!(
+        matches!(&err, PsError::NodeSilent { node, .. } if node.starts_with("server 1")),
+        "{err}"
+    );
+}
+
+fn config_dead() -> Duration {
+    config(1, 1).dead_timeout
+}
+
+/// A worker that stops without `finish` is taken for dead: the job is aborted and the
+/// other worker's next call fails naming it.
+#[test]
+fn dead_worker_aborts_the_job() {
+    let config = config(2, 1);
+    let job = Job::start(
+        &endpoint("local", "deadworker"),
+        config.clone(),
+        Mode::Sync,
+        Update::Sum,
+    );
+    let e = job.endpoint.clone();
+    let results = on_workers(2, move |_| {
+        let mut w = KvWorker::<f32>::join(&e, &config)?;
+        w.barrier(Group::Workers)?;
+        if w.rank() == 1 {
+            drop(w);
+            return Ok(None);
+        }
+        let started = Instant::now();
+        let err = w.push_pull(&[3], &[1], vec![1.0]).unwrap_err();
+        Ok(Some((err, started.elapsed())))
+    });
+    let (err, took) = results.into_iter().find_map(|r| r.unwrap()).unwrap();
+    assert!(err.to_string().contains("worker 1"), "{err}");
+    assert!(took < config_dead() + SLACK, "took {took:?}");
+    let (scheduler, servers) = job.end();
+    assert!(matches!(scheduler, Err(PsError::NodeSilent { .. })));
+    assert!(matches!(servers[0], Err(PsError::Aborted { .. })));
+}
+
+/// The scheduler assigns ranks and then dies: the worker and the server each report
+/// it within the timeout instead of waiting forever.
+#[test]
+fn dead_scheduler_is_noticed_by_workers_and_servers() {
+    let config = config(1, 1);
+    let mut fake = RouterSocket::bind("tcp://127.0.0.1:0", config.socket.clone()).unwrap();
+    let e = fake.endpoint().to_string();
+    let (e2, c2) = (e.clone(), config.clone());
+    let server = std::thread::spawn(move || {
+        let s = KvServer::<f32>::join(&e2, &c2, Mode::Sync, Update::Sum)?;
+        let started = Instant::now();
+        let result = s.run();
+        Ok::<_, PsError>((result, started.elapsed()))
+    });
+    let (e3, c3) = (e.clone(), config.clone());
+    let worker = std::thread::spawn(move || {
+        let mut w = KvWorker::<f32>::join(&e3, &c3)?;
+        let started = Instant::now();
+        let result = w.barrier(Group::Workers);
+        Ok::<_, PsError>((result, started.elapsed()))
+    });
+    // Registration by hand, the way the scheduler does it, then silence.
+    let mut peers = Vec::new();
+    let mut server_endpoint = String::new();
+    while peers.len() < 2 {
+        let (peer, msg) = fake.recv_from_timeout(Duration::from_secs(20)).unwrap();
+        let (role, endpoint) = testing::registration(&msg).expect("a registration");
+        if role == NodeRole::Server {
+            server_endpoint = endpoint;
+        }
+        peers.push(peer);
+    }
+    for peer in &peers {
+        let assign = testing::assign(0, 1, vec![server_endpoint.clone()]);
+        fake.send_to(peer, assign).unwrap();
+    }
+    drop(fake);
+    let (w, took) = worker.join().unwrap().unwrap();
+    let err = w.unwrap_err();
+    assert!(err.to_string().contains("scheduler at"), "{err}");
+    assert!(took < config_dead() + SLACK, "took {took:?}");
+    let (s, took) = server.join().unwrap().unwrap();
+    let err = s.unwrap_err();
+    assert!(err.to_string().contains("scheduler at"), "{err}");
+    assert!(took < config_dead() + SLACK, "took {took:?}");
+}
+
+#[test]
+fn registration_times_out_naming_missing_nodes() {
+    let config = config(2, 1).with_join_timeout(Duration::from_millis(300));
+    let scheduler = Scheduler::bind(&endpoint("local", "late"), &config).unwrap();
+    let err = scheduler.run().unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("0 of 2 workers") && text.contains("0 of 1 servers"),
+        "{text}"
+    );
+    assert!(text.contains("PsConfig::join_timeout"), "{text}");
+}
+
+#[test]
+fn a_node_too_many_is_refused() {
+    let config = config(1, 1);
+    let job = Job::start(
+        &endpoint("local", "extra"),
+        config.clone(),
+        Mode::Sync,
+        Update::Sum,
+    );
+    let w = KvWorker::<f32>::join(&job.endpoint, &config).unwrap();
+    let err = KvWorker::<f32>::join(&job.endpoint, &config).unwrap_err();
+    assert!(err.to_string().contains("refused"), "{err}");
+    w.finish().unwrap();
+    job.end_ok();
+}
