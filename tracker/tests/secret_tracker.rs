@@ -14,7 +14,7 @@ use switchyard_secret::{JobSecret, MAGIC};
 use switchyard_tracker::client::classic::ClassicClient;
 use switchyard_tracker::client::json::JsonClient;
 use switchyard_tracker::client::ClientConfig;
-use switchyard_tracker::{Tracker, TrackerConfig};
+use switchyard_tracker::{Event, Tracker, TrackerConfig};
 
 const CHILD: &str = "SWITCHYARD_TRACKER_SECRET_TEST_CHILD";
 const SECRET: &str = "0123456789abcdef0123456789abcdef";
@@ -25,8 +25,11 @@ fn config() -> ClientConfig {
 }
 
 /// Two strangers: one speaking rabit without a secret (it gets the challenge, not the
-/// tracker's magic), one with a wrong secret (closed during the handshake).
-fn strangers(port: u16) {
+/// tracker's magic), one with a wrong secret (closed during the handshake). The
+/// tracker reports (and logs) both as dropped for failed authentication.
+fn strangers(tracker: &Tracker) {
+    let events = tracker.events();
+    let port = tracker.addr().port();
     let mut plain = TcpStream::connect(("127.0.0.1", port)).unwrap();
     plain.set_read_timeout(Some(LIMIT)).unwrap();
     plain.write_all(&[0x99, 0xff, 0, 0]).unwrap();
@@ -43,12 +46,25 @@ fn strangers(port: u16) {
         switchyard_secret::connect(&mut s, &wrong, "tracker", u32::MAX, Instant::now() + LIMIT)
             .unwrap_err();
     assert_eq!(err.reason, switchyard_secret::AuthFailure::Closed, "{err}");
+    let mut refused = 0;
+    while refused < 2 {
+        match events
+            .recv_timeout(LIMIT)
+            .expect("the tracker reports each stranger")
+        {
+            Event::Dropped { reason, .. } if reason.contains("authentication failed") => {
+                refused += 1
+            }
+            Event::Dropped { reason, .. } => panic!("dropped for another reason: {reason}"),
+            _ => {}
+        }
+    }
 }
 
 fn classic_job() {
     let tracker = Tracker::start(TrackerConfig::new(3)).unwrap();
     let port = tracker.addr().port();
-    strangers(port);
+    strangers(&tracker);
     let workers: Vec<_> = (0..3)
         .map(|i| {
             thread::spawn(move || {
@@ -68,7 +84,7 @@ fn classic_job() {
 fn json_job() {
     let tracker = Tracker::start(TrackerConfig::new(3)).unwrap();
     let port = tracker.addr().port();
-    strangers(port);
+    strangers(&tracker);
     let workers: Vec<_> = (0..3)
         .map(|i| {
             thread::spawn(move || {
