@@ -54,6 +54,8 @@ pub mod ps;
 pub struct ReadmeDoctests;
 
 pub use switchyard_msg as msg;
+/// The optional job secret (`SWITCHYARD_JOB_SECRET` / `SWITCHYARD_JOB_SECRET_FILE`).
+pub use switchyard_secret as secret;
 pub use switchyard_stub as stub;
 pub use switchyard_transports as transports;
 

@@ -7,6 +7,11 @@
 //! 2. When every rank has checked in, the launcher sends `"SYRV"`, the world size, and
 //!    for each rank in order its endpoint's length and bytes.
 //!
+//! With a job secret (`SWITCHYARD_JOB_SECRET` or `SWITCHYARD_JOB_SECRET_FILE`, see
+//! [`switchyard_secret`]) the connection first runs the secret's challenge-response
+//! (purpose [`AUTH_PURPOSE`], the process claiming its rank), and the launcher holds
+//! the check-in to the rank the handshake claimed.
+//!
 //! Every read is bounded by a deadline, and every length is checked against its limit
 //! before anything is allocated. A connection with a wrong magic, a rank outside the
 //! job, a rank already taken or a wrong world size is closed and logged; the launcher
@@ -19,6 +24,8 @@ use std::time::{Duration, Instant};
 
 /// The 4-byte magic that opens each direction.
 pub const MAGIC: [u8; 4] = *b"SYRV";
+/// The job secret's purpose label for rendezvous connections.
+pub const AUTH_PURPOSE: &str = "rendezvous";
 /// Longest endpoint string accepted.
 pub const MAX_ENDPOINT: u32 = 1024;
 
@@ -52,6 +59,12 @@ fn read_u32(stream: &mut TcpStream, peer: &str) -> Result<u32, LaunchError> {
 fn read_magic(stream: &mut TcpStream, peer: &str) -> Result<(), LaunchError> {
     let mut magic = [0u8; 4];
     stream.read_exact(&mut magic).map_err(|e| io_err(peer, e))?;
+    if switchyard_secret::looks_like_challenge(&magic) {
+        return Err(LaunchError::Protocol {
+            peer: peer.to_string(),
+            reason: "the launcher expects a job secret: set the same SWITCHYARD_JOB_SECRET or SWITCHYARD_JOB_SECRET_FILE as the launcher".into(),
+        });
+    }
     if magic != MAGIC {
         return Err(LaunchError::Protocol {
             peer: peer.to_string(),
@@ -131,13 +144,30 @@ pub fn write_endpoints(
     stream.write_all(&out).map_err(|e| io_err(&peer, e))
 }
 
-/// Checks in and waits for every endpoint (process side).
+/// Checks in and waits for every endpoint (process side), proving the job secret of
+/// this process's environment when one is set.
 pub fn exchange(
     addr: &str,
     rank: u32,
     world: u32,
     endpoint: &str,
     timeout: Duration,
+) -> Result<Vec<String>, LaunchError> {
+    let secret = switchyard_secret::JobSecret::from_env().map_err(|e| LaunchError::Rendezvous {
+        addr: addr.to_string(),
+        reason: e.to_string(),
+    })?;
+    exchange_with_secret(addr, rank, world, endpoint, timeout, secret.as_ref())
+}
+
+/// [`exchange`] with the job secret given (`None`: no authentication).
+pub fn exchange_with_secret(
+    addr: &str,
+    rank: u32,
+    world: u32,
+    endpoint: &str,
+    timeout: Duration,
+    secret: Option<&switchyard_secret::JobSecret>,
 ) -> Result<Vec<String>, LaunchError> {
     let deadline = Instant::now() + timeout;
     let unreachable = |reason: String| LaunchError::Rendezvous {
@@ -158,6 +188,10 @@ pub fn exchange(
     // final; a slow accept is covered by the connect timeout.
     let mut stream = TcpStream::connect_timeout(&socket_addr, timeout)
         .map_err(|e| unreachable(e.to_string()))?;
+    if let Some(secret) = secret {
+        switchyard_secret::connect(&mut stream, secret, AUTH_PURPOSE, rank, deadline)
+            .map_err(|e| unreachable(e.to_string()))?;
+    }
     set_deadline(&stream, deadline, addr)?;
     let mut out = Vec::new();
     out.extend_from_slice(&MAGIC);

@@ -5,14 +5,19 @@
 //! rank has checked in at least once, each later check-in is answered at once with the
 //! current list. Every check-in is reported to the supervision loop, which counts it as
 //! the rank having joined.
+//!
+//! With a job secret in the launcher's environment (which its processes inherit), every
+//! connection must first pass the secret's challenge-response; one that fails is logged
+//! with its address and the reason, closed, and serving goes on.
 
-use super::rendezvous::{read_check_in, write_endpoints};
+use super::rendezvous::{read_check_in, write_endpoints, AUTH_PURPOSE};
 use super::supervise::Notice;
 use crossbeam_channel::Sender;
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use switchyard_secret::JobSecret;
 
 /// How long one client may take to send its check-in; a silent client holds the loop
 /// for at most this long.
@@ -20,19 +25,39 @@ const CHECK_IN_LIMIT: Duration = Duration::from_secs(5);
 /// How long writing the endpoint list to one client may take.
 const ANSWER_LIMIT: Duration = Duration::from_secs(10);
 
-/// Serves the rendezvous on a background thread until `done` is set.
+/// Serves the rendezvous on a background thread until `done` is set, with the job
+/// secret of this process's environment, if any (an unusable one is an error: fail
+/// closed).
 pub(crate) fn spawn(
     listener: TcpListener,
     world: u32,
     notices: Sender<Notice>,
     done: Arc<AtomicBool>,
 ) -> Result<(), std::io::Error> {
+    let secret = JobSecret::from_env().map_err(|e| std::io::Error::other(e.to_string()))?;
+    spawn_with_secret(listener, world, notices, done, secret)
+}
+
+/// [`spawn`] with the job secret given (`None`: no authentication).
+pub(crate) fn spawn_with_secret(
+    listener: TcpListener,
+    world: u32,
+    notices: Sender<Notice>,
+    done: Arc<AtomicBool>,
+    secret: Option<JobSecret>,
+) -> Result<(), std::io::Error> {
     listener.set_nonblocking(true)?;
-    std::thread::spawn(move || serve(listener, world, &notices, &done));
+    std::thread::spawn(move || serve(listener, world, &notices, &done, secret.as_ref()));
     Ok(())
 }
 
-fn serve(listener: TcpListener, world: u32, notices: &Sender<Notice>, done: &AtomicBool) {
+fn serve(
+    listener: TcpListener,
+    world: u32,
+    notices: &Sender<Notice>,
+    done: &AtomicBool,
+    secret: Option<&JobSecret>,
+) {
     let mut waiting: Vec<Option<TcpStream>> = (0..world).map(|_| None).collect();
     let mut endpoints: Vec<Option<String>> = vec![None; world as usize];
     let mut answered = false;
@@ -50,6 +75,21 @@ fn serve(listener: TcpListener, world: u32, notices: &Sender<Notice>, done: &Ato
             }
         };
         let _ = stream.set_nonblocking(false);
+        let claimed = match secret {
+            None => None,
+            Some(secret) => match switchyard_secret::accept(
+                &mut stream,
+                secret,
+                AUTH_PURPOSE,
+                Instant::now() + CHECK_IN_LIMIT,
+            ) {
+                Ok(rank) => Some(rank),
+                Err(e) => {
+                    tracing::warn!(%peer, reason = %e.reason, "rendezvous: authentication failed; closed");
+                    continue;
+                }
+            },
+        };
         let check_in = match read_check_in(&mut stream, Instant::now() + CHECK_IN_LIMIT) {
             Ok(c) => c,
             Err(e) => {
@@ -57,6 +97,10 @@ fn serve(listener: TcpListener, world: u32, notices: &Sender<Notice>, done: &Ato
                 continue;
             }
         };
+        if claimed.is_some_and(|rank| rank != check_in.rank) {
+            tracing::warn!(%peer, rank = check_in.rank, claimed, "rendezvous: check-in for another rank than authenticated; closed");
+            continue;
+        }
         if check_in.world != world {
             tracing::warn!(%peer, claimed = check_in.world, world, "rendezvous: wrong world size; closed");
             continue;
@@ -146,5 +190,115 @@ mod tests {
             .collect();
         assert_eq!(ranks.len(), 4, "{joined:?}");
         assert_eq!(ranks.iter().filter(|r| **r == 1).count(), 2, "{joined:?}");
+    }
+}
+
+#[cfg(test)]
+mod secret_tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::launch::rendezvous::exchange_with_secret;
+
+    const LIMIT: Duration = Duration::from_secs(10);
+
+    fn key(text: &str) -> JobSecret {
+        JobSecret::new(text.as_bytes().to_vec(), "test").unwrap()
+    }
+
+    /// Strangers without the secret, with a wrong one, and one claiming another rank
+    /// than it checks in as are refused; the job's ranks still get their endpoints.
+    #[test]
+    fn with_a_job_secret_only_its_holders_check_in() {
+        let good = key("0123456789abcdef0123456789abcdef");
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (tx, notices) = crossbeam_channel::unbounded();
+        let done = Arc::new(AtomicBool::new(false));
+        spawn_with_secret(listener, 2, tx, done.clone(), Some(good.clone())).unwrap();
+
+        let a = addr.clone();
+        let g = good.clone();
+        let zero = std::thread::spawn(move || {
+            exchange_with_secret(&a, 0, 2, "tcp://a:1", LIMIT, Some(&g))
+        });
+        // No secret: the process is told the launcher expects one.
+        let none = exchange_with_secret(&addr, 1, 2, "tcp://evil:1", LIMIT, None).unwrap_err();
+        assert!(none.to_string().contains("expects a job secret"), "{none}");
+        // A wrong secret: refused (closed during the handshake).
+        let wrong = key("fedcba9876543210fedcba9876543210");
+        let err =
+            exchange_with_secret(&addr, 1, 2, "tcp://evil:2", LIMIT, Some(&wrong)).unwrap_err();
+        assert!(err.to_string().contains("authentication"), "{err}");
+        // The real rank 1: both ranks get the real endpoints, no stranger's.
+        let one = exchange_with_secret(&addr, 1, 2, "tcp://b:1", LIMIT, Some(&good)).unwrap();
+        assert_eq!(one, ["tcp://a:1", "tcp://b:1"]);
+        assert_eq!(zero.join().unwrap().unwrap(), one);
+        done.store(true, Ordering::SeqCst);
+        let joined = notices.try_iter().count();
+        assert_eq!(joined, 2, "only the two real ranks joined");
+    }
+
+    /// A holder of the secret that authenticates as one rank and checks in as another
+    /// is closed; the real ranks still check in.
+    #[test]
+    fn a_check_in_must_name_the_authenticated_rank() {
+        let good = key("0123456789abcdef0123456789abcdef");
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (tx, notices) = crossbeam_channel::unbounded();
+        let done = Arc::new(AtomicBool::new(false));
+        spawn_with_secret(listener, 2, tx, done.clone(), Some(good.clone())).unwrap();
+
+        let mut liar = TcpStream::connect(&addr).unwrap();
+        switchyard_secret::connect(&mut liar, &good, AUTH_PURPOSE, 1, Instant::now() + LIMIT)
+            .unwrap();
+        let mut check_in = MAGIC_CHECK_IN.to_vec();
+        check_in.extend_from_slice(&0u32.to_le_bytes()); // rank 0, not 1
+        check_in.extend_from_slice(&2u32.to_le_bytes());
+        check_in.extend_from_slice(&3u32.to_le_bytes());
+        check_in.extend_from_slice(b"x:1");
+        std::io::Write::write_all(&mut liar, &check_in).unwrap();
+        liar.set_read_timeout(Some(LIMIT)).unwrap();
+        let mut answer = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut liar, &mut answer);
+        assert!(answer.is_empty(), "the liar was answered");
+
+        let a = addr.clone();
+        let g = good.clone();
+        let zero = std::thread::spawn(move || {
+            exchange_with_secret(&a, 0, 2, "tcp://a:1", LIMIT, Some(&g))
+        });
+        let one = exchange_with_secret(&addr, 1, 2, "tcp://b:1", LIMIT, Some(&good)).unwrap();
+        assert_eq!(one, ["tcp://a:1", "tcp://b:1"]);
+        assert_eq!(zero.join().unwrap().unwrap(), one);
+        done.store(true, Ordering::SeqCst);
+        assert_eq!(notices.try_iter().count(), 2);
+    }
+
+    const MAGIC_CHECK_IN: [u8; 4] = crate::launch::rendezvous::MAGIC;
+
+    /// A process with a secret facing a launcher without one is told so within the
+    /// handshake's limit, not left hanging.
+    #[test]
+    fn a_secret_on_the_process_side_only_is_an_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (tx, _notices) = crossbeam_channel::unbounded();
+        let done = Arc::new(AtomicBool::new(false));
+        spawn_with_secret(listener, 1, tx, done.clone(), None).unwrap();
+        let good = key("0123456789abcdef0123456789abcdef");
+        let start = Instant::now();
+        let err = exchange_with_secret(
+            &addr,
+            0,
+            1,
+            "tcp://a:1",
+            Duration::from_millis(500),
+            Some(&good),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("authentication"), "{err}");
+        assert!(start.elapsed() < Duration::from_secs(5));
+        done.store(true, Ordering::SeqCst);
     }
 }

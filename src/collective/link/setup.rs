@@ -1,6 +1,12 @@
 //! Opening a [`StreamLink`](super::StreamLink)'s connections: one TCP connection per
 //! pair of ranks, addresses swapped over the control link, the lower rank of each
 //! pair connecting and introducing itself with a hello.
+//!
+//! With a job secret (`SWITCHYARD_JOB_SECRET` or `SWITCHYARD_JOB_SECRET_FILE`, see
+//! [`switchyard_secret`]) each connection runs the secret's challenge-response (purpose
+//! [`AUTH_PURPOSE`], the connector claiming its rank) before the hello, and the hello
+//! must name the authenticated rank. A connection that fails is logged with its address
+//! and the reason and closed; accepting goes on until the deadline.
 
 use super::framing::{decode_hello, encode_hello, HELLO_LEN};
 use super::{Link, SocketLink, Tag};
@@ -9,6 +15,10 @@ use bytes::Bytes;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
+use switchyard_secret::JobSecret;
+
+/// The job secret's purpose label for the data links' connections.
+pub(super) const AUTH_PURPOSE: &str = "stream";
 
 /// Setup messages on the control link use call 0, which no collective uses.
 const SETUP_TAG: Tag = Tag { call: 0, step: 1 };
@@ -34,17 +44,31 @@ pub(super) fn io_error(rank: usize, addr: &str, e: std::io::Error) -> LinkError 
 /// Opens a TCP connection to every other rank of `control`'s world: listens on
 /// `host` (any free port), swaps addresses over `control`, then the lower rank of
 /// each pair connects. Waits at most `timeout`. Entry `r` is rank `r`'s connection
-/// (`None` for this rank).
+/// (`None` for this rank). Uses the job secret of this process's environment, if any.
 pub(super) fn open_connections(
     control: &mut SocketLink,
     host: &str,
     timeout: Duration,
 ) -> Result<Vec<Option<Connection>>, LinkError> {
+    let rank = control.rank();
+    let setup = |reason: String| LinkError::Transport { rank, reason };
+    let secret = JobSecret::from_env().map_err(|e| setup(e.to_string()))?;
+    let listener =
+        TcpListener::bind((host, 0)).map_err(|e| setup(format!("listen on {host}: {e}")))?;
+    open_connections_on(control, listener, timeout, secret.as_ref())
+}
+
+/// [`open_connections`] on a bound `listener`, with the job secret given (`None`: no
+/// authentication).
+pub(super) fn open_connections_on(
+    control: &mut SocketLink,
+    listener: TcpListener,
+    timeout: Duration,
+    secret: Option<&JobSecret>,
+) -> Result<Vec<Option<Connection>>, LinkError> {
     let (rank, size) = (control.rank(), control.world_size());
     let deadline = Instant::now() + timeout;
     let setup = |reason: String| LinkError::Transport { rank, reason };
-    let listener =
-        TcpListener::bind((host, 0)).map_err(|e| setup(format!("listen on {host}: {e}")))?;
     let mine = listener
         .local_addr()
         .map_err(|e| setup(e.to_string()))?
@@ -71,6 +95,14 @@ pub(super) fn open_connections(
             .max(Duration::from_millis(1));
         let mut stream =
             TcpStream::connect_timeout(&addr, wait).map_err(|e| io_error(peer, &addrs[peer], e))?;
+        if let Some(secret) = secret {
+            switchyard_secret::connect(&mut stream, secret, AUTH_PURPOSE, rank as u32, deadline)
+                .map_err(|e| LinkError::Lost {
+                    rank: peer,
+                    endpoint: format!("tcp://{}", addrs[peer]),
+                    reason: e.to_string(),
+                })?;
+        }
         stream
             .write_all(&encode_hello(rank, size))
             .map_err(|e| io_error(peer, &addrs[peer], e))?;
@@ -82,7 +114,7 @@ pub(super) fn open_connections(
     let mut missing = rank;
     while missing > 0 {
         match listener.accept() {
-            Ok((stream, from)) => match read_hello(stream, size, deadline) {
+            Ok((stream, from)) => match read_hello(stream, size, deadline, secret) {
                 Ok((peer, stream)) if peer < rank && streams[peer].is_none() => {
                     streams[peer] = Some(stream);
                     missing -= 1;
@@ -123,13 +155,22 @@ pub(super) fn open_connections(
     Ok(connections)
 }
 
-/// Reads and checks a connecting rank's hello (blocking, bounded by `deadline`).
+/// Reads and checks a connecting rank's hello (blocking, bounded by `deadline`), after
+/// the job secret's handshake when there is a secret.
 fn read_hello(
     mut stream: TcpStream,
     size: usize,
     deadline: Instant,
+    secret: Option<&JobSecret>,
 ) -> Result<(usize, TcpStream), String> {
     stream.set_nonblocking(false).map_err(|e| e.to_string())?;
+    let claimed = match secret {
+        Some(secret) => Some(
+            switchyard_secret::accept(&mut stream, secret, AUTH_PURPOSE, deadline)
+                .map_err(|e| e.reason.to_string())?,
+        ),
+        None => None,
+    };
     let wait = deadline
         .saturating_duration_since(Instant::now())
         .clamp(Duration::from_millis(1), Duration::from_secs(5));
@@ -139,6 +180,134 @@ fn read_hello(
     let mut hello = [0u8; HELLO_LEN];
     stream.read_exact(&mut hello).map_err(|e| e.to_string())?;
     let peer = decode_hello(&hello, size).map_err(|e| e.to_string())?;
+    if let Some(claimed) = claimed.filter(|c| *c as usize != peer) {
+        return Err(format!(
+            "hello from rank {peer} after authenticating as rank {claimed}"
+        ));
+    }
     stream.set_read_timeout(None).map_err(|e| e.to_string())?;
     Ok((peer, stream))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::collective::link::BoundLink;
+    use switchyard_transports::SocketOptions;
+
+    const TIMEOUT: Duration = Duration::from_secs(10);
+
+    fn key(text: &str) -> JobSecret {
+        JobSecret::new(text.as_bytes().to_vec(), "test").unwrap()
+    }
+
+    type Outcome = (SocketLink, Result<Vec<Option<Connection>>, LinkError>);
+
+    /// Opens the data connections of `listeners.len()` ranks on threads, rank `r` with
+    /// `secrets[r]`, over ZeroMQ control links on loopback.
+    fn open_all(
+        listeners: Vec<TcpListener>,
+        secrets: Vec<Option<JobSecret>>,
+        timeout: Duration,
+    ) -> Vec<Outcome> {
+        let size = listeners.len();
+        let bound: Vec<BoundLink> = (0..size)
+            .map(|r| {
+                BoundLink::bind(r, size, "tcp://127.0.0.1:0", SocketOptions::default()).unwrap()
+            })
+            .collect();
+        let endpoints: Vec<String> = bound.iter().map(|b| b.endpoint().to_string()).collect();
+        let threads: Vec<_> = bound
+            .into_iter()
+            .zip(listeners)
+            .zip(secrets)
+            .map(|((link, listener), secret)| {
+                let endpoints = endpoints.clone();
+                std::thread::spawn(move || {
+                    let mut control = link.connect(&endpoints, TIMEOUT).unwrap();
+                    control.set_close_handshake(false);
+                    let opened =
+                        open_connections_on(&mut control, listener, timeout, secret.as_ref());
+                    (control, opened)
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    }
+
+    fn listener() -> (TcpListener, String) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        (l, addr)
+    }
+
+    /// Strangers reach the last rank's data port first, one without the secret that
+    /// claims rank 0 in its hello, one with a wrong secret: both are refused, and every
+    /// rank still gets a working connection to every other, to the right peer.
+    #[test]
+    fn with_a_job_secret_strangers_are_refused_and_the_ranks_connect() {
+        let good = key("0123456789abcdef0123456789abcdef");
+        let listeners: Vec<(TcpListener, String)> = (0..3).map(|_| listener()).collect();
+        let target = listeners[2].1.clone();
+        // Connected here, before any rank starts: the backlog holds them first.
+        let mut first = TcpStream::connect(&target).unwrap();
+        let mut second = TcpStream::connect(&target).unwrap();
+        let no_secret = std::thread::spawn(move || {
+            first.write_all(&encode_hello(0, 3)).unwrap();
+            first.set_read_timeout(Some(TIMEOUT)).unwrap();
+            let mut opening = [0u8; 8];
+            first.read_exact(&mut opening).unwrap();
+            opening
+        });
+        let wrong_secret = std::thread::spawn(move || {
+            let wrong = key("fedcba9876543210fedcba9876543210");
+            switchyard_secret::connect(
+                &mut second,
+                &wrong,
+                AUTH_PURPOSE,
+                0,
+                Instant::now() + TIMEOUT,
+            )
+        });
+        let (listeners, _): (Vec<_>, Vec<_>) = listeners.into_iter().unzip();
+        let mut outcomes = open_all(listeners, vec![Some(good.clone()); 3], TIMEOUT);
+        assert_eq!(no_secret.join().unwrap(), switchyard_secret::MAGIC);
+        assert!(wrong_secret.join().unwrap().is_err());
+
+        let mut connections: Vec<Vec<Option<Connection>>> = outcomes
+            .iter_mut()
+            .map(|(_, opened)| std::mem::replace(opened, Ok(Vec::new())).unwrap())
+            .collect();
+        for (rank, conns) in connections.iter().enumerate() {
+            for (peer, conn) in conns.iter().enumerate() {
+                assert_eq!(conn.is_some(), peer != rank, "rank {rank} peer {peer}");
+            }
+        }
+        // Rank 0's connection to rank 2 reaches rank 2's connection from rank 0.
+        let mut from_zero = connections[0][2].take().unwrap().stream;
+        let mut at_two = connections[2][0].take().unwrap().stream;
+        from_zero.set_nonblocking(false).unwrap();
+        at_two.set_nonblocking(false).unwrap();
+        at_two.set_read_timeout(Some(TIMEOUT)).unwrap();
+        from_zero.write_all(b"z").unwrap();
+        let mut byte = [0u8; 1];
+        at_two.read_exact(&mut byte).unwrap();
+        assert_eq!(&byte, b"z");
+    }
+
+    /// A rank without the secret cannot connect to one that has it: the accepting rank
+    /// errors at its deadline instead of taking the connection.
+    #[test]
+    fn a_rank_without_the_secret_is_not_taken() {
+        let good = key("0123456789abcdef0123456789abcdef");
+        let (listeners, _): (Vec<_>, Vec<_>) = (0..2).map(|_| listener()).unzip();
+        let outcomes = open_all(
+            listeners,
+            vec![None, Some(good)],
+            Duration::from_millis(800),
+        );
+        let err = outcomes[1].1.as_ref().map(|_| ()).unwrap_err();
+        assert!(matches!(err, LinkError::Timeout { rank: 0, .. }), "{err:?}");
+    }
 }

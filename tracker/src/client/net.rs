@@ -1,11 +1,31 @@
 //! Sockets for the clients: resolving and connecting with retries, listening, and
-//! accepting under a deadline.
+//! accepting under a deadline; with a job secret in the environment (see
+//! [`switchyard_secret`]), the secret's challenge-response on every connection.
 
 use super::{ClientConfig, ClientError};
+use crate::server::auth::{PEER_PURPOSE, TRACKER_PURPOSE};
 use crate::wire::{self, Deadline, WireError};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
+use switchyard_secret::{JobSecret, HANDSHAKE_LIMIT};
+
+/// Proves the job secret of this process's environment, if any, on a fresh
+/// connection (no rank claimed: the tracker assigns ranks, and peers check ranks in
+/// their own handshake).
+fn prove(stream: &mut TcpStream, purpose: &str) -> io::Result<()> {
+    if let Some(secret) = JobSecret::from_env().map_err(io::Error::other)? {
+        switchyard_secret::connect(
+            stream,
+            &secret,
+            purpose,
+            u32::MAX,
+            Instant::now() + HANDSHAKE_LIMIT,
+        )
+        .map_err(io::Error::other)?;
+    }
+    Ok(())
+}
 
 /// `host:port` resolved to its first address (IPv6 literals may come with or without
 /// brackets).
@@ -36,7 +56,13 @@ pub(crate) fn connect_tracker(
     loop {
         k += 1;
         match TcpStream::connect_timeout(&addr, config.connect_timeout) {
-            Ok(stream) => {
+            Ok(mut stream) => {
+                if let Err(e) = prove(&mut stream, TRACKER_PURPOSE) {
+                    return Err(ClientError::Refused {
+                        addr: addr.to_string(),
+                        reason: e.to_string(),
+                    });
+                }
                 // Small messages, each answered before the next: never wait for Nagle.
                 let _ = stream.set_nodelay(true);
                 return Ok(stream);
@@ -59,9 +85,32 @@ pub(crate) fn connect_tracker(
 /// One connect to a peer, no retry (a failed peer connect is reported to the tracker,
 /// which decides what happens next).
 pub(crate) fn connect_peer(addr: SocketAddr, config: &ClientConfig) -> io::Result<TcpStream> {
+    let mut stream = TcpStream::connect_timeout(&addr, config.connect_timeout)?;
+    prove(&mut stream, PEER_PURPOSE)?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+/// [`connect_peer`] without the job secret's proof, for a caller that runs
+/// [`prove_in_background`] because it must accept a peer of its own meanwhile (the JSON
+/// ring: every worker connects to its successor before it accepts its predecessor, so
+/// proofs run one after another would wait on each other around the ring).
+pub(crate) fn connect_peer_unproven(
+    addr: SocketAddr,
+    config: &ClientConfig,
+) -> io::Result<TcpStream> {
     let stream = TcpStream::connect_timeout(&addr, config.connect_timeout)?;
     stream.set_nodelay(true)?;
     Ok(stream)
+}
+
+/// Proves the job secret (if any) on a peer link on another thread; join the handle
+/// once this side's own accept is done.
+pub(crate) fn prove_in_background(
+    stream: &TcpStream,
+) -> io::Result<std::thread::JoinHandle<io::Result<()>>> {
+    let mut own = stream.try_clone()?;
+    Ok(std::thread::spawn(move || prove(&mut own, PEER_PURPOSE)))
 }
 
 /// A listener on the wildcard address of `family`'s family, OS-chosen port: peers
@@ -86,11 +135,21 @@ pub(crate) fn accept_until(
     listener: &TcpListener,
     until: Instant,
 ) -> io::Result<Option<(TcpStream, SocketAddr)>> {
+    let secret = JobSecret::from_env().map_err(io::Error::other)?;
     listener.set_nonblocking(true)?;
     loop {
         match listener.accept() {
-            Ok((stream, peer)) => {
+            Ok((mut stream, peer)) => {
                 stream.set_nonblocking(false)?;
+                if let Some(secret) = &secret {
+                    let deadline = until.max(Instant::now() + Duration::from_millis(100));
+                    if let Err(e) =
+                        switchyard_secret::accept(&mut stream, secret, PEER_PURPOSE, deadline)
+                    {
+                        tracing::warn!(%peer, reason = %e.reason, "peer link: authentication failed; closed");
+                        continue;
+                    }
+                }
                 stream.set_nodelay(true)?;
                 return Ok(Some((stream, peer)));
             }

@@ -8,6 +8,7 @@
 //! after [`TrackerConfig::batch_timeout`].
 
 mod accept;
+pub(crate) mod auth;
 mod classic_conn;
 mod json_conn;
 mod shared;

@@ -163,7 +163,19 @@ impl JsonClient {
         let rank = (next_rank + world - 1) % world;
         let next_addr = net::resolve(&peer.host, next_port)?;
         let successor = self.connect_successor(next_addr)?;
+        let proving =
+            net::prove_in_background(&successor).map_err(|source| ClientError::PeerIo {
+                what: "proving the job secret to the ring successor",
+                source,
+            })?;
         let predecessor = self.accept_predecessor(&peers)?;
+        proving
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the proving thread panicked")))
+            .map_err(|source| ClientError::PeerIo {
+                what: "proving the job secret to the ring successor",
+                source,
+            })?;
         self.ring_bootstrap(
             rank,
             world,
@@ -216,7 +228,7 @@ impl JsonClient {
         let mut k = 0;
         loop {
             k += 1;
-            match net::connect_peer(addr, &self.config) {
+            match net::connect_peer_unproven(addr, &self.config) {
                 Ok(s) => return Ok(s),
                 Err(source) if k >= attempts => {
                     return Err(ClientError::PeerIo {

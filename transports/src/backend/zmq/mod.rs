@@ -9,7 +9,8 @@
 //! reconnecting dealer with the same identity takes over; without authentication any
 //! peer can claim any identity, see WIRE.md). `ZAP_DOMAIN` is set so that libzmq
 //! refuses legacy ZMTP 1.0/2.0 greetings; the mechanism is NULL (no authentication,
-//! no encryption).
+//! no encryption), or PLAIN checked by a ZAP handler when the process has a job secret
+//! (`auth.rs`).
 //!
 //! Deadlines become `SNDTIMEO`/`RCVTIMEO`, set only when they change. A dealer's
 //! `connect` sends a HELLO and waits for the router's READY, because libzmq connects
@@ -20,6 +21,7 @@
 //! not: libzmq's inproc transport never reconnects, so connect a new dealer (with the
 //! same identity, if the router should see the same peer).
 
+mod auth;
 mod dealer;
 mod frame;
 mod router;
@@ -103,6 +105,19 @@ impl Raw {
         // otherwise become messages from made-up identities). No ZAP handler is bound
         // in this context, so the NULL mechanism still accepts every ZMTP 3 peer.
         socket.set_zap_domain(ZAP_DOMAIN).map_err(err)?;
+        let password = auth::password().map_err(|reason| TransportError::Backend {
+            backend: "zmq",
+            endpoint: endpoint.to_string(),
+            reason: format!("job secret: {reason}"),
+        })?;
+        if let Some(password) = password {
+            if kind == zmq::ROUTER {
+                socket.set_plain_server(true).map_err(err)?;
+            } else {
+                socket.set_plain_username(Some(auth::USER)).map_err(err)?;
+                socket.set_plain_password(Some(password)).map_err(err)?;
+            }
+        }
         Ok(Raw {
             socket,
             endpoint: endpoint.to_string(),

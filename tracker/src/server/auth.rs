@@ -1,0 +1,30 @@
+//! The job secret on tracker connections (see [`switchyard_secret`]): with
+//! `SWITCHYARD_JOB_SECRET` or `SWITCHYARD_JOB_SECRET_FILE` in the tracker's environment,
+//! a connection must pass the secret's challenge-response before its magic. Real
+//! rabit/XGBoost workers cannot: jobs with them must leave the secret unset.
+
+use super::accept::Bad;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+use switchyard_secret::JobSecret;
+
+/// The job secret's purpose label for worker-to-tracker connections.
+pub(crate) const TRACKER_PURPOSE: &str = "tracker";
+/// The job secret's purpose label for the links between workers that the tracker
+/// negotiates.
+pub(crate) const PEER_PURPOSE: &str = "tracker-peer";
+
+/// Runs the acceptor's side when the environment holds a secret; an unusable secret
+/// refuses every connection (fail closed).
+pub(super) fn check(stream: &TcpStream, timeout: Duration) -> Result<(), Bad> {
+    let secret = JobSecret::from_env().map_err(|e| Bad::Protocol(e.to_string()))?;
+    let Some(secret) = secret else {
+        return Ok(());
+    };
+    let mut own = stream
+        .try_clone()
+        .map_err(|e| Bad::Protocol(format!("authentication: {e}")))?;
+    switchyard_secret::accept(&mut own, &secret, TRACKER_PURPOSE, Instant::now() + timeout)
+        .map(|_| ())
+        .map_err(|e| Bad::Protocol(format!("authentication failed: {}", e.reason)))
+}

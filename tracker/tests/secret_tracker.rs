@@ -1,0 +1,142 @@
+//! The job secret on the tracker, its clients and the peer links it negotiates: with
+//! `SWITCHYARD_JOB_SECRET` set, strangers without it or with a wrong one are refused
+//! and logged while a classic job and a JSON job (rings of 3) finish. The secret is
+//! read from the environment, so the checks run in a child process of this test
+//! binary started with the variable set.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+use switchyard_secret::{JobSecret, MAGIC};
+use switchyard_tracker::client::classic::ClassicClient;
+use switchyard_tracker::client::json::JsonClient;
+use switchyard_tracker::client::ClientConfig;
+use switchyard_tracker::{Event, Tracker, TrackerConfig};
+
+const CHILD: &str = "SWITCHYARD_TRACKER_SECRET_TEST_CHILD";
+const SECRET: &str = "0123456789abcdef0123456789abcdef";
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn config() -> ClientConfig {
+    ClientConfig::default().with_timeout(LIMIT)
+}
+
+/// Two strangers: one speaking rabit without a secret (it gets the challenge, not the
+/// tracker's magic), one with a wrong secret (closed during the handshake). The
+/// tracker reports (and logs) both as dropped for failed authentication.
+fn strangers(tracker: &Tracker) {
+    let events = tracker.events();
+    let port = tracker.addr().port();
+    let mut plain = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    plain.set_read_timeout(Some(LIMIT)).unwrap();
+    plain.write_all(&[0x99, 0xff, 0, 0]).unwrap();
+    let mut opening = [0u8; 8];
+    plain.read_exact(&mut opening).unwrap();
+    assert_eq!(
+        opening, MAGIC,
+        "a worker without the secret was not challenged"
+    );
+    drop(plain);
+    let wrong = JobSecret::new(b"fedcba9876543210fedcba9876543210".to_vec(), "test").unwrap();
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let err =
+        switchyard_secret::connect(&mut s, &wrong, "tracker", u32::MAX, Instant::now() + LIMIT)
+            .unwrap_err();
+    assert_eq!(err.reason, switchyard_secret::AuthFailure::Closed, "{err}");
+    let mut refused = 0;
+    while refused < 2 {
+        match events
+            .recv_timeout(LIMIT)
+            .expect("the tracker reports each stranger")
+        {
+            Event::Dropped { reason, .. } if reason.contains("authentication failed") => {
+                refused += 1
+            }
+            Event::Dropped { reason, .. } => panic!("dropped for another reason: {reason}"),
+            _ => {}
+        }
+    }
+}
+
+fn classic_job() {
+    let tracker = Tracker::start(TrackerConfig::new(3)).unwrap();
+    let port = tracker.addr().port();
+    strangers(&tracker);
+    let workers: Vec<_> = (0..3)
+        .map(|i| {
+            thread::spawn(move || {
+                let client =
+                    ClassicClient::new("127.0.0.1", port, Some(format!("c{i}")), config()).unwrap();
+                let joined = client.start(None, None).unwrap();
+                joined.session.shutdown().unwrap();
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    tracker.wait(Some(LIMIT)).unwrap();
+}
+
+fn json_job() {
+    let tracker = Tracker::start(TrackerConfig::new(3)).unwrap();
+    let port = tracker.addr().port();
+    strangers(&tracker);
+    let workers: Vec<_> = (0..3)
+        .map(|i| {
+            thread::spawn(move || {
+                let client =
+                    JsonClient::new("127.0.0.1", port, Some(format!("j{i}")), config()).unwrap();
+                let joined = client.start().unwrap();
+                joined.session.shutdown().unwrap();
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    tracker.wait(Some(LIMIT)).unwrap();
+}
+
+#[test]
+fn with_a_job_secret_strangers_are_refused_and_jobs_finish() {
+    if std::env::var_os(CHILD).is_some() {
+        classic_job();
+        json_job();
+        println!("tracker secret child: ok");
+        return;
+    }
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "with_a_job_secret_strangers_are_refused_and_jobs_finish",
+            "--nocapture",
+        ])
+        .env(CHILD, "1")
+        .env("SWITCHYARD_JOB_SECRET", SECRET)
+        .env_remove("SWITCHYARD_JOB_SECRET_FILE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(90) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the child ran over 90 s");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("tracker secret child: ok"),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1,0 +1,93 @@
+//! The job secret on ZeroMQ tcp links: ZMTP's PLAIN mechanism checked by a ZAP handler.
+//!
+//! With `SWITCHYARD_JOB_SECRET` or `SWITCHYARD_JOB_SECRET_FILE` set (see
+//! [`switchyard_secret`]), every router is a PLAIN server and every dealer a PLAIN
+//! client whose password is a key derived from the secret (never the secret itself);
+//! a ZAP handler in the process's context accepts exactly that password and logs each
+//! refusal with the peer's address. A peer without a secret (the NULL mechanism) is
+//! refused by libzmq at the greeting, before any message; a wrong password is refused
+//! by the handler. `inproc://` has no handshake and needs none (one process).
+//!
+//! Why PLAIN + ZAP and not CURVE: the libzmq that the `zmq` crate builds has no
+//! libsodium, so no CURVE; and PLAIN through ZAP is a hook that needs no change to the
+//! message flow. What it does not give: PLAIN sends the derived password in the clear,
+//! so someone who can read the traffic could replay it on another ZeroMQ connection of
+//! the same job (not on the TCP links, whose challenge-response uses fresh nonces).
+//! Sniffing is outside the threat model (RELIABILITY.md: confidentiality and on-path
+//! attackers need an isolated network or a future CURVE/TLS option).
+//!
+//! The secret is read once per process, on the first socket.
+
+use std::sync::OnceLock;
+use switchyard_secret::JobSecret;
+
+/// The PLAIN user name every dealer gives.
+pub(super) const USER: &str = "switchyard";
+/// Where libzmq sends ZAP requests (fixed by the ZAP protocol, RFC 27).
+const ZAP_ENDPOINT: &str = "inproc://zeromq.zap.01";
+
+/// The PLAIN password of this process's job secret, `None` without a secret; an
+/// unusable secret is an error (fail closed), the same on every call.
+pub(super) fn password() -> Result<Option<&'static str>, String> {
+    static PASSWORD: OnceLock<Result<Option<String>, String>> = OnceLock::new();
+    PASSWORD
+        .get_or_init(|| {
+            let Some(secret) = JobSecret::from_env().map_err(|e| e.to_string())? else {
+                return Ok(None);
+            };
+            let key = secret.derive("zmq-plain").map_err(|e| e.to_string())?;
+            let password: String = key.iter().map(|b| format!("{b:02x}")).collect();
+            start_handler(password.clone())?;
+            Ok(Some(password))
+        })
+        .as_ref()
+        .map(|p| p.as_deref())
+        .map_err(Clone::clone)
+}
+
+/// Binds the ZAP handler before any socket exists, so that no handshake finds none.
+fn start_handler(password: String) -> Result<(), String> {
+    let socket = super::context()
+        .socket(zmq::REP)
+        .map_err(|e| format!("ZAP handler socket: {e}"))?;
+    socket
+        .bind(ZAP_ENDPOINT)
+        .map_err(|e| format!("ZAP handler bind {ZAP_ENDPOINT}: {e}"))?;
+    std::thread::Builder::new()
+        .name("switchyard-zap".into())
+        .spawn(move || serve(&socket, password.as_bytes()))
+        .map_err(|e| format!("ZAP handler thread: {e}"))?;
+    Ok(())
+}
+
+/// Answers ZAP requests for the process's life (the context is never terminated).
+fn serve(socket: &zmq::Socket, password: &[u8]) {
+    while let Ok(request) = socket.recv_multipart(0) {
+        // version, request id, domain, address, identity, mechanism, credentials...
+        let field = |i: usize| request.get(i).map(Vec::as_slice).unwrap_or_default();
+        let accepted = request.len() == 8
+            && field(0) == b"1.0"
+            && field(5) == b"PLAIN"
+            && field(6) == USER.as_bytes()
+            && same(field(7), password);
+        let (code, text): (&[u8], &[u8]) = if accepted {
+            (b"200", b"OK")
+        } else {
+            tracing::warn!(
+                peer = %String::from_utf8_lossy(field(3)),
+                mechanism = %String::from_utf8_lossy(field(5)),
+                "zmq: the peer's job secret is wrong; connection refused"
+            );
+            (b"400", b"wrong job secret")
+        };
+        let reply: [&[u8]; 6] = [b"1.0", field(1), code, text, b"", b""];
+        if socket.send_multipart(reply, 0).is_err() {
+            return;
+        }
+    }
+}
+
+/// Compares in time independent of where the bytes differ.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
