@@ -41,10 +41,11 @@ impl Conn {
         let n = self.i32() as usize;
         String::from_utf8(self.bytes(n)).unwrap()
     }
+    /// One write for all of `ints`: a client that gives up after the first field
+    /// (rank −1) must not turn the rest into a broken pipe here.
     fn put(&mut self, ints: &[i32]) {
-        for v in ints {
-            self.0.write_all(&v.to_le_bytes()).unwrap();
-        }
+        let bytes: Vec<u8> = ints.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.0.write_all(&bytes).unwrap();
     }
     fn put_str(&mut self, s: &str) {
         self.put(&[s.len() as i32]);

@@ -1,5 +1,29 @@
 use crate::wire::WireError;
+use std::net::SocketAddr;
 use std::time::Duration;
+
+/// The tracker a client talks to, for errors that name it (both protocols' clients).
+pub(crate) struct At(pub(crate) SocketAddr);
+
+impl At {
+    /// Reading or writing `step` of an exchange with the tracker failed.
+    pub(crate) fn wire(&self, step: &'static str, source: WireError) -> ClientError {
+        ClientError::Tracker {
+            addr: self.0.to_string(),
+            step,
+            source,
+        }
+    }
+
+    /// The tracker's `what` made no sense, for `reason`.
+    pub(crate) fn bad(&self, what: &'static str, reason: String) -> ClientError {
+        ClientError::BadReply {
+            addr: self.0.to_string(),
+            what,
+            reason,
+        }
+    }
+}
 
 /// Why joining a tracker, or talking to it or to a peer, failed. Every variant names
 /// the address involved.

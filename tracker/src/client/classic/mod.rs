@@ -24,6 +24,7 @@
 
 mod assignment;
 
+use super::error::At;
 use super::{net, ClientConfig, ClientError};
 use crate::wire::{self, Deadline, WireError};
 use assignment::Assignment;
@@ -121,7 +122,7 @@ impl ClassicClient {
             .ip();
         let assignment = self.read_assignment(&stream)?;
         if let Some(wanted) = rank.filter(|&r| r != assignment.rank) {
-            return Err(self.bad(
+            return Err(At(self.addr).bad(
                 "assignment",
                 format!("asked for rank {wanted}, got {}", assignment.rank),
             ));
@@ -130,7 +131,7 @@ impl ClassicClient {
         let mut report = Vec::with_capacity(4);
         wire::put_i32(&mut report, i32::from(port));
         wire::write_all_within(&stream, &report, self.config.io_timeout, "listening port")
-            .map_err(|e| self.wire("start", e))?;
+            .map_err(|e| At(self.addr).wire("start", e))?;
         drop(stream);
         self.accept_links(&listener, &assignment, num_accept, &mut links)?;
         let missing: Vec<u32> = assignment
@@ -140,7 +141,7 @@ impl ClassicClient {
             .copied()
             .collect();
         if !missing.is_empty() {
-            return Err(self.bad(
+            return Err(At(self.addr).bad(
                 "negotiation",
                 format!("it ended with links to ranks {missing:?} missing"),
             ));
@@ -180,20 +181,20 @@ impl ClassicClient {
         command: &'static str,
     ) -> Result<TcpStream, ClientError> {
         let stream = net::connect_tracker(self.addr, &self.config)?;
-        net::magic(&stream, self.config.io_timeout).map_err(|e| self.wire(command, e))?;
+        net::magic(&stream, self.config.io_timeout).map_err(|e| At(self.addr).wire(command, e))?;
         let mut hello = Vec::new();
         wire::put_i32(&mut hello, rank);
         wire::put_i32(&mut hello, world);
         wire::put_str(&mut hello, self.task_id.as_deref().unwrap_or(NO_TASK));
         wire::put_str(&mut hello, command);
         wire::write_all_within(&stream, &hello, self.config.io_timeout, "hello")
-            .map_err(|e| self.wire(command, e))?;
+            .map_err(|e| At(self.addr).wire(command, e))?;
         Ok(stream)
     }
 
     /// §5.2, checked: a rank in the world, neighbours that are other ranks in it.
     fn read_assignment(&self, stream: &TcpStream) -> Result<Assignment, ClientError> {
-        let e = |err| self.wire("start (waiting for the assignment)", err);
+        let e = |err| At(self.addr).wire("start (waiting for the assignment)", err);
         // The first field comes when the whole batch is in: the long wait.
         let rank = Deadline::new(stream, self.config.batch_timeout)
             .i32("assigned rank")
@@ -218,7 +219,7 @@ impl ClassicClient {
         let prev = r.i32("ring prev").map_err(e)?;
         let next = r.i32("ring next").map_err(e)?;
         Assignment::check(rank, parent, world, tree, prev, next)
-            .map_err(|reason| self.bad("assignment", reason))
+            .map_err(|reason| At(self.addr).bad("assignment", reason))
     }
 
     /// §6 rounds until the tracker's peers are all reached; returns the links and the
@@ -228,7 +229,7 @@ impl ClassicClient {
         stream: &TcpStream,
         a: &Assignment,
     ) -> Result<(BTreeMap<u32, TcpStream>, usize), ClientError> {
-        let e = |err| self.wire("link negotiation", err);
+        let e = |err| At(self.addr).wire("link negotiation", err);
         let mut links: BTreeMap<u32, TcpStream> = BTreeMap::new();
         loop {
             let mut good = Vec::new();
@@ -250,7 +251,7 @@ impl ClassicClient {
                 peers.push((host, port, rank));
             }
             if links.len() + num_conn + num_accept != cap {
-                return Err(self.bad(
+                return Err(At(self.addr).bad(
                     "negotiation round",
                     format!(
                         "{num_conn} to connect + {num_accept} to accept + {} linked != {cap} links",
@@ -262,9 +263,10 @@ impl ClassicClient {
             for (host, port, rank) in peers {
                 let rank = a
                     .peer_rank(rank, &links)
-                    .map_err(|reason| self.bad("peer", reason))?;
-                let port = u16::try_from(port)
-                    .map_err(|_| self.bad("peer", format!("rank {rank} has port {port}")))?;
+                    .map_err(|reason| At(self.addr).bad("peer", reason))?;
+                let port = u16::try_from(port).map_err(|_| {
+                    At(self.addr).bad("peer", format!("rank {rank} has port {port}"))
+                })?;
                 match self.link_to(&host, port, rank, a.rank)? {
                     Some(s) => {
                         links.insert(rank, s);
@@ -354,22 +356,6 @@ impl ClassicClient {
         }
         Ok(())
     }
-
-    fn wire(&self, step: &'static str, source: WireError) -> ClientError {
-        ClientError::Tracker {
-            addr: self.addr.to_string(),
-            step,
-            source,
-        }
-    }
-
-    fn bad(&self, what: &'static str, reason: String) -> ClientError {
-        ClientError::BadReply {
-            addr: self.addr.to_string(),
-            what,
-            reason,
-        }
-    }
 }
 
 impl ClassicSession {
@@ -390,7 +376,7 @@ impl ClassicSession {
         let mut body = Vec::new();
         wire::put_str(&mut body, text);
         wire::write_all_within(&stream, &body, c.config.io_timeout, "print text")
-            .map_err(|e| c.wire("print", e))
+            .map_err(|e| At(c.addr).wire("print", e))
     }
 
     /// Tells the tracker this worker is done (`shutdown`). Send it once, after every

@@ -30,6 +30,7 @@
 
 mod error_port;
 
+use super::error::At;
 use super::{net, ClientConfig, ClientError};
 use crate::wire::{self, Deadline, WireError};
 use error_port::ErrorWatch;
@@ -133,7 +134,7 @@ impl JsonClient {
                 source,
             })?
             .ip();
-        let e = |err| self.wire("start", err);
+        let e = |err| At(self.addr).wire("start", err);
         let limits = self.config.limits;
         let world: WorldFrame = Deadline::new(&stream, self.config.io_timeout)
             .json("world size frame", limits.max_frame)
@@ -141,7 +142,7 @@ impl JsonClient {
         let world = u32::try_from(world.world_size)
             .ok()
             .filter(|&w| w > 0)
-            .ok_or_else(|| self.bad("world size", format!("{}", world.world_size)))?;
+            .ok_or_else(|| At(self.addr).bad("world size", format!("{}", world.world_size)))?;
         let peer: PeerFrame = Deadline::new(&stream, self.config.batch_timeout)
             .json("peer frame", limits.max_frame)
             .map_err(e)?;
@@ -149,13 +150,15 @@ impl JsonClient {
         let next_rank = u32::try_from(peer.rank)
             .ok()
             .filter(|&r| r < world)
-            .ok_or_else(|| self.bad("peer frame", format!("rank {} of {world}", peer.rank)))?;
+            .ok_or_else(|| {
+                At(self.addr).bad("peer frame", format!("rank {} of {world}", peer.rank))
+            })?;
         let next_port = u16::try_from(peer.port)
             .ok()
             .filter(|&p| p > 0)
-            .ok_or_else(|| self.bad("peer frame", format!("port {}", peer.port)))?;
+            .ok_or_else(|| At(self.addr).bad("peer frame", format!("port {}", peer.port)))?;
         if peer.host.len() >= HOST_SLOT {
-            return Err(self.bad(
+            return Err(At(self.addr).bad(
                 "peer frame",
                 format!("host text of {} bytes", peer.host.len()),
             ));
@@ -209,7 +212,7 @@ impl JsonClient {
         step: &'static str,
     ) -> Result<TcpStream, ClientError> {
         let stream = net::connect_tracker(self.addr, &self.config)?;
-        net::magic(&stream, self.config.io_timeout).map_err(|e| self.wire(step, e))?;
+        net::magic(&stream, self.config.io_timeout).map_err(|e| At(self.addr).wire(step, e))?;
         let mut out = Vec::new();
         wire::put_json(
             &mut out,
@@ -217,7 +220,7 @@ impl JsonClient {
         );
         wire::put_json(&mut out, command);
         wire::write_all_within(&stream, &out, self.config.io_timeout, "hello and command")
-            .map_err(|e| self.wire(step, e))?;
+            .map_err(|e| At(self.addr).wire(step, e))?;
         Ok(stream)
     }
 
@@ -303,28 +306,12 @@ impl JsonClient {
         }
         let mine = i32::from_le_bytes(ports[(r + n - 1) % n]);
         if mine != i32::from(own_port) {
-            return Err(self.bad(
+            return Err(At(self.addr).bad(
                 "ring bootstrap",
                 format!("this worker's slot says port {mine}, it listens on {own_port}"),
             ));
         }
         Ok(())
-    }
-
-    fn wire(&self, step: &'static str, source: WireError) -> ClientError {
-        ClientError::Tracker {
-            addr: self.addr.to_string(),
-            step,
-            source,
-        }
-    }
-
-    fn bad(&self, what: &'static str, reason: String) -> ClientError {
-        ClientError::BadReply {
-            addr: self.addr.to_string(),
-            what,
-            reason,
-        }
     }
 }
 
