@@ -103,6 +103,7 @@ fn describe(e: &Event) -> String {
             task_id.as_deref().unwrap_or("(none)")
         ),
         Event::Recovered { rank } => format!("rank {rank} recovers its links"),
+        Event::Linked { rank } => format!("rank {rank} linked"),
         Event::Print { rank, text } => format!("rank {rank}: {text}"),
         Event::Shutdown { rank } => format!("rank {rank} shut down"),
         Event::Dropped { peer, reason } => format!("dropped {peer}: {reason}"),
