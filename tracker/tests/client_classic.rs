@@ -42,9 +42,10 @@ impl Conn {
         String::from_utf8(self.bytes(n)).unwrap()
     }
     fn put(&mut self, ints: &[i32]) {
-        for v in ints {
-            self.0.write_all(&v.to_le_bytes()).unwrap();
-        }
+        // One write: a client that stops reading early (a refusal after the first i32)
+        // may close, and a second write would then fail with a broken pipe.
+        let bytes: Vec<u8> = ints.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.0.write_all(&bytes).unwrap();
     }
     fn put_str(&mut self, s: &str) {
         self.put(&[s.len() as i32]);
