@@ -128,3 +128,27 @@ fn child_job() {
     }
     println!("unique-id job done");
 }
+
+/// A rank without the secret (this test process has none) meeting a root that demands
+/// it gets an error saying so, not a bare protocol error or a hang.
+#[test]
+fn a_rank_without_the_secret_is_told_the_root_expects_one() {
+    if std::env::var_os("SWITCHYARD_JOB_SECRET").is_some()
+        || std::env::var_os("SWITCHYARD_JOB_SECRET_FILE").is_some()
+    {
+        eprintln!("skipped: this test needs a process without a job secret");
+        return;
+    }
+    let listener = std::net::TcpListener::bind((LO, 0)).unwrap();
+    let root = listener.local_addr().unwrap();
+    let fake_root = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let secret = JobSecret::new(SECRET.as_bytes().to_vec(), "test").unwrap();
+        let until = Instant::now() + TIMEOUT;
+        switchyard_secret::accept(&mut s, &secret, "unique-id-root", until).unwrap_err();
+    });
+    let id = UniqueId::at(root, 7);
+    let err = exchange(&id, 1, 2, LO, "ep1", TIMEOUT).unwrap_err();
+    assert!(err.to_string().contains("expects a job secret"), "{err}");
+    fake_root.join().unwrap();
+}
