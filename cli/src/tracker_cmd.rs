@@ -7,6 +7,11 @@
 //! error. It exits 0 once every rank has shut down, non-zero with the reason if the job
 //! failed. With `--state FILE` a tracker killed mid-job and started again with the same
 //! port and file finishes the job.
+//!
+//! With `SWITCHYARD_JOB_SECRET` or `SWITCHYARD_JOB_SECRET_FILE` in its environment the
+//! tracker demands the secret's challenge-response on every connection (and the peer
+//! links it negotiates); XGBoost's own workers cannot answer it, so XGBoost jobs must
+//! leave both unset ([`SECRET_HELP`]).
 
 use std::error::Error;
 use std::io::Write;
@@ -23,8 +28,17 @@ pub(crate) enum SortArg {
     Task,
 }
 
+/// The job secret's part of `switchyard tracker --help`.
+pub(crate) const SECRET_HELP: &str = "\
+Job secret: with SWITCHYARD_JOB_SECRET (the secret) or SWITCHYARD_JOB_SECRET_FILE (a file
+holding it) set, the tracker honours the job secret: every connection must first prove it
+(HMAC challenge-response), and strangers are dropped and logged. Switchyard workers with the
+same variable answer it. XGBoost's own workers (rabit, collective) cannot: for XGBoost jobs
+leave both variables unset.";
+
 /// The arguments of `switchyard tracker`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = SECRET_HELP)]
 pub(crate) struct TrackerArgs {
     /// Number of workers.
     #[arg(short = 'n', long = "workers", value_parser = clap::value_parser!(u32).range(1..))]
@@ -103,6 +117,7 @@ fn describe(e: &Event) -> String {
             task_id.as_deref().unwrap_or("(none)")
         ),
         Event::Recovered { rank } => format!("rank {rank} recovers its links"),
+        Event::Linked { rank } => format!("rank {rank} linked"),
         Event::Print { rank, text } => format!("rank {rank}: {text}"),
         Event::Shutdown { rank } => format!("rank {rank} shut down"),
         Event::Dropped { peer, reason } => format!("dropped {peer}: {reason}"),

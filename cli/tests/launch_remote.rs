@@ -62,6 +62,9 @@ impl Cluster {
         let mut cmd = switchyard();
         cmd.env("PATH", std::env::join_paths(dirs).unwrap())
             .env("STANDIN_LOG", self.0.join("log"))
+            // Tests that want a job secret set it after this.
+            .env_remove("SWITCHYARD_JOB_SECRET")
+            .env_remove("SWITCHYARD_JOB_SECRET_FILE")
             .arg("launch")
             .args(args);
         cmd
@@ -166,6 +169,84 @@ fn mpi_hands_each_process_to_mpirun_on_its_host() {
             line.starts_with(&format!("mpirun -np 1 --host {host} env ")),
             "{line}"
         );
+    }
+}
+
+const SECRET: &str = "remote-secret-remote-secret-12345";
+
+/// A secret file goes to the remote processes by its path, never by its content.
+#[test]
+fn the_secret_file_path_travels_and_the_secret_does_not() {
+    let cluster = Cluster::new("remote-secret-file", HOSTS);
+    let secret_file = cluster.0.join("job.secret");
+    std::fs::write(&secret_file, SECRET).unwrap();
+    std::fs::set_permissions(&secret_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let hostfile = cluster.hostfile();
+    for launcher in ["ssh", "slurm", "mpi"] {
+        let _ = std::fs::remove_file(cluster.0.join("log"));
+        let args = [
+            "-n",
+            "2",
+            "--launcher",
+            launcher,
+            "--host",
+            "127.0.0.1",
+            "--hostfile",
+            hostfile.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "echo file=$SWITCHYARD_JOB_SECRET_FILE",
+        ];
+        let mut cmd = cluster.launch(&args);
+        cmd.env("SWITCHYARD_JOB_SECRET_FILE", &secret_file);
+        let (out, _) = run_bounded(cmd, Duration::from_secs(60));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{launcher}: {stdout}\n{stderr}");
+        let log = cluster.log();
+        assert_eq!(log.len(), 2, "{launcher}: {log:?}");
+        let word = format!("SWITCHYARD_JOB_SECRET_FILE={}", secret_file.display());
+        for line in &log {
+            assert!(line.contains(&word), "{launcher}: {line}");
+            assert!(
+                !line.contains(SECRET),
+                "{launcher}: the secret is on the command line"
+            );
+        }
+        assert!(!stdout.contains(SECRET) && !stderr.contains(SECRET));
+    }
+}
+
+/// A secret given only by value cannot reach remote hosts without showing in `ps`:
+/// refused before any process starts, naming the way out.
+#[test]
+fn a_secret_value_with_a_remote_launcher_is_refused() {
+    let cluster = Cluster::new("remote-secret-value", HOSTS);
+    let hostfile = cluster.hostfile();
+    for launcher in ["ssh", "slurm", "mpi"] {
+        let args = [
+            "-n",
+            "1",
+            "--launcher",
+            launcher,
+            "--hostfile",
+            hostfile.to_str().unwrap(),
+            "--",
+            "true",
+        ];
+        let mut cmd = cluster.launch(&args);
+        cmd.env("SWITCHYARD_JOB_SECRET", SECRET);
+        let (out, _) = run_bounded(cmd, Duration::from_secs(30));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{launcher}: {stdout}\n{stderr}");
+        assert!(
+            stderr.contains("set SWITCHYARD_JOB_SECRET_FILE to that path"),
+            "{launcher}: {stderr}"
+        );
+        assert!(!stdout.contains(SECRET) && !stderr.contains(SECRET));
+        assert!(cluster.log().is_empty(), "{launcher}: a process started");
     }
 }
 

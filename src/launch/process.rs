@@ -28,6 +28,7 @@ const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
 /// the error names the cause.
 pub fn run_local(options: &LaunchOptions) -> Result<(), LaunchError> {
     validate(options)?;
+    let secret_env = secret_env(options.launcher)?;
     if options.stop_on_signals {
         signals::install();
     }
@@ -87,7 +88,7 @@ pub fn run_local(options: &LaunchOptions) -> Result<(), LaunchError> {
         tracker_env.push(("DMLC_PS_ROOT_URI".into(), told.clone()));
         tracker_env.push(("DMLC_PS_ROOT_PORT".into(), port.to_string()));
     }
-    let procs = processes(options, &hosts, &tracker_env, &rendezvous_addr);
+    let procs = processes(options, &hosts, &tracker_env, &rendezvous_addr, &secret_env);
 
     let (output_done, output_closed) = unbounded();
     let mut supervisor = Supervisor::new(options, procs, console.clone(), notices, output_done);
@@ -159,6 +160,41 @@ fn validate(options: &LaunchOptions) -> Result<(), LaunchError> {
     Ok(())
 }
 
+/// The job secret's variable for processes started through a remote launcher: the
+/// path in `SWITCHYARD_JOB_SECRET_FILE`, made absolute, never the secret itself, which
+/// would show in `ps` on every host through the wrapper's command line (`env K=V`).
+/// A secret given only by value cannot reach the remote hosts that way: refused, with
+/// the way out. Local processes inherit the launcher's environment: nothing to add.
+fn secret_env(kind: LauncherKind) -> Result<Vec<(String, String)>, LaunchError> {
+    use switchyard_secret::{JobSecret, ENV_SECRET, ENV_SECRET_FILE};
+    if kind == LauncherKind::Local {
+        return Ok(Vec::new());
+    }
+    let refuse = |reason: String| LaunchError::InvalidOption {
+        option: "launcher",
+        value: kind.name().into(),
+        reason,
+    };
+    // Fail closed here, before any process starts, on an unusable secret.
+    JobSecret::from_env().map_err(|e| refuse(e.to_string()))?;
+    if std::env::var_os(ENV_SECRET).is_some() {
+        return Err(refuse(format!(
+            "{ENV_SECRET} holds the secret itself, which a remote launcher could only pass \
+             on the command line, where `ps` shows it; put the secret in a file readable \
+             only by you at a path every host shares, and set {ENV_SECRET_FILE} to that \
+             path instead"
+        )));
+    }
+    let Some(path) = std::env::var_os(ENV_SECRET_FILE) else {
+        return Ok(Vec::new());
+    };
+    let path = std::path::absolute(&path).unwrap_or_else(|_| path.into());
+    Ok(vec![(
+        ENV_SECRET_FILE.into(),
+        path.to_string_lossy().into_owned(),
+    )])
+}
+
 /// The hosts processes are dealt to (empty: wherever the launcher kind decides).
 fn hosts(options: &LaunchOptions) -> Result<Vec<Host>, LaunchError> {
     match (&options.hostfile, options.launcher) {
@@ -188,6 +224,7 @@ fn processes(
     hosts: &[Host],
     tracker_env: &[(String, String)],
     rendezvous_addr: &str,
+    secret_env: &[(String, String)],
 ) -> Vec<Proc> {
     let workers = options.processes;
     let total = workers + options.servers;
@@ -215,6 +252,7 @@ fn processes(
             env.push(("DMLC_NUM_WORKER".into(), workers.to_string()));
             env.push(("DMLC_NUM_SERVER".into(), options.servers.to_string()));
             env.push(("DMLC_JOB_CLUSTER".into(), options.launcher.name().into()));
+            env.extend(secret_env.iter().cloned());
             env.extend(options.env.iter().cloned());
             let host = (!hosts.is_empty()).then(|| hosts[task as usize % hosts.len()].clone());
             Proc::new(role, index, env, host)

@@ -14,6 +14,11 @@
 //! wrapper's environment, because `ssh` does not forward it and `srun`/`mpirun` forward
 //! it only by site policy. The ssh command line is one string that the remote login
 //! shell splits again, so every word is quoted for `sh`.
+//!
+//! Because the variables are on the command line, where `ps` on every host shows
+//! them, a job secret travels only as `SWITCHYARD_JOB_SECRET_FILE` (a path that must
+//! exist on every host, e.g. a shared home directory); a launch whose secret is only in
+//! `SWITCHYARD_JOB_SECRET` is refused with a remote launcher (see `process.rs`).
 
 use super::hostfile::Host;
 use super::{LaunchError, LauncherKind};

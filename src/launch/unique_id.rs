@@ -29,6 +29,17 @@
 //!    to its successor and receives entry `rank − k − 1` from its predecessor.
 //!
 //! Every read and connect is bounded by the caller's timeout.
+//!
+//! # Job secret
+//!
+//! With a job secret in the environment (`SWITCHYARD_JOB_SECRET` or
+//! `SWITCHYARD_JOB_SECRET_FILE`, see [`switchyard_secret`]), every connection of steps
+//! 1 and 4 starts with the secret's challenge-response (purposes [`ROOT_PURPOSE`] and
+//! [`RING_PURPOSE`], the connector claiming its rank) before any of the bytes above.
+//! The root and the ring listener log and close a connection that fails it and go on
+//! accepting. On the ring every rank connects before it accepts, so the connector's
+//! proof (and its ring hello) runs on a side thread: proofs made one after another
+//! would wait on each other all the way round.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -36,6 +47,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use switchyard_secret::JobSecret;
 use thiserror::Error;
 
 mod root;
@@ -48,6 +60,10 @@ use wire::{put_text, Wire};
 const CHECK_IN: [u8; 4] = *b"SYUI";
 /// Magic of the ring hello.
 const RING: [u8; 4] = *b"SYUR";
+/// Purpose of the job secret's proof on a connection to the root.
+pub const ROOT_PURPOSE: &str = "unique-id-root";
+/// Purpose of the job secret's proof on a ring connection.
+pub const RING_PURPOSE: &str = "unique-id-ring";
 /// Longest string (address, endpoint, reason) accepted.
 pub const MAX_TEXT: u32 = 4096;
 /// How long the root waits for one connection's check-in once accepted, so that a
@@ -233,6 +249,9 @@ pub enum IdError {
         /// What happened.
         reason: String,
     },
+    /// The job secret in the environment is unusable, or this rank's proof of it failed.
+    #[error("job secret: {0}")]
+    Secret(String),
     /// Not every rank checked in at the root before the timeout.
     #[error("root waited {waited:?}; ranks {missing:?} never checked in")]
     Missing {
@@ -319,7 +338,13 @@ fn accept(listener: &TcpListener, until: Instant) -> Option<(TcpStream, SocketAd
 
 /// The root: accepts check-ins until all `world` ranks are in, then answers each
 /// with its successor's ring address.
-fn serve_root(listener: TcpListener, tag: u64, world: u32, until: Instant) -> Result<(), IdError> {
+fn serve_root(
+    listener: TcpListener,
+    tag: u64,
+    world: u32,
+    until: Instant,
+    secret: Option<JobSecret>,
+) -> Result<(), IdError> {
     let started = Instant::now();
     listener
         .set_nonblocking(true)
@@ -327,12 +352,19 @@ fn serve_root(listener: TcpListener, tag: u64, world: u32, until: Instant) -> Re
     let mut state = RootState::new(tag, world);
     let mut waiting: Vec<(u32, TcpStream)> = Vec::new();
     loop {
-        let Some((stream, peer)) = accept(&listener, until) else {
+        let Some((mut stream, peer)) = accept(&listener, until) else {
             return Err(IdError::Missing {
                 waited: started.elapsed(),
                 missing: state.missing(),
             });
         };
+        if let Some(secret) = &secret {
+            let by = until.min(Instant::now() + CHECK_IN_READ);
+            if let Err(e) = switchyard_secret::accept(&mut stream, secret, ROOT_PURPOSE, by) {
+                tracing::warn!(%peer, error = %e, "bootstrap root: job secret not proven, connection closed");
+                continue;
+            }
+        }
         let wire = Wire {
             stream: &stream,
             peer: peer.to_string(),
@@ -399,6 +431,7 @@ pub fn exchange(
     }
     let started = Instant::now();
     let until = started + timeout;
+    let secret = JobSecret::from_env().map_err(|e| IdError::Secret(e.to_string()))?;
     let root = if rank == 0 {
         let listener = match take_parked(id.tag) {
             Some(l) => l,
@@ -415,13 +448,22 @@ pub fn exchange(
             }
         };
         let tag = id.tag;
+        let secret = secret.clone();
         Some(std::thread::spawn(move || {
-            serve_root(listener, tag, world, until)
+            serve_root(listener, tag, world, until, secret)
         }))
     } else {
         None
     };
-    let result = ring_exchange(id, rank, world, ip, endpoint, until, started);
+    let result = ring_exchange(
+        id,
+        rank,
+        world,
+        (ip, endpoint),
+        secret.as_ref(),
+        until,
+        started,
+    );
     if let Some(root) = root {
         let served = root
             .join()
@@ -436,8 +478,8 @@ fn ring_exchange(
     id: &UniqueId,
     rank: u32,
     world: u32,
-    ip: IpAddr,
-    endpoint: &str,
+    (ip, endpoint): (IpAddr, &str),
+    secret: Option<&JobSecret>,
     until: Instant,
     started: Instant,
 ) -> Result<Vec<String>, IdError> {
@@ -451,7 +493,11 @@ fn ring_exchange(
     let ring_addr = ring
         .local_addr()
         .map_err(|e| IdError::Address(e.to_string()))?;
-    let to_root = connect(id.root, until, started)?;
+    let mut to_root = connect(id.root, until, started)?;
+    if let Some(secret) = secret {
+        switchyard_secret::connect(&mut to_root, secret, ROOT_PURPOSE, rank, until)
+            .map_err(|e| IdError::Secret(format!("root {}: {e}", id.root)))?;
+    }
     let wire = Wire {
         stream: &to_root,
         peer: format!("root {}", id.root),
@@ -501,8 +547,31 @@ fn ring_exchange(
         peer: format!("ring successor {successor}"),
         until,
     };
-    next_wire.write(&hello)?;
-    let prev = accept_predecessor(&ring, id.tag, (rank + world - 1) % world, until)?;
+    // The successor proves nothing until it accepts, after its own connect: prove and
+    // say hello on a side thread while this rank accepts its predecessor.
+    let greeter = {
+        let mut own = next
+            .try_clone()
+            .map_err(|e| next_wire.fail(format!("cannot share the stream: {e}")))?;
+        let secret = secret.cloned();
+        std::thread::spawn(move || {
+            if let Some(secret) = &secret {
+                switchyard_secret::connect(&mut own, secret, RING_PURPOSE, rank, until)
+                    .map_err(|e| IdError::Secret(format!("ring successor {successor}: {e}")))?;
+            }
+            Wire {
+                stream: &own,
+                peer: format!("ring successor {successor}"),
+                until,
+            }
+            .write(&hello)
+        })
+    };
+    let prev = accept_predecessor(&ring, id.tag, (rank + world - 1) % world, secret, until);
+    greeter
+        .join()
+        .unwrap_or_else(|_| Err(IdError::Address("the ring greeter thread panicked".into())))?;
+    let prev = prev?;
     let prev_wire = Wire {
         stream: &prev,
         peer: "ring predecessor".into(),
@@ -526,17 +595,25 @@ fn accept_predecessor(
     ring: &TcpListener,
     tag: u64,
     want: u32,
+    secret: Option<&JobSecret>,
     until: Instant,
 ) -> Result<TcpStream, IdError> {
     ring.set_nonblocking(true)
         .map_err(|e| IdError::Address(e.to_string()))?;
     loop {
-        let Some((stream, peer)) = accept(ring, until) else {
+        let Some((mut stream, peer)) = accept(ring, until) else {
             return Err(IdError::Protocol {
                 peer: format!("ring predecessor (rank {want})"),
                 reason: "never connected before the timeout".into(),
             });
         };
+        if let Some(secret) = secret {
+            let by = until.min(Instant::now() + CHECK_IN_READ);
+            if let Err(e) = switchyard_secret::accept(&mut stream, secret, RING_PURPOSE, by) {
+                tracing::warn!(%peer, error = %e, "bootstrap ring: job secret not proven, connection closed");
+                continue;
+            }
+        }
         let wire = Wire {
             stream: &stream,
             peer: peer.to_string(),

@@ -39,11 +39,26 @@ fn a_classic_job_finishes_on_a_restarted_tracker() {
     let file = TempFile::new("classic");
     let t = with_state(3, 0, &file);
     let addr = t.addr();
+    let events = t.events();
     let workers: Vec<_> = (0..3)
         .map(|i| std::thread::spawn(move || start_worker(addr, -1, &format!("t{i}"))))
         .collect();
     let mut workers: Vec<Worker> = workers.into_iter().map(|h| h.join().unwrap()).collect();
     workers.sort_by_key(|w| w.assignment.rank);
+    // A worker that accepts no links leaves right after reporting its port, before the
+    // tracker has necessarily read and recorded it (the protocol has no acknowledgement).
+    // Stopping the tracker then would lose that rank's record, and the restarted tracker
+    // would send the new rank 2 to the dead listeners of ranks 0 and 1 until it gives
+    // up. "After bootstrap" means after the tracker recorded every rank's links.
+    let mut linked = Vec::new();
+    while linked.len() < 3 {
+        if let Event::Linked { rank } = expect_event(&events, |e| matches!(e, Event::Linked { .. }))
+        {
+            linked.push(rank);
+        }
+    }
+    linked.sort_unstable();
+    assert_eq!(linked, [0, 1, 2]);
     drop(t);
 
     let t = with_state(3, addr.port(), &file);
@@ -112,7 +127,10 @@ fn a_json_job_finishes_on_a_restarted_tracker() {
     for h in h {
         h.join().unwrap();
     }
+    let events = t.events();
     json_shutdown(addr, 0, 2);
+    // The shutdown must be on file before the stop, or "kept" below proves nothing.
+    expect_event(&events, |e| *e == Event::Shutdown { rank: 0 });
     t.wait(Some(std::time::Duration::from_millis(100)))
         .unwrap_err();
     drop(t);

@@ -59,7 +59,14 @@ impl Wire<'_> {
         let mut b = [0u8; 4];
         self.read(&mut b)?;
         if b != want {
-            return Err(self.fail(format!("bad magic {b:02x?}")));
+            // A root or ring neighbour with a job secret opens with its challenge.
+            let hint = if switchyard_secret::looks_like_challenge(&b) {
+                " (the peer expects a job secret: set the same SWITCHYARD_JOB_SECRET or \
+                 SWITCHYARD_JOB_SECRET_FILE as the other ranks)"
+            } else {
+                ""
+            };
+            return Err(self.fail(format!("bad magic {b:02x?}{hint}")));
         }
         Ok(())
     }

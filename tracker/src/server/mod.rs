@@ -90,6 +90,13 @@ pub enum Event {
         /// The rank.
         rank: u32,
     },
+    /// A worker finished negotiating its links (and the state file, if any, holds
+    /// that): the tracker's part of its bootstrap is over. The protocol has no
+    /// acknowledgement for the last step, so only this tells that the tracker heard it.
+    Linked {
+        /// The rank.
+        rank: u32,
+    },
     /// A `print` from a worker.
     Print {
         /// The rank it claimed.

@@ -229,6 +229,7 @@ impl Shared {
             }
             Record::Linked { rank, accept, .. } => {
                 tracing::debug!(rank, accept, "links negotiated");
+                self.publish(Event::Linked { rank });
             }
             Record::ShutDown { rank, .. } => {
                 tracing::info!(rank, "rank shut down");
