@@ -108,14 +108,23 @@ fn a_wrong_tag_is_closed_and_the_job_goes_on() {
 fn a_duplicate_rank_is_refused_and_the_job_goes_on() {
     let id = UniqueId::new_on(LO).unwrap();
     // Two processes claim rank 1: whichever the root hears second is refused, the
-    // other joins, and the job of three completes.
+    // other joins, and the job of three completes. Rank 2 starts only once the refusal
+    // is in: a claim that reached the root after the job was complete would find its
+    // listener gone (a reset), not a root to refuse it.
     let claims = [(0, "zero"), (1, "one-a"), (1, "one-b"), (2, "two")];
-    let threads: Vec<_> = claims
-        .iter()
-        .map(|&(rank, name)| {
-            std::thread::spawn(move || exchange(&id, rank, 3, LO, name, Duration::from_secs(10)))
-        })
-        .collect();
+    let spawn = |(rank, name): (u32, &'static str)| {
+        std::thread::spawn(move || exchange(&id, rank, 3, LO, name, Duration::from_secs(10)))
+    };
+    let mut threads: Vec<_> = claims[..3].iter().map(|&c| spawn(c)).collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !threads[1].is_finished() && !threads[2].is_finished() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no claim of rank 1 was refused"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    threads.push(spawn(claims[3]));
     let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
     let refused: Vec<usize> = (0..4).filter(|&i| results[i].is_err()).collect();
     assert!(refused == [1] || refused == [2], "{results:?}");
