@@ -19,6 +19,13 @@ pub enum Call {
     Barrier,
     /// Forming the communicator: binding, connecting, exchanging endpoints.
     Setup,
+    /// [`Communicator::checkpoint`](super::Communicator::checkpoint) and
+    /// [`lazy_checkpoint`](super::Communicator::lazy_checkpoint).
+    Checkpoint,
+    /// [`Communicator::load_checkpoint`](super::Communicator::load_checkpoint).
+    LoadCheckpoint,
+    /// Recovery after a lost rank: rejoining, agreeing, replaying results.
+    Recovery,
 }
 
 impl Call {
@@ -30,6 +37,9 @@ impl Call {
             Call::ReduceScatter => 4,
             Call::Barrier => 5,
             Call::Setup => 6,
+            Call::Checkpoint => 7,
+            Call::LoadCheckpoint => 8,
+            Call::Recovery => 9,
         }
     }
 
@@ -42,6 +52,9 @@ impl Call {
             Call::ReduceScatter,
             Call::Barrier,
             Call::Setup,
+            Call::Checkpoint,
+            Call::LoadCheckpoint,
+            Call::Recovery,
         ]
         .into_iter()
         .find(|c| c.code() == code)
@@ -57,6 +70,9 @@ impl std::fmt::Display for Call {
             Call::ReduceScatter => "reduce_scatter",
             Call::Barrier => "barrier",
             Call::Setup => "communicator setup",
+            Call::Checkpoint => "checkpoint",
+            Call::LoadCheckpoint => "load_checkpoint",
+            Call::Recovery => "recovery",
         })
     }
 }
@@ -173,6 +189,72 @@ pub enum CollectiveError {
         call: Call,
         /// What was wrong.
         reason: String,
+    },
+    /// Recovery needed the result of call `seq` of checkpoint version `version`, and
+    /// every rank that kept it (`keepers`, [`RobustOptions::global_replica`] of
+    /// them) is gone.
+    ///
+    /// [`RobustOptions::global_replica`]: crate::collective::RobustOptions::global_replica
+    #[error(
+        "recovery: the result of call {seq} after checkpoint {version} is lost: every rank that kept it ({keepers:?}) is gone"
+    )]
+    ResultLost {
+        /// The checkpoint version the call followed.
+        version: u64,
+        /// The call's number since that checkpoint (from 0).
+        seq: u64,
+        /// The ranks that kept the result.
+        keepers: Vec<usize>,
+    },
+    /// A restarted rank needed rank `rank`'s local model, and the ranks that held a
+    /// copy (`replicas_tried`: the rank itself and its
+    /// [`RobustOptions::local_replica`] ring successors) are all gone.
+    ///
+    /// [`RobustOptions::local_replica`]: crate::collective::RobustOptions::local_replica
+    #[error(
+        "recovery: rank {rank}'s local model is lost: every rank that held a copy ({replicas_tried:?}) is gone"
+    )]
+    LocalModelLost {
+        /// Whose local model.
+        rank: usize,
+        /// The ranks that held a copy.
+        replicas_tried: Vec<usize>,
+    },
+    /// Keeping the results of the calls since the last checkpoint would pass
+    /// [`RobustOptions::result_budget`](crate::collective::RobustOptions::result_budget).
+    #[error(
+        "{call}: keeping this call's result ({needed} bytes, {kept} kept since checkpoint {version}) would pass the result budget of {budget} bytes: checkpoint more often or raise RobustOptions::result_budget"
+    )]
+    ResultBudget {
+        /// The call.
+        call: Call,
+        /// Bytes kept already.
+        kept: usize,
+        /// Bytes this result needs.
+        needed: usize,
+        /// The budget.
+        budget: usize,
+        /// The checkpoint version the calls follow.
+        version: u64,
+    },
+    /// During recovery the ranks found that they are not making the same calls
+    /// (the program differs between ranks, or a restarted rank did not start from
+    /// [`load_checkpoint`](super::Communicator::load_checkpoint)).
+    #[error("{call}: ranks disagree: {reason}")]
+    Disagree {
+        /// The call.
+        call: Call,
+        /// Which ranks, and what each is doing.
+        reason: String,
+    },
+    /// Checkpoints need a communicator in robust mode
+    /// ([`Communicator::robust_from_tracker`](super::Communicator::robust_from_tracker)).
+    #[error("{call}: this communicator is not in robust mode ({engine} engine)")]
+    NotRobust {
+        /// The call.
+        call: Call,
+        /// The engine it runs on.
+        engine: &'static str,
     },
     /// The transport or MPI failed.
     #[error("{call}: transport error with rank {rank}: {reason}")]
