@@ -89,6 +89,18 @@ impl MockKill {
     }
 }
 
+/// What a thread-ranked test's mock kill unwinds with, instead of exiting the
+/// process (see [`UNWIND`]).
+#[cfg(test)]
+pub(crate) struct MockDeath;
+
+#[cfg(test)]
+thread_local! {
+    /// Set by tests whose ranks are threads: a mock kill panics with [`MockDeath`],
+    /// which drops the rank's communicator as a process exit would close it.
+    pub(crate) static UNWIND: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// Exits the process if `kills` plan a death for `rank` here.
 pub(crate) fn strike(
     kills: &[MockKill],
@@ -108,6 +120,10 @@ pub(crate) fn strike(
         eprintln!(
             "switchyard mock: rank {rank} exits at version {version} call {seq} ({point:?}, attempt {attempt})"
         );
+        #[cfg(test)]
+        if UNWIND.get() {
+            std::panic::panic_any(MockDeath);
+        }
         std::process::exit(MOCK_EXIT_STATUS);
     }
 }

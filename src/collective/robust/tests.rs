@@ -6,9 +6,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::engine::RobustEngine;
-use super::{Checkpoint, RobustOptions};
+use super::mock::{MockDeath, UNWIND};
+use super::{Checkpoint, MockKill, RobustOptions};
 use crate::collective::engine::Engine;
 use crate::collective::{CollectiveError, CommOptions, Communicator, ReduceOp};
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -119,14 +121,29 @@ fn program(
     iters: u64,
     death: Option<Death>,
 ) -> Result<Option<Outcome>, CollectiveError> {
+    program_as(comm, iters, death, false)
+}
+
+/// [`program`], with `lazy_checkpoint` (and no local model) when `lazy`.
+fn program_as(
+    comm: &mut Communicator,
+    iters: u64,
+    death: Option<Death>,
+    lazy: bool,
+) -> Result<Option<Outcome>, CollectiveError> {
     let (rank, n) = (comm.rank(), comm.world_size());
     let (mut model, mut local, start) = match comm.load_checkpoint()? {
+        None if lazy => (vec![0.0f64; 4], Vec::new(), 0),
         None => (vec![0.0f64; 4], vec![rank as f64], 0),
         Some(Checkpoint {
             version,
             global,
             local,
-        }) => (f64s(&global), f64s(&local.expect("a local model")), version),
+        }) => (
+            f64s(&global),
+            local.map_or_else(Vec::new, |l| f64s(&l)),
+            version,
+        ),
     };
     assert_eq!(comm.version_number(), start);
     let mut prepares = 0;
@@ -163,11 +180,16 @@ fn program(
         for (m, g) in model.iter_mut().zip(&grad) {
             *m = *m * 0.5 + g;
         }
-        local[0] += (rank + 1) as f64 * grad[0];
-        comm.checkpoint(
-            bytemuck::cast_slice(&model),
-            Some(bytemuck::cast_slice(&local)),
-        )?;
+        if lazy {
+            let snapshot = model.clone();
+            comm.lazy_checkpoint(move || bytemuck::cast_slice(&snapshot).to_vec())?;
+        } else {
+            local[0] += (rank + 1) as f64 * grad[0];
+            comm.checkpoint(
+                bytemuck::cast_slice(&model),
+                Some(bytemuck::cast_slice(&local)),
+            )?;
+        }
     }
     Ok(Some(Outcome {
         model,
@@ -176,33 +198,67 @@ fn program(
     }))
 }
 
+/// How one rank's job went: its outcome and final start number, or the error that
+/// ended it.
+type Ended = Result<(Outcome, u64), String>;
+
 /// Runs `world` ranks; `deaths[r]` lists rank r's deaths in order (one per start).
 fn job(world: usize, iters: u64, deaths: Vec<Vec<Death>>) -> Vec<(Outcome, u64)> {
+    job_with(world, iters, deaths, RobustOptions::default())
+        .into_iter()
+        .enumerate()
+        .map(|(r, e)| e.unwrap_or_else(|e| panic!("rank {r}: {e}")))
+        .collect()
+}
+
+/// [`job`] with `options` (mock kills strike by unwinding the rank's thread), each
+/// rank's end as it came.
+fn job_with(
+    world: usize,
+    iters: u64,
+    deaths: Vec<Vec<Death>>,
+    options: RobustOptions,
+) -> Vec<Ended> {
+    job_as(world, iters, deaths, options, false)
+}
+
+/// [`job_with`], the program checkpointing lazily when `lazy`.
+fn job_as(
+    world: usize,
+    iters: u64,
+    deaths: Vec<Vec<Death>>,
+    options: RobustOptions,
+    lazy: bool,
+) -> Vec<Ended> {
     let gens = Generations::new(world);
     let handles: Vec<_> = (0..world)
         .map(|rank| {
             let gens = Arc::clone(&gens);
             let deaths = deaths.get(rank).cloned().unwrap_or_default();
-            std::thread::spawn(move || {
+            let options = options.clone();
+            std::thread::spawn(move || -> Ended {
+                UNWIND.set(true);
                 let mut attempt = 0u64;
                 loop {
                     let death = deaths.get(attempt as usize).copied();
-                    let mut comm = robust(&gens, rank, attempt, RobustOptions::default());
-                    let outcome = program(&mut comm, iters, death)
-                        .unwrap_or_else(|e| panic!("rank {rank} attempt {attempt}: {e}"));
-                    match outcome {
-                        Some(outcome) => {
-                            let engine = comm.engine.as_mut();
-                            engine.finish().expect("finish");
-                            return (outcome, attempt);
+                    let life = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        let mut comm = robust(&gens, rank, attempt, options.clone());
+                        let outcome = program_as(&mut comm, iters, death, lazy)?;
+                        if outcome.is_some() {
+                            comm.engine.as_mut().finish()?;
                         }
-                        // Dies: its links close with the communicator; a new "process"
-                        // takes the rank.
-                        None => {
-                            drop(comm);
-                            attempt += 1;
-                        }
+                        Ok::<_, CollectiveError>(outcome)
+                    }));
+                    match life {
+                        Ok(Ok(Some(outcome))) => return Ok((outcome, attempt)),
+                        Ok(Err(e)) => return Err(e.to_string()),
+                        // Died (returned early or a mock kill unwound): its links
+                        // closed with its communicator; a new "process" takes the rank.
+                        Ok(Ok(None)) => {}
+                        Err(payload) if payload.is::<MockDeath>() => {}
+                        Err(payload) => std::panic::resume_unwind(payload),
                     }
+                    attempt += 1;
                 }
             })
         })
@@ -211,6 +267,17 @@ fn job(world: usize, iters: u64, deaths: Vec<Vec<Death>>) -> Vec<(Outcome, u64)>
         .into_iter()
         .map(|h| h.join().expect("rank thread"))
         .collect()
+}
+
+fn kill(spec: &str) -> MockKill {
+    MockKill::parse(spec).unwrap()
+}
+
+fn assert_same(failed: &[(Outcome, u64)], clean: &[(Outcome, u64)]) {
+    for (r, (f, c)) in failed.iter().zip(clean).enumerate() {
+        assert_eq!(f.0.model, c.0.model, "rank {r}");
+        assert_eq!(f.0.local, c.0.local, "rank {r}'s local model");
+    }
 }
 
 #[test]
@@ -259,4 +326,74 @@ fn several_deaths_including_rank_0_and_the_same_rank_twice() {
         );
     }
     assert_eq!(failed[1].1, 2);
+}
+
+#[test]
+fn a_death_after_replication_and_before_the_commit() {
+    let clean = job(4, 4, Vec::new());
+    // Rank 2 in checkpoint 2 (version 1, after its 3 engine calls: the allreduce and
+    // the broadcast's length and bytes), local models replicated.
+    let options = RobustOptions::default().with_mock(vec![kill("2,1,3,0,replicate")]);
+    let failed: Vec<_> = job_with(4, 4, Vec::new(), options)
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_same(&failed, &clean);
+    assert_eq!(failed[2].1, 1);
+}
+
+#[test]
+fn a_death_inside_recovery() {
+    let clean = job(4, 4, Vec::new());
+    // Rank 1 dies in iteration 1; rank 3 dies again while rejoining for it.
+    let deaths = vec![Vec::new(), vec![Death { iter: 1, after: 1 }]];
+    let options = RobustOptions::default().with_mock(vec![kill("3,1,1,0,recover")]);
+    let failed: Vec<_> = job_with(4, 4, deaths, options)
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_same(&failed, &clean);
+    assert_eq!((failed[1].1, failed[3].1), (1, 1));
+}
+
+#[test]
+fn three_ranks_die_at_one_call_and_the_model_is_exact() {
+    let clean = job(6, 4, Vec::new());
+    let at = Death { iter: 2, after: 1 };
+    let deaths = vec![vec![at], vec![at], Vec::new(), Vec::new(), vec![at]];
+    let failed = job(6, 4, deaths);
+    assert_same(&failed, &clean);
+}
+
+#[test]
+fn a_rank_and_its_replicas_dying_together_is_an_error_naming_the_lost_model() {
+    // Ranks 1, 2, 3 hold rank 1's local model (itself and 2 successors).
+    let at = Death { iter: 2, after: 2 };
+    let deaths = vec![Vec::new(), vec![at], vec![at], vec![at]];
+    let ends = job_with(5, 4, deaths, RobustOptions::default());
+    for (r, end) in ends.iter().enumerate() {
+        let err = end.as_ref().expect_err("no rank may finish");
+        assert!(
+            err.contains("rank 1's local model is lost"),
+            "rank {r}: {err}"
+        );
+    }
+}
+
+#[test]
+fn lazy_checkpoints_recover_the_same_model() {
+    let run = |deaths| -> Vec<(Outcome, u64)> {
+        job_as(3, 4, deaths, RobustOptions::default(), true)
+            .into_iter()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let clean = run(Vec::new());
+    let failed = run(vec![
+        Vec::new(),
+        Vec::new(),
+        vec![Death { iter: 2, after: 2 }],
+    ]);
+    assert_same(&failed, &clean);
+    assert_eq!(failed[2].1, 1);
 }
