@@ -10,20 +10,6 @@ use std::ops::Range;
 use switchyard_msg::payload::Element;
 
 impl Communicator {
-    /// [`allreduce`](Communicator::allreduce) with rabit's lazy preparation: `prepare`
-    /// fills `buf` before the reduction and is meant to run only when the result
-    /// cannot be recovered from a checkpoint. Recovery does not exist yet, so today
-    /// `prepare` always runs, once, right before the reduction.
-    pub fn allreduce_lazy<T: Reducible>(
-        &mut self,
-        buf: &mut [T],
-        op: ReduceOp,
-        prepare: impl FnOnce(&mut [T]),
-    ) -> Result<(), CollectiveError> {
-        prepare(buf);
-        self.allreduce(buf, op)
-    }
-
     /// Copies rank `root`'s byte buffer to every rank, resizing the others' to fit
     /// (like rabit's `Broadcast(std::string*, root)`).
     pub fn broadcast_bytes(

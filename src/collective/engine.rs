@@ -121,6 +121,18 @@ pub(crate) enum Collective<'a> {
 }
 
 impl Collective<'_> {
+    /// The buffer the call leaves its result in (empty for a barrier).
+    pub(crate) fn result_buffer(&mut self) -> &mut [u8] {
+        match self {
+            Collective::Allreduce { buf, .. }
+            | Collective::ReduceScatter { buf, .. }
+            | Collective::Broadcast { buf, .. } => buf,
+            Collective::Allgather { out, .. } => out,
+            Collective::Fold { buf, .. } => buf.as_mut_slice(),
+            Collective::Barrier => &mut [],
+        }
+    }
+
     /// The public call this is part of, for errors.
     pub(crate) fn call(&self) -> Call {
         match self {
@@ -167,6 +179,31 @@ pub(crate) trait Engine: Send {
     /// Runs one call on this rank, in place in the request's buffers. Every rank must
     /// run the same calls in the same order.
     fn run(&mut self, request: &mut Collective<'_>) -> Result<(), CollectiveError>;
+
+    /// Runs one call whose input `prepare` writes into the request's buffer (rabit's
+    /// lazy allreduce). An engine that can produce the result without running the
+    /// call (recovery, replaying a result kept by a survivor) does not call
+    /// `prepare`; every other engine calls it once, first.
+    fn run_prepared(
+        &mut self,
+        request: &mut Collective<'_>,
+        prepare: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<(), CollectiveError> {
+        prepare(request.result_buffer());
+        self.run(request)
+    }
+
+    /// The recovery engine, for checkpoints; `None` on every other engine.
+    fn robust(&mut self) -> Option<&mut super::robust::RobustEngine> {
+        None
+    }
+
+    /// Called once when the communicator is finalized, before it closes. The
+    /// recovery engine holds a last agreement here, so that a rank that has
+    /// finished cannot leave a restarted one without the results it needs.
+    fn finish(&mut self) -> Result<(), CollectiveError> {
+        Ok(())
+    }
 }
 
 /// A world of one: every call's result is this rank's input.
@@ -222,18 +259,6 @@ mod tests {
 
     type Log = Arc<Mutex<Vec<Seen>>>;
 
-    /// The buffer a call leaves its result in.
-    fn result_of<'b>(request: &'b mut Collective<'_>) -> &'b mut [u8] {
-        match request {
-            Collective::Allreduce { buf, .. }
-            | Collective::ReduceScatter { buf, .. }
-            | Collective::Broadcast { buf, .. } => buf,
-            Collective::Allgather { out, .. } => out,
-            Collective::Fold { buf, .. } => buf.as_mut_slice(),
-            Collective::Barrier => &mut [],
-        }
-    }
-
     impl Engine for Recording {
         fn rank(&self) -> usize {
             self.inner.rank()
@@ -257,13 +282,13 @@ mod tests {
                         elem: Elem::Bytes,
                         ..
                     } => **buf = kept,
-                    other => result_of(other).copy_from_slice(&kept),
+                    other => other.result_buffer().copy_from_slice(&kept),
                 },
             }
             let entry = (
                 Signature::of(request),
                 request.count(),
-                result_of(request).to_vec(),
+                request.result_buffer().to_vec(),
             );
             self.seen.lock().expect("log").push(entry);
             Ok(())

@@ -65,6 +65,7 @@ mod mesh;
 #[cfg(feature = "mpi")]
 mod mpi_engine;
 mod options;
+mod robust;
 mod setup;
 mod signature;
 mod tracked;
@@ -76,6 +77,10 @@ pub use link::{BoundLink, Link, MemoryLink, MemorySchedule, SocketLink, StreamLi
 pub use link::{Clock, Notice};
 pub use options::{
     CommOptions, DataPath, ENV_CHECK, ENV_DATA_PATH, ENV_DEADLINE, ENV_LARGE_THRESHOLD, ENV_TIMEOUT,
+};
+pub use robust::{
+    Checkpoint, KillPoint, MockKill, RobustOptions, ENV_GLOBAL_REPLICA, ENV_LOCAL_REPLICA,
+    ENV_MOCK, ENV_RESULT_BUDGET, MOCK_EXIT_STATUS,
 };
 pub use setup::MeshBuilder;
 pub use tracked::{TrackerJoin, TrackerProtocol, ENV_TRACKER_PROTOCOL};

@@ -189,10 +189,7 @@ fn many_big_frames() {
     assert_eq!(router.dropped_malformed(), 1);
     // Measured 1.73x (WIRE.md, section 8: "about twice" when the frames come in full
     // reads); the margin is for other allocators and libzmq builds.
-    assert!(
-        growth < 3 * wire_bytes,
-        "peak RSS grew by {growth} bytes"
-    );
+    assert!(growth < 3 * wire_bytes, "peak RSS grew by {growth} bytes");
     good_client_is_served(&mut router, 2);
 }
 

@@ -1,0 +1,645 @@
+//! The recovery engine: a wrapper around the mesh engine that survives a rank's death.
+//!
+//! Every call begins with an agreement ([`state`](super::state)): the ranks
+//! allgather where each is, and each derives the same [`Plan`]. In a job without
+//! failures the plan is always "run it", and the cost of robust mode is that one
+//! small allgather per call, plus a copy of the input (to run the call again if it
+//! fails half-way) and, on [`Rules::keeps`] ranks, of the result.
+//!
+//! When the inner engine fails because a peer is gone, this rank drops the whole
+//! mesh and forms a new one through the tracker (`recover`, same rank); the restarted
+//! process joins with `start`, and the tracker gives it its rank back by task id.
+//! The agreement then tells who is behind: a restarted rank first gets the last
+//! checkpoint ([`Plan::Restore`]), then, call by call, the results survivors kept
+//! ([`Plan::Replay`]), without running the calls (and without their `prepare`), until
+//! every rank is in the same call again and it runs for real.
+
+use super::mock::{self, KillPoint};
+use super::state::{decide, Kind, Plan, Rules, State, STATE_LEN};
+use super::store::{decode_local, encode_local, Global, Results, Saved};
+use super::{Checkpoint, RobustOptions};
+use crate::collective::engine::{Collective, Elem, Engine};
+use crate::collective::error::{Call, CollectiveError};
+use crate::collective::signature::Signature;
+use std::ops::Range;
+
+/// Forms a new mesh for this rank after a failure (the tracker's `recover`).
+pub(crate) type Rejoin = Box<dyn FnMut() -> Result<Box<dyn Engine>, CollectiveError> + Send>;
+
+/// The call this rank is in, as the agreement loop sees it.
+enum Pending<'r, 'a> {
+    /// `load_checkpoint` of a process that has loaded nothing yet.
+    Load,
+    /// A collective; `prepare` fills its input first, when it runs for real.
+    Call {
+        request: &'r mut Collective<'a>,
+        prepare: Option<&'r mut dyn FnMut(&mut [u8])>,
+    },
+    /// A checkpoint: `replicated` once the local models went round.
+    Checkpoint {
+        global: Global,
+        local: Option<Vec<u8>>,
+        replicated: bool,
+    },
+    /// `finalize`.
+    Finish,
+}
+
+impl Pending<'_, '_> {
+    fn kind(&self) -> Kind {
+        match self {
+            Pending::Load => Kind::Load,
+            Pending::Call { .. } => Kind::Call,
+            Pending::Checkpoint {
+                replicated: false, ..
+            } => Kind::Checkpoint,
+            Pending::Checkpoint { .. } => Kind::Ack,
+            Pending::Finish => Kind::Finish,
+        }
+    }
+}
+
+/// Whether `e` means the mesh is broken (a peer died, went silent, or gave up
+/// because one did), so that rejoining can help; other errors are the caller's.
+fn is_broken(e: &CollectiveError) -> bool {
+    matches!(
+        e,
+        CollectiveError::PeerLost { .. }
+            | CollectiveError::PeerTimeout { .. }
+            | CollectiveError::Aborted { .. }
+            | CollectiveError::DeadlineExceeded { .. }
+            | CollectiveError::Transport { .. }
+            | CollectiveError::Malformed { .. }
+    )
+}
+
+/// Rabit's robust engine around a mesh engine.
+pub(crate) struct RobustEngine {
+    inner: Option<Box<dyn Engine>>,
+    rejoin: Rejoin,
+    rank: usize,
+    world: usize,
+    options: RobustOptions,
+    rules: Rules,
+    /// This process's restart count.
+    attempt: u64,
+    /// Nothing loaded and no call made since the process started.
+    fresh: bool,
+    saved: Saved,
+    /// The checkpoint in progress, replicated, not yet committed.
+    staged: Option<Saved>,
+    results: Results,
+    /// Calls made since the last checkpoint.
+    seq: u64,
+    /// Meshes formed after failures, for messages and tests.
+    rejoins: u64,
+}
+
+impl RobustEngine {
+    /// The engine over `inner` (this process's first mesh); `rejoin` forms the next
+    /// one after a failure.
+    pub(crate) fn new(
+        inner: Box<dyn Engine>,
+        rejoin: Rejoin,
+        options: RobustOptions,
+        attempt: u64,
+    ) -> RobustEngine {
+        let (rank, world) = (inner.rank(), inner.world_size());
+        RobustEngine {
+            rules: Rules::new(world, options.global_replica, options.local_replica),
+            inner: Some(inner),
+            rejoin,
+            rank,
+            world,
+            options,
+            attempt,
+            fresh: true,
+            saved: Saved::default(),
+            staged: None,
+            results: Results::default(),
+            seq: 0,
+            rejoins: 0,
+        }
+    }
+
+    /// Checkpoints committed.
+    pub(crate) fn version(&self) -> u64 {
+        self.saved.version
+    }
+
+    /// How many times this rank formed a new mesh after a failure.
+    pub(crate) fn rejoins(&self) -> u64 {
+        self.rejoins
+    }
+
+    /// `load_checkpoint`: the last committed checkpoint, from survivors when this
+    /// process was restarted; `None` before the first.
+    pub(crate) fn load(&mut self) -> Result<Option<Checkpoint>, CollectiveError> {
+        if self.fresh {
+            self.drive(&mut Pending::Load)?;
+            self.fresh = false;
+        }
+        Ok(self.current())
+    }
+
+    /// `checkpoint` (and `lazy_checkpoint`, with a [`Global::Lazy`]).
+    pub(crate) fn checkpoint(
+        &mut self,
+        global: Global,
+        local: Option<Vec<u8>>,
+    ) -> Result<(), CollectiveError> {
+        self.strike(KillPoint::Call);
+        self.drive(&mut Pending::Checkpoint {
+            global,
+            local,
+            replicated: false,
+        })?;
+        self.fresh = false;
+        Ok(())
+    }
+
+    fn current(&self) -> Option<Checkpoint> {
+        let global = self.saved.global.as_ref()?;
+        Some(Checkpoint {
+            version: self.saved.version,
+            global: global.bytes(),
+            local: self.saved.locals.get(&self.rank).cloned().flatten(),
+        })
+    }
+
+    fn strike(&self, point: KillPoint) {
+        mock::strike(
+            &self.options.mock,
+            self.rank,
+            (self.saved.version, self.seq),
+            self.attempt,
+            point,
+        );
+    }
+
+    fn state(&self, pending: &Pending<'_, '_>) -> State {
+        let call = match pending {
+            Pending::Call { request, .. } => [Signature::of(request).encode(), request.count()],
+            _ => [0, 0],
+        };
+        State {
+            kind: pending.kind(),
+            fresh: self.fresh,
+            has_local: self
+                .saved
+                .locals
+                .get(&self.rank)
+                .is_some_and(Option::is_some),
+            version: self.saved.version,
+            seq: self.seq,
+            attempt: self.attempt,
+            call,
+        }
+    }
+
+    /// The mesh, formed anew if the last one broke.
+    fn engine(&mut self) -> Result<&mut Box<dyn Engine>, CollectiveError> {
+        if self.inner.is_none() {
+            let started = std::time::Instant::now();
+            let engine = (self.rejoin)()?;
+            self.rejoins += 1;
+            tracing::info!(
+                rank = self.rank,
+                rejoins = self.rejoins,
+                took = ?started.elapsed(),
+                "robust: formed a new mesh after a failure"
+            );
+            self.inner = Some(engine);
+            self.strike(KillPoint::Recover);
+        }
+        self.inner
+            .as_mut()
+            .ok_or_else(|| CollectiveError::InvalidArgument {
+                call: Call::Recovery,
+                reason: "no mesh".into(),
+            })
+    }
+
+    /// Runs `request` on the mesh; a broken mesh is dropped (the next use rejoins).
+    fn inner_run(&mut self, request: &mut Collective<'_>) -> Result<(), CollectiveError> {
+        let result = self.engine()?.run(request);
+        if let Err(e) = &result {
+            if is_broken(e) {
+                tracing::warn!(rank = self.rank, error = %e, "robust: mesh broken, rejoining");
+                self.inner = None;
+            }
+        }
+        result
+    }
+
+    /// Agrees on a plan, rejoining as often as the mesh breaks under the agreement.
+    fn agree(&mut self, pending: &Pending<'_, '_>) -> Result<Plan, CollectiveError> {
+        let state = self.state(pending);
+        let blocks: Vec<Range<usize>> = (0..self.world)
+            .map(|r| r * STATE_LEN..(r + 1) * STATE_LEN)
+            .collect();
+        loop {
+            let mut all = vec![0u8; STATE_LEN * self.world];
+            all[blocks[self.rank].clone()].copy_from_slice(&state.encode());
+            let mut request = Collective::Allgather {
+                out: &mut all,
+                width: 1,
+                blocks: &blocks,
+            };
+            match self.inner_run(&mut request) {
+                Ok(()) => {}
+                Err(e) if is_broken(&e) => continue,
+                Err(e) => return Err(e),
+            }
+            let states = blocks
+                .iter()
+                .enumerate()
+                .map(|(r, b)| {
+                    State::decode(&all[b.clone()]).map_err(|reason| CollectiveError::Malformed {
+                        call: Call::Recovery,
+                        rank: r,
+                        reason,
+                    })
+                })
+                .collect::<Result<Vec<State>, _>>()?;
+            return decide(&states, self.rules);
+        }
+    }
+
+    /// Agrees and acts until `pending` is done.
+    fn drive(&mut self, pending: &mut Pending<'_, '_>) -> Result<(), CollectiveError> {
+        loop {
+            let plan = self.agree(pending)?;
+            match self.act(plan, pending) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) if is_broken(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Carries out this rank's part of `plan`; `Ok(true)` when `pending` is done.
+    fn act(&mut self, plan: Plan, pending: &mut Pending<'_, '_>) -> Result<bool, CollectiveError> {
+        let me = self.rank;
+        match plan {
+            Plan::Run(Kind::Call) => {
+                let Pending::Call { request, prepare } = pending else {
+                    return Ok(false);
+                };
+                self.run_for_real(request, prepare)?;
+                Ok(true)
+            }
+            Plan::Run(Kind::Checkpoint) | Plan::Replicate { .. } => {
+                self.replicate(pending)?;
+                Ok(false)
+            }
+            Plan::Run(Kind::Ack) => {
+                self.commit();
+                Ok(true)
+            }
+            Plan::Commit(ranks) => {
+                if ranks.contains(&me) {
+                    self.commit();
+                    return Ok(true);
+                }
+                Ok(false)
+            }
+            Plan::Run(Kind::Finish) | Plan::Run(Kind::Load) => Ok(true),
+            Plan::Restore {
+                to,
+                version,
+                source,
+                locals,
+            } => {
+                self.restore(&to, version, source, &locals)?;
+                Ok(to.contains(&me))
+            }
+            Plan::Replay { seq, from, to, .. } => {
+                let mut result = if me == from {
+                    self.results.get(seq).map(<[u8]>::to_vec).ok_or_else(|| {
+                        CollectiveError::InvalidArgument {
+                            call: Call::Recovery,
+                            reason: format!(
+                                "rank {me} was to replay call {seq} but kept no result"
+                            ),
+                        }
+                    })?
+                } else {
+                    Vec::new()
+                };
+                self.broadcast_vec(&mut result, from)?;
+                if !to.contains(&me) {
+                    return Ok(false);
+                }
+                let Pending::Call { request, .. } = pending else {
+                    return Ok(false);
+                };
+                self.take_replayed(request, result)?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// Runs a collective on the mesh, keeps its result, and moves to the next call.
+    fn run_for_real(
+        &mut self,
+        request: &mut Collective<'_>,
+        prepare: &mut Option<&mut dyn FnMut(&mut [u8])>,
+    ) -> Result<(), CollectiveError> {
+        if let Some(prepare) = prepare.take() {
+            prepare(request.result_buffer());
+        }
+        // The input, to run the call again if the mesh breaks half-way through it.
+        let input = snapshot(request);
+        let outcome = match &mut *request {
+            // Every rank keeps the whole reduction, so that any keeper can replay any
+            // rank's block: reduce-scatter runs as an allreduce in robust mode.
+            Collective::ReduceScatter { buf, dtype, op } => {
+                self.inner_run(&mut Collective::Allreduce {
+                    buf,
+                    dtype: *dtype,
+                    op: *op,
+                })
+            }
+            other => self.inner_run(other),
+        };
+        if let Err(e) = outcome {
+            restore_input(request, input);
+            return Err(e);
+        }
+        if self.rules.keeps(self.rank, self.seq) {
+            let call = request.call();
+            let version = self.saved.version;
+            let budget = self.options.result_budget;
+            self.results
+                .keep(call, self.seq, &*request.result_buffer(), budget, version)?;
+        }
+        self.seq += 1;
+        self.fresh = false;
+        Ok(())
+    }
+
+    /// Takes a result replayed by a survivor as this call's.
+    fn take_replayed(
+        &mut self,
+        request: &mut Collective<'_>,
+        result: Vec<u8>,
+    ) -> Result<(), CollectiveError> {
+        let call = request.call();
+        match &mut *request {
+            Collective::Fold {
+                buf,
+                elem: Elem::Bytes,
+                ..
+            } => **buf = result,
+            other => {
+                let out = other.result_buffer();
+                if out.len() != result.len() {
+                    return Err(CollectiveError::Disagree {
+                        call,
+                        reason: format!(
+                            "the replayed result has {} bytes, this rank's buffer {}",
+                            result.len(),
+                            out.len()
+                        ),
+                    });
+                }
+                out.copy_from_slice(&result);
+            }
+        }
+        if self.rules.keeps(self.rank, self.seq) {
+            let (version, budget) = (self.saved.version, self.options.result_budget);
+            self.results
+                .keep(call, self.seq, &*request.result_buffer(), budget, version)?;
+        }
+        tracing::debug!(
+            rank = self.rank,
+            seq = self.seq,
+            "robust: call replayed from a survivor"
+        );
+        self.seq += 1;
+        self.fresh = false;
+        Ok(())
+    }
+
+    /// Sends every local model round (an allgather of tagged records) and stages the
+    /// checkpoint with the copies this rank holds.
+    fn replicate(&mut self, pending: &mut Pending<'_, '_>) -> Result<(), CollectiveError> {
+        let (global, own) = match pending {
+            Pending::Checkpoint { global, local, .. } => {
+                (global.clone(), encode_local(local.as_deref()))
+            }
+            _ => return Ok(()),
+        };
+        let n = self.world;
+        let mut lengths = vec![0u8; 8 * n];
+        lengths[8 * self.rank..8 * self.rank + 8]
+            .copy_from_slice(&(own.len() as u64).to_le_bytes());
+        let blocks: Vec<Range<usize>> = (0..n).map(|r| 8 * r..8 * r + 8).collect();
+        self.inner_run(&mut Collective::Allgather {
+            out: &mut lengths,
+            width: 1,
+            blocks: &blocks,
+        })?;
+        let mut offsets = Vec::with_capacity(n);
+        let mut at = 0usize;
+        for r in 0..n {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(&lengths[8 * r..8 * r + 8]);
+            let len = usize::try_from(u64::from_le_bytes(word)).unwrap_or(usize::MAX);
+            let end = at
+                .checked_add(len)
+                .ok_or_else(|| CollectiveError::Malformed {
+                    call: Call::Checkpoint,
+                    rank: r,
+                    reason: format!("a local model of {len} bytes"),
+                })?;
+            offsets.push(at..end);
+            at = end;
+        }
+        let mut all = vec![0u8; at];
+        all[offsets[self.rank].clone()].copy_from_slice(&own);
+        self.inner_run(&mut Collective::Allgather {
+            out: &mut all,
+            width: 1,
+            blocks: &offsets,
+        })?;
+        let mut staged = Saved {
+            version: self.saved.version + 1,
+            global: Some(global),
+            locals: Default::default(),
+        };
+        for k in 0..=self.rules.local_replica {
+            let owner = (self.rank + n - k) % n;
+            let record = decode_local(&all[offsets[owner].clone()]).map_err(|reason| {
+                CollectiveError::Malformed {
+                    call: Call::Checkpoint,
+                    rank: owner,
+                    reason,
+                }
+            })?;
+            staged.locals.insert(owner, record);
+        }
+        self.staged = Some(staged);
+        if let Pending::Checkpoint { replicated, .. } = pending {
+            *replicated = true;
+        }
+        self.strike(KillPoint::Replicate);
+        Ok(())
+    }
+
+    /// Makes the staged checkpoint the committed one.
+    fn commit(&mut self) {
+        if let Some(staged) = self.staged.take() {
+            self.saved = staged;
+        }
+        self.results.clear();
+        self.seq = 0;
+        tracing::debug!(
+            rank = self.rank,
+            version = self.saved.version,
+            "robust: checkpoint committed"
+        );
+    }
+
+    /// Sends checkpoint `version` to the restarted ranks `to`: the global model from
+    /// `source`, each local model from its holder.
+    fn restore(
+        &mut self,
+        to: &[usize],
+        version: u64,
+        source: Option<usize>,
+        locals: &[(usize, usize)],
+    ) -> Result<(), CollectiveError> {
+        let me = self.rank;
+        let taking = to.contains(&me);
+        let Some(source) = source else {
+            return Ok(());
+        };
+        let mut global = if me == source {
+            self.saved
+                .global
+                .as_ref()
+                .map(Global::bytes)
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        self.broadcast_vec(&mut global, source)?;
+        let mut received = Saved {
+            version,
+            global: Some(Global::Bytes(global.into())),
+            locals: Default::default(),
+        };
+        for &(owner, holder) in locals {
+            let mut record = if me == holder {
+                encode_local(self.saved.locals.get(&owner).cloned().flatten().as_deref())
+            } else {
+                Vec::new()
+            };
+            self.broadcast_vec(&mut record, holder)?;
+            let holds = (0..=self.rules.local_replica).any(|k| (owner + k) % self.world == me);
+            if taking && holds {
+                let model = decode_local(&record).map_err(|reason| CollectiveError::Malformed {
+                    call: Call::LoadCheckpoint,
+                    rank: holder,
+                    reason,
+                })?;
+                received.locals.insert(owner, model);
+            }
+        }
+        if taking {
+            self.saved = received;
+            self.results.clear();
+            self.seq = 0;
+        }
+        Ok(())
+    }
+
+    /// A byte string from `root` to every rank: its length, then the bytes.
+    fn broadcast_vec(&mut self, buf: &mut Vec<u8>, root: usize) -> Result<(), CollectiveError> {
+        let mut len = (buf.len() as u64).to_le_bytes();
+        self.inner_run(&mut Collective::Broadcast {
+            buf: &mut len,
+            elem: Elem::Bytes,
+            root,
+        })?;
+        let len =
+            usize::try_from(u64::from_le_bytes(len)).map_err(|_| CollectiveError::Malformed {
+                call: Call::Recovery,
+                rank: root,
+                reason: "a length past this machine's memory".into(),
+            })?;
+        buf.resize(len, 0);
+        self.inner_run(&mut Collective::Broadcast {
+            buf,
+            elem: Elem::Bytes,
+            root,
+        })
+    }
+}
+
+/// A copy of a request's input.
+fn snapshot(request: &mut Collective<'_>) -> Vec<u8> {
+    request.result_buffer().to_vec()
+}
+
+/// Puts a request's input back after a failed attempt.
+fn restore_input(request: &mut Collective<'_>, input: Vec<u8>) {
+    match request {
+        Collective::Fold {
+            buf,
+            elem: Elem::Bytes,
+            ..
+        } => **buf = input,
+        other => {
+            let out = other.result_buffer();
+            if out.len() == input.len() {
+                out.copy_from_slice(&input);
+            }
+        }
+    }
+}
+
+impl Engine for RobustEngine {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.world
+    }
+
+    fn name(&self) -> &'static str {
+        "robust"
+    }
+
+    fn run(&mut self, request: &mut Collective<'_>) -> Result<(), CollectiveError> {
+        self.strike(KillPoint::Call);
+        self.drive(&mut Pending::Call {
+            request,
+            prepare: None,
+        })
+    }
+
+    fn run_prepared(
+        &mut self,
+        request: &mut Collective<'_>,
+        prepare: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<(), CollectiveError> {
+        self.strike(KillPoint::Call);
+        self.drive(&mut Pending::Call {
+            request,
+            prepare: Some(prepare),
+        })
+    }
+
+    fn robust(&mut self) -> Option<&mut RobustEngine> {
+        Some(self)
+    }
+
+    fn finish(&mut self) -> Result<(), CollectiveError> {
+        self.drive(&mut Pending::Finish)
+    }
+}

@@ -1,0 +1,286 @@
+//! Robust mode: rabit's checkpoints and recovery, so that an iterative job survives
+//! a worker's death.
+//!
+//! A robust [`Communicator`] is formed through a tracker
+//! ([`Communicator::robust_from_tracker`], or [`Communicator::robust_from_env`] under
+//! `switchyard launch`). The program is written as for rabit:
+//!
+//! 1. [`Communicator::load_checkpoint`] first: `None` on a fresh start, or the last
+//!    checkpoint when this process is a restarted worker;
+//! 2. collectives as usual (each is recoverable; [`Communicator::allreduce_lazy`]'s
+//!    `prepare` runs only when the result is not recovered);
+//! 3. [`Communicator::checkpoint`] (or [`lazy_checkpoint`](Communicator::lazy_checkpoint))
+//!    after each iteration: the global model, the same on every rank, and an
+//!    optional local model of this rank, kept on this rank and its
+//!    [`RobustOptions::local_replica`] ring successors. In memory, not on disk.
+//!
+//! When a worker dies, the others notice at once (its connections close) and wait
+//! inside their pending call; the launcher (`--max-restarts`) starts it again; it
+//! rejoins through the tracker, gets the last checkpoint and then, for every call it
+//! makes again, the result a survivor kept, without computing anything, until it
+//! catches up. The final model is the one of a run without the failure.
+//!
+//! Rabit's `mock=rank,version,seq,ndeath` kills ([`MockKill`], [`ENV_MOCK`]) make a
+//! chosen rank exit at a chosen call, for tests.
+//!
+//! What it costs: one allgather of 48 bytes per rank before every call, a copy of each
+//! call's input, and a copy of its result on [`RobustOptions::global_replica`] of the
+//! ranks until the next checkpoint (bounded by [`RobustOptions::result_budget`]).
+//! Reduce-scatter runs as an allreduce, so that any keeper can replay any rank's block.
+
+mod engine;
+mod mock;
+mod state;
+mod store;
+
+pub(crate) use engine::{Rejoin, RobustEngine};
+pub use mock::{KillPoint, MockKill, ENV_MOCK, MOCK_EXIT_STATUS};
+
+use super::element::{ReduceOp, Reducible};
+use super::engine::Collective;
+use super::error::{Call, CollectiveError};
+use super::Communicator;
+use std::sync::Arc;
+use store::Global;
+
+/// Environment variable: [`RobustOptions::local_replica`].
+pub const ENV_LOCAL_REPLICA: &str = "SWITCHYARD_LOCAL_REPLICA";
+/// Environment variable: [`RobustOptions::global_replica`].
+pub const ENV_GLOBAL_REPLICA: &str = "SWITCHYARD_GLOBAL_REPLICA";
+/// Environment variable: [`RobustOptions::result_budget`], in bytes.
+pub const ENV_RESULT_BUDGET: &str = "SWITCHYARD_RESULT_BUDGET";
+
+/// How robust mode keeps what recovery needs.
+///
+/// | field | default | environment |
+/// |---|---|---|
+/// | `local_replica` | 2 | `SWITCHYARD_LOCAL_REPLICA` |
+/// | `global_replica` | 5 | `SWITCHYARD_GLOBAL_REPLICA` |
+/// | `result_budget` | 1 GiB | `SWITCHYARD_RESULT_BUDGET` |
+/// | `mock` | none | `SWITCHYARD_MOCK`, or `mock=` arguments ([`RobustOptions::with_args`]) |
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RobustOptions {
+    /// Ring successors that hold a copy of each rank's local model.
+    pub local_replica: usize,
+    /// Ranks that keep each call's result until the next checkpoint (rabit's
+    /// `num_global_replica`): every `world / global_replica`-th rank.
+    pub global_replica: usize,
+    /// Most bytes of results one rank keeps between checkpoints; a call that would
+    /// pass it fails with [`CollectiveError::ResultBudget`].
+    pub result_budget: usize,
+    /// Planned deaths, for tests.
+    pub mock: Vec<MockKill>,
+}
+
+impl Default for RobustOptions {
+    fn default() -> Self {
+        RobustOptions {
+            local_replica: 2,
+            global_replica: 5,
+            result_budget: 1 << 30,
+            mock: Vec::new(),
+        }
+    }
+}
+
+impl RobustOptions {
+    /// The defaults, overridden by the environment variables of the table above.
+    ///
+    /// # Errors
+    ///
+    /// A variable that is set but does not parse, named.
+    pub fn from_env() -> Result<RobustOptions, String> {
+        let mut options = RobustOptions::default();
+        let number = |name: &str| -> Result<Option<usize>, String> {
+            match std::env::var(name) {
+                Ok(v) => v
+                    .trim()
+                    .parse()
+                    .map(Some)
+                    .map_err(|_| format!("{name}={v:?} is not a number")),
+                Err(_) => Ok(None),
+            }
+        };
+        if let Some(n) = number(ENV_LOCAL_REPLICA)? {
+            options.local_replica = n;
+        }
+        if let Some(n) = number(ENV_GLOBAL_REPLICA)? {
+            options.global_replica = n.max(1);
+        }
+        if let Some(n) = number(ENV_RESULT_BUDGET)? {
+            options.result_budget = n;
+        }
+        if let Ok(text) = std::env::var(ENV_MOCK) {
+            options.mock = MockKill::parse_list(&text).map_err(|e| format!("{ENV_MOCK}: {e}"))?;
+        }
+        Ok(options)
+    }
+
+    /// Adds the kills of rabit-style `mock=rank,version,seq,ndeath` arguments (other
+    /// arguments are ignored), as rabit's test programs take them.
+    ///
+    /// ```
+    /// use switchyard::collective::RobustOptions;
+    /// let args = ["--iters", "3", "mock=0,0,1,0", "mock=1,1,1,0"].map(String::from);
+    /// let options = RobustOptions::default().with_args(args)?;
+    /// assert_eq!(options.mock.len(), 2);
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn with_args(mut self, args: impl IntoIterator<Item = String>) -> Result<Self, String> {
+        for arg in args {
+            if let Some(spec) = arg.strip_prefix("mock=") {
+                self.mock.push(MockKill::parse(spec)?);
+            }
+        }
+        Ok(self)
+    }
+
+    /// Replaces the planned kills.
+    pub fn with_mock(mut self, mock: Vec<MockKill>) -> Self {
+        self.mock = mock;
+        self
+    }
+
+    /// Sets [`RobustOptions::local_replica`].
+    pub fn with_local_replica(mut self, n: usize) -> Self {
+        self.local_replica = n;
+        self
+    }
+
+    /// Sets [`RobustOptions::global_replica`] (at least 1).
+    pub fn with_global_replica(mut self, n: usize) -> Self {
+        self.global_replica = n.max(1);
+        self
+    }
+
+    /// Sets [`RobustOptions::result_budget`].
+    pub fn with_result_budget(mut self, bytes: usize) -> Self {
+        self.result_budget = bytes;
+        self
+    }
+}
+
+/// A checkpoint as [`Communicator::load_checkpoint`] returns it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// Checkpoints committed so far (1 after the first).
+    pub version: u64,
+    /// The global model.
+    pub global: Vec<u8>,
+    /// This rank's local model, if it checkpointed one.
+    pub local: Option<Vec<u8>>,
+}
+
+impl Communicator {
+    fn robust_engine(&mut self, call: Call) -> Result<&mut RobustEngine, CollectiveError> {
+        let engine = self.engine.name();
+        self.engine
+            .robust()
+            .ok_or(CollectiveError::NotRobust { call, engine })
+    }
+
+    /// The last checkpoint: `None` when there is none (a fresh start: begin at
+    /// version 0), else the version to resume from with the global model and this
+    /// rank's local model. A restarted worker gets them from the survivors. Call it
+    /// first, before any collective, on every rank.
+    ///
+    /// # Errors
+    ///
+    /// [`CollectiveError::NotRobust`] outside robust mode;
+    /// [`CollectiveError::LocalModelLost`] when this rank's local model and every copy
+    /// of it are gone.
+    pub fn load_checkpoint(&mut self) -> Result<Option<Checkpoint>, CollectiveError> {
+        self.robust_engine(Call::LoadCheckpoint)?.load()
+    }
+
+    /// Commits a checkpoint: `global`, the model every rank holds alike, and this
+    /// rank's optional `local` model, copied to its
+    /// [`local_replica`](RobustOptions::local_replica) ring successors. Every rank
+    /// calls it at the same point; [`version_number`](Communicator::version_number)
+    /// then grows by one and the results kept since the last one are dropped.
+    ///
+    /// # Errors
+    ///
+    /// [`CollectiveError::NotRobust`] outside robust mode; otherwise as a collective.
+    pub fn checkpoint(
+        &mut self,
+        global: &[u8],
+        local: Option<&[u8]>,
+    ) -> Result<(), CollectiveError> {
+        let global = Global::Bytes(Arc::new(global.to_vec()));
+        let local = local.map(<[u8]>::to_vec);
+        self.robust_engine(Call::Checkpoint)?
+            .checkpoint(global, local)
+    }
+
+    /// [`checkpoint`](Communicator::checkpoint) of a global model without copying it
+    /// (rabit's `LazyCheckPoint`): `global` encodes the model only when a restarted
+    /// rank needs it, so it must give the model as it is at this call until the next
+    /// checkpoint (keep the model unchanged, or capture a snapshot). No local model.
+    ///
+    /// # Errors
+    ///
+    /// As [`checkpoint`](Communicator::checkpoint).
+    pub fn lazy_checkpoint(
+        &mut self,
+        global: impl Fn() -> Vec<u8> + Send + Sync + 'static,
+    ) -> Result<(), CollectiveError> {
+        self.robust_engine(Call::Checkpoint)?
+            .checkpoint(Global::Lazy(Arc::new(global)), None)
+    }
+
+    /// Checkpoints committed so far (0 outside robust mode).
+    pub fn version_number(&mut self) -> u64 {
+        self.engine.robust().map_or(0, |e| e.version())
+    }
+
+    /// How many times this rank formed a new mesh after a failure (0 outside robust
+    /// mode).
+    pub fn recoveries(&mut self) -> u64 {
+        self.engine.robust().map_or(0, |e| e.rejoins())
+    }
+
+    /// [`allreduce`](Communicator::allreduce) with rabit's lazy preparation: `prepare`
+    /// fills `buf` right before the reduction runs, and is not called at all when
+    /// robust mode recovers the result from a survivor (a restarted rank catching
+    /// up), which saves computing an input whose result is known.
+    ///
+    /// ```
+    /// use switchyard::collective::{Communicator, ReduceOp};
+    /// let mut comm = Communicator::solo();
+    /// let mut sums = [0.0f64; 2];
+    /// comm.allreduce_lazy(&mut sums, ReduceOp::Sum, |buf| buf.copy_from_slice(&[1.0, 2.0]))?;
+    /// assert_eq!(sums, [1.0, 2.0]);
+    /// # Ok::<(), switchyard::collective::CollectiveError>(())
+    /// ```
+    pub fn allreduce_lazy<T: Reducible>(
+        &mut self,
+        buf: &mut [T],
+        op: ReduceOp,
+        prepare: impl FnOnce(&mut [T]),
+    ) -> Result<(), CollectiveError> {
+        let dtype = T::DTYPE;
+        if !dtype.supports(op) {
+            return Err(CollectiveError::InvalidArgument {
+                call: Call::Allreduce,
+                reason: format!("{op:?} is not defined for {dtype:?}"),
+            });
+        }
+        let mut prepare = Some(prepare);
+        let mut on_bytes = |bytes: &mut [u8]| {
+            if let Some(prepare) = prepare.take() {
+                prepare(bytemuck::cast_slice_mut(bytes));
+            }
+        };
+        let mut request = Collective::Allreduce {
+            buf: bytemuck::cast_slice_mut(buf),
+            dtype,
+            op,
+        };
+        self.engine.run_prepared(&mut request, &mut on_bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,111 @@
+//! What a robust rank keeps in memory: its committed checkpoint (the global model,
+//! its own local model and copies of its ring predecessors'), and the results of
+//! the calls since, the ones [`Rules::keeps`](super::state::Rules::keeps) gives it.
+
+use crate::collective::error::{Call, CollectiveError};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// A global model handed to `lazy_checkpoint`: encoded only when a restarted rank
+/// needs it.
+pub(crate) type LazyModel = Arc<dyn Fn() -> Vec<u8> + Send + Sync>;
+
+/// A checkpoint's global model.
+#[derive(Clone)]
+pub(crate) enum Global {
+    /// Bytes, copied at the checkpoint.
+    Bytes(Arc<Vec<u8>>),
+    /// A closure that encodes it.
+    Lazy(LazyModel),
+}
+
+impl Global {
+    /// The model's bytes.
+    pub(crate) fn bytes(&self) -> Vec<u8> {
+        match self {
+            Global::Bytes(b) => b.as_ref().clone(),
+            Global::Lazy(f) => f(),
+        }
+    }
+}
+
+/// One committed (or staged) checkpoint.
+#[derive(Clone, Default)]
+pub(crate) struct Saved {
+    /// Versions committed (0: none yet).
+    pub version: u64,
+    /// The global model (`None` at version 0).
+    pub global: Option<Global>,
+    /// Local models this rank holds, by owner rank (its own included); `None` for an
+    /// owner that checkpointed none.
+    pub locals: BTreeMap<usize, Option<Vec<u8>>>,
+}
+
+/// Results of the calls since the last checkpoint, by call number.
+#[derive(Default)]
+pub(crate) struct Results {
+    kept: BTreeMap<u64, Vec<u8>>,
+    bytes: usize,
+}
+
+impl Results {
+    /// Keeps `result` of call `seq`, unless that passes `budget`.
+    pub(crate) fn keep(
+        &mut self,
+        call: Call,
+        seq: u64,
+        result: &[u8],
+        budget: usize,
+        version: u64,
+    ) -> Result<(), CollectiveError> {
+        if self.bytes + result.len() > budget {
+            return Err(CollectiveError::ResultBudget {
+                call,
+                kept: self.bytes,
+                needed: result.len(),
+                budget,
+                version,
+            });
+        }
+        self.bytes += result.len();
+        self.kept.insert(seq, result.to_vec());
+        Ok(())
+    }
+
+    /// The kept result of call `seq`.
+    pub(crate) fn get(&self, seq: u64) -> Option<&[u8]> {
+        self.kept.get(&seq).map(Vec::as_slice)
+    }
+
+    /// Forgets every result (a checkpoint was committed).
+    pub(crate) fn clear(&mut self) {
+        self.kept.clear();
+        self.bytes = 0;
+    }
+}
+
+/// An optional local model as bytes that say whether there is one: a first byte 0
+/// (none) or 1 (the model follows).
+pub(crate) fn encode_local(local: Option<&[u8]>) -> Vec<u8> {
+    match local {
+        None => vec![0],
+        Some(bytes) => {
+            let mut out = Vec::with_capacity(bytes.len() + 1);
+            out.push(1);
+            out.extend_from_slice(bytes);
+            out
+        }
+    }
+}
+
+/// The inverse of [`encode_local`].
+pub(crate) fn decode_local(bytes: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    match bytes.split_first() {
+        Some((0, [])) => Ok(None),
+        Some((1, rest)) => Ok(Some(rest.to_vec())),
+        _ => Err(format!(
+            "a local model record of {} bytes without its tag",
+            bytes.len()
+        )),
+    }
+}

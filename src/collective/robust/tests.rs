@@ -1,0 +1,399 @@
+//! The recovery engine with ranks as threads: a rank "dies" by dropping its
+//! communicator (its TCP connections close, as a killed process's do) and a new
+//! thread takes its place with a fresh engine, as a restarted process would. Meshes
+//! are formed by an in-process rendezvous standing in for the tracker's `recover`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::engine::RobustEngine;
+use super::mock::{MockDeath, UNWIND};
+use super::{Checkpoint, MockKill, RobustOptions};
+use crate::collective::engine::Engine;
+use crate::collective::{CollectiveError, CommOptions, Communicator, ReduceOp};
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Generations of meshes: every rank that asks joins the open generation, which
+/// forms once all ranks asked.
+struct Generations {
+    world: usize,
+    state: Mutex<Open>,
+    formed: Condvar,
+}
+
+/// The open generation's number and endpoints so far, and those of formed ones.
+struct Open {
+    generation: usize,
+    endpoints: Vec<Option<String>>,
+    formed: Vec<Vec<String>>,
+}
+
+impl Generations {
+    fn new(world: usize) -> Arc<Generations> {
+        Arc::new(Generations {
+            world,
+            state: Mutex::new(Open {
+                generation: 0,
+                endpoints: vec![None; world],
+                formed: Vec::new(),
+            }),
+            formed: Condvar::new(),
+        })
+    }
+
+    /// This rank's engine in the next mesh.
+    fn join(&self, rank: usize) -> Result<Box<dyn Engine>, CollectiveError> {
+        let options = CommOptions::default().with_timeout(Duration::from_secs(5));
+        let builder = Communicator::bind_mesh(rank, self.world, "tcp://127.0.0.1:0", options)?;
+        let endpoints = {
+            let mut open = self.state.lock().unwrap();
+            let generation = open.generation;
+            open.endpoints[rank] = Some(builder.endpoint().to_string());
+            if open.endpoints.iter().all(Option::is_some) {
+                let all = std::mem::replace(&mut open.endpoints, vec![None; self.world]);
+                open.formed.push(all.into_iter().flatten().collect());
+                open.generation += 1;
+                self.formed.notify_all();
+            }
+            let until = Instant::now() + WAIT;
+            while open.generation == generation {
+                let left = until.saturating_duration_since(Instant::now());
+                assert!(
+                    !left.is_zero(),
+                    "rank {rank}: generation {generation} never formed"
+                );
+                open = self.formed.wait_timeout(open, left).unwrap().0;
+            }
+            open.formed[generation].clone()
+        };
+        let mut comm = builder.connect(&endpoints)?;
+        Ok(std::mem::replace(
+            &mut comm.engine,
+            Box::new(crate::collective::engine::Solo),
+        ))
+    }
+}
+
+/// A robust communicator for `rank`, process start number `attempt`.
+fn robust(
+    gens: &Arc<Generations>,
+    rank: usize,
+    attempt: u64,
+    options: RobustOptions,
+) -> Communicator {
+    let first = gens.join(rank).expect("first mesh");
+    let again = Arc::clone(gens);
+    let rejoin = Box::new(move || again.join(rank));
+    let engine = RobustEngine::new(first, rejoin, options, attempt);
+    Communicator::with_engine(Box::new(engine), CommOptions::default(), "test".into())
+}
+
+/// What a rank's run ends with: its model, and how many `prepare`s it ran.
+#[derive(Debug, PartialEq)]
+struct Outcome {
+    model: Vec<f64>,
+    local: Vec<f64>,
+    prepares: usize,
+}
+
+/// Where a rank dies: in iteration `iter`, after `after` of its three calls
+/// (allreduce, broadcast, checkpoint).
+#[derive(Clone, Copy)]
+struct Death {
+    iter: u64,
+    after: usize,
+}
+
+fn f64s(bytes: &[u8]) -> Vec<f64> {
+    bytes
+        .chunks_exact(8)
+        .map(|c| f64::from_ne_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// Rabit's test program: per iteration an allreduce (lazy), a broadcast, a
+/// checkpoint with a local model. Returns `None` where the rank dies.
+fn program(
+    comm: &mut Communicator,
+    iters: u64,
+    death: Option<Death>,
+) -> Result<Option<Outcome>, CollectiveError> {
+    program_as(comm, iters, death, false)
+}
+
+/// [`program`], with `lazy_checkpoint` (and no local model) when `lazy`.
+fn program_as(
+    comm: &mut Communicator,
+    iters: u64,
+    death: Option<Death>,
+    lazy: bool,
+) -> Result<Option<Outcome>, CollectiveError> {
+    let (rank, n) = (comm.rank(), comm.world_size());
+    let (mut model, mut local, start) = match comm.load_checkpoint()? {
+        None if lazy => (vec![0.0f64; 4], Vec::new(), 0),
+        None => (vec![0.0f64; 4], vec![rank as f64], 0),
+        Some(Checkpoint {
+            version,
+            global,
+            local,
+        }) => (
+            f64s(&global),
+            local.map_or_else(Vec::new, |l| f64s(&l)),
+            version,
+        ),
+    };
+    assert_eq!(comm.version_number(), start);
+    let mut prepares = 0;
+    for iter in start..iters {
+        let dies = |after: usize| death.is_some_and(|d| d.iter == iter && d.after == after);
+        if dies(0) {
+            return Ok(None);
+        }
+        let mut grad = vec![0.0f64; 4];
+        comm.allreduce_lazy(&mut grad, ReduceOp::Sum, |g| {
+            prepares += 1;
+            for (i, x) in g.iter_mut().enumerate() {
+                *x = (rank * 10 + i) as f64 + iter as f64;
+            }
+        })?;
+        for (i, x) in grad.iter().enumerate() {
+            let expected: f64 = (0..n).map(|r| (r * 10 + i) as f64 + iter as f64).sum();
+            assert_eq!(*x, expected, "rank {rank} iteration {iter} element {i}");
+        }
+        if dies(1) {
+            return Ok(None);
+        }
+        let root = (iter as usize) % n;
+        let mut note = if rank == root {
+            format!("iteration {iter}").into_bytes()
+        } else {
+            Vec::new()
+        };
+        comm.broadcast_bytes(&mut note, root)?;
+        assert_eq!(note, format!("iteration {iter}").into_bytes());
+        if dies(2) {
+            return Ok(None);
+        }
+        for (m, g) in model.iter_mut().zip(&grad) {
+            *m = *m * 0.5 + g;
+        }
+        if lazy {
+            let snapshot = model.clone();
+            comm.lazy_checkpoint(move || bytemuck::cast_slice(&snapshot).to_vec())?;
+        } else {
+            local[0] += (rank + 1) as f64 * grad[0];
+            comm.checkpoint(
+                bytemuck::cast_slice(&model),
+                Some(bytemuck::cast_slice(&local)),
+            )?;
+        }
+    }
+    Ok(Some(Outcome {
+        model,
+        local,
+        prepares,
+    }))
+}
+
+/// How one rank's job went: its outcome and final start number, or the error that
+/// ended it.
+type Ended = Result<(Outcome, u64), String>;
+
+/// Runs `world` ranks; `deaths[r]` lists rank r's deaths in order (one per start).
+fn job(world: usize, iters: u64, deaths: Vec<Vec<Death>>) -> Vec<(Outcome, u64)> {
+    job_with(world, iters, deaths, RobustOptions::default())
+        .into_iter()
+        .enumerate()
+        .map(|(r, e)| e.unwrap_or_else(|e| panic!("rank {r}: {e}")))
+        .collect()
+}
+
+/// [`job`] with `options` (mock kills strike by unwinding the rank's thread), each
+/// rank's end as it came.
+fn job_with(
+    world: usize,
+    iters: u64,
+    deaths: Vec<Vec<Death>>,
+    options: RobustOptions,
+) -> Vec<Ended> {
+    job_as(world, iters, deaths, options, false)
+}
+
+/// [`job_with`], the program checkpointing lazily when `lazy`.
+fn job_as(
+    world: usize,
+    iters: u64,
+    deaths: Vec<Vec<Death>>,
+    options: RobustOptions,
+    lazy: bool,
+) -> Vec<Ended> {
+    let gens = Generations::new(world);
+    let handles: Vec<_> = (0..world)
+        .map(|rank| {
+            let gens = Arc::clone(&gens);
+            let deaths = deaths.get(rank).cloned().unwrap_or_default();
+            let options = options.clone();
+            std::thread::spawn(move || -> Ended {
+                UNWIND.set(true);
+                let mut attempt = 0u64;
+                loop {
+                    let death = deaths.get(attempt as usize).copied();
+                    let life = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        let mut comm = robust(&gens, rank, attempt, options.clone());
+                        let outcome = program_as(&mut comm, iters, death, lazy)?;
+                        if outcome.is_some() {
+                            comm.engine.as_mut().finish()?;
+                        }
+                        Ok::<_, CollectiveError>(outcome)
+                    }));
+                    match life {
+                        Ok(Ok(Some(outcome))) => return Ok((outcome, attempt)),
+                        Ok(Err(e)) => return Err(e.to_string()),
+                        // Died (returned early or a mock kill unwound): its links
+                        // closed with its communicator; a new "process" takes the rank.
+                        Ok(Ok(None)) => {}
+                        Err(payload) if payload.is::<MockDeath>() => {}
+                        Err(payload) => std::panic::resume_unwind(payload),
+                    }
+                    attempt += 1;
+                }
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("rank thread"))
+        .collect()
+}
+
+fn kill(spec: &str) -> MockKill {
+    MockKill::parse(spec).unwrap()
+}
+
+fn assert_same(failed: &[(Outcome, u64)], clean: &[(Outcome, u64)]) {
+    for (r, (f, c)) in failed.iter().zip(clean).enumerate() {
+        assert_eq!(f.0.model, c.0.model, "rank {r}");
+        assert_eq!(f.0.local, c.0.local, "rank {r}'s local model");
+    }
+}
+
+#[test]
+fn without_failures_every_rank_ends_with_the_same_model() {
+    let outcomes = job(3, 4, Vec::new());
+    for (o, attempt) in &outcomes {
+        assert_eq!(o.model, outcomes[0].0.model);
+        assert_eq!(o.prepares, 4);
+        assert_eq!(*attempt, 0);
+    }
+}
+
+#[test]
+fn a_rank_that_dies_between_calls_catches_up_to_the_same_model() {
+    let clean = job(3, 4, Vec::new());
+    let deaths = vec![Vec::new(), vec![Death { iter: 2, after: 1 }]];
+    let failed = job(3, 4, deaths);
+    for r in 0..3 {
+        assert_eq!(failed[r].0.model, clean[r].0.model, "rank {r}");
+        assert_eq!(
+            failed[r].0.local, clean[r].0.local,
+            "rank {r}'s local model"
+        );
+    }
+    assert_eq!(failed[1].1, 1, "rank 1 restarted once");
+    // Its second life resumed at checkpoint 2 and got iteration 2's allreduce from a
+    // survivor: it prepared only iteration 3's.
+    assert_eq!(failed[1].0.prepares, 1);
+}
+
+#[test]
+fn several_deaths_including_rank_0_and_the_same_rank_twice() {
+    let clean = job(4, 5, Vec::new());
+    let deaths = vec![
+        vec![Death { iter: 0, after: 1 }],
+        vec![Death { iter: 1, after: 2 }, Death { iter: 3, after: 0 }],
+        Vec::new(),
+        vec![Death { iter: 3, after: 2 }],
+    ];
+    let failed = job(4, 5, deaths);
+    for r in 0..4 {
+        assert_eq!(failed[r].0.model, clean[r].0.model, "rank {r}");
+        assert_eq!(
+            failed[r].0.local, clean[r].0.local,
+            "rank {r}'s local model"
+        );
+    }
+    assert_eq!(failed[1].1, 2);
+}
+
+#[test]
+fn a_death_after_replication_and_before_the_commit() {
+    let clean = job(4, 4, Vec::new());
+    // Rank 2 in checkpoint 2 (version 1, after its 3 engine calls: the allreduce and
+    // the broadcast's length and bytes), local models replicated.
+    let options = RobustOptions::default().with_mock(vec![kill("2,1,3,0,replicate")]);
+    let failed: Vec<_> = job_with(4, 4, Vec::new(), options)
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_same(&failed, &clean);
+    assert_eq!(failed[2].1, 1);
+}
+
+#[test]
+fn a_death_inside_recovery() {
+    let clean = job(4, 4, Vec::new());
+    // Rank 1 dies in iteration 1; rank 3 dies again while rejoining for it.
+    let deaths = vec![Vec::new(), vec![Death { iter: 1, after: 1 }]];
+    let options = RobustOptions::default().with_mock(vec![kill("3,1,1,0,recover")]);
+    let failed: Vec<_> = job_with(4, 4, deaths, options)
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_same(&failed, &clean);
+    assert_eq!((failed[1].1, failed[3].1), (1, 1));
+}
+
+#[test]
+fn three_ranks_die_at_one_call_and_the_model_is_exact() {
+    let clean = job(6, 4, Vec::new());
+    let at = Death { iter: 2, after: 1 };
+    let deaths = vec![vec![at], vec![at], Vec::new(), Vec::new(), vec![at]];
+    let failed = job(6, 4, deaths);
+    assert_same(&failed, &clean);
+}
+
+#[test]
+fn a_rank_and_its_replicas_dying_together_is_an_error_naming_the_lost_model() {
+    // Ranks 1, 2, 3 hold rank 1's local model (itself and 2 successors).
+    let at = Death { iter: 2, after: 2 };
+    let deaths = vec![Vec::new(), vec![at], vec![at], vec![at]];
+    let ends = job_with(5, 4, deaths, RobustOptions::default());
+    for (r, end) in ends.iter().enumerate() {
+        let err = end.as_ref().expect_err("no rank may finish");
+        assert!(
+            err.contains("rank 1's local model is lost"),
+            "rank {r}: {err}"
+        );
+    }
+}
+
+#[test]
+fn lazy_checkpoints_recover_the_same_model() {
+    let run = |deaths| -> Vec<(Outcome, u64)> {
+        job_as(3, 4, deaths, RobustOptions::default(), true)
+            .into_iter()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let clean = run(Vec::new());
+    let failed = run(vec![
+        Vec::new(),
+        Vec::new(),
+        vec![Death { iter: 2, after: 2 }],
+    ]);
+    assert_same(&failed, &clean);
+    assert_eq!(failed[2].1, 1);
+}
