@@ -132,7 +132,7 @@ fn fnv(bytes: &[u8]) -> u64 {
 }
 
 fn run(args: Args) -> Result<(), Error> {
-    let robust = RobustOptions::from_env()
+    let robust = RobustOptions::from_env()?
         .with_args(std::env::args().skip(1).filter(|a| a.contains('=')))?;
     let mut comm = Communicator::robust_from_env(robust)?;
     let (rank, n) = (comm.rank(), comm.world_size());

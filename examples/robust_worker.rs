@@ -170,7 +170,7 @@ impl std::error::Error for Wrong {}
 
 fn run(args: Args) -> Result<(), Error> {
     // Only `name=value` arguments go to RobustOptions: the flags are this program's.
-    let robust = RobustOptions::from_env()
+    let robust = RobustOptions::from_env()?
         .with_args(std::env::args().skip(1).filter(|a| a.contains('=')))?;
     let mut comm = Communicator::robust_from_env(robust)?;
     let (rank, n) = (comm.rank(), comm.world_size());
@@ -180,11 +180,11 @@ fn run(args: Args) -> Result<(), Error> {
         .unwrap_or(0);
     let len = args.len;
 
-    // The global model sits behind a lock so that lazy_checkpoint's closure can
-    // encode it when (and only when) a restarted rank needs it. rabit's rule for
-    // LazyCheckPoint holds: it changes only after the last collective of an
-    // iteration, right before the next checkpoint.
-    let model = Arc::new(Mutex::new(vec![1u64; len]));
+    // The global model is an immutable snapshot behind an Arc: each iteration makes
+    // a new one, so lazy_checkpoint's closure can hold the checkpointed version
+    // without a copy and encode it when (and only when) a restarted rank needs it,
+    // even after the next version exists.
+    let mut model = Arc::new(vec![1u64; len]);
     let mut local: Option<Vec<f32>> = args.local.then(|| vec![rank as f32 + 1.0; len]);
     let loaded = match comm.load_checkpoint()? {
         None => 0,
@@ -197,7 +197,12 @@ fn run(args: Args) -> Result<(), Error> {
                 ))
                 .into());
             }
-            *lock(&model) = decode(&c.global, len, "global model", u64::from_le_bytes)?;
+            model = Arc::new(decode(
+                &c.global,
+                len,
+                "global model",
+                u64::from_le_bytes,
+            )?);
             match (&mut local, c.local) {
                 (Some(l), Some(bytes)) => {
                     *l = decode(&bytes, len, "local model", f32::from_le_bytes)?;
@@ -225,7 +230,7 @@ fn run(args: Args) -> Result<(), Error> {
         if args.pause_ms > 0 {
             std::thread::sleep(Duration::from_millis(args.pause_ms));
         }
-        let current = lock(&model).clone();
+        let current = model.clone();
 
         // seq 0: Max.
         let mut max: Vec<u64> = (0..len)
@@ -296,14 +301,14 @@ fn run(args: Args) -> Result<(), Error> {
                 *x = *x * 0.5 + (g % 1000) as f32 + rank as f32 * 0.25;
             }
         }
-        *lock(&model) = next;
+        model = Arc::new(next);
 
         // seq 4: the checkpoint.
         if args.lazy {
             let shared = model.clone();
-            comm.lazy_checkpoint(move || encode_u64(&lock(&shared)))?;
+            comm.lazy_checkpoint(move || encode_u64(&shared))?;
         } else {
-            let global = encode_u64(&lock(&model));
+            let global = encode_u64(&model);
             let local_bytes = local.as_deref().map(encode_f32);
             comm.checkpoint(&global, local_bytes.as_deref())?;
         }
@@ -317,7 +322,7 @@ fn run(args: Args) -> Result<(), Error> {
         }
     }
 
-    let global = encode_u64(&lock(&model));
+    let global = encode_u64(&model);
     let mut h = fnv(global, FNV_OFFSET);
     if let Some(l) = &local {
         h = fnv(encode_f32(l), h);

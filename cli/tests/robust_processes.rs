@@ -124,6 +124,7 @@ impl Scenario {
                 }
             }
         }
+        assert_eq!(job.orphans(), Vec::<u32>::new(), "{name}: workers outlived the job");
         assert!(
             job.took < self.limit,
             "{name}: took {:?}, bound {:?}",
@@ -234,10 +235,9 @@ fn lazy_recover() {
     .check();
 }
 
-/// A death entering `lazy_checkpoint`: the survivors have already changed their
-/// model for the next version (rabit allows that between the last collective and the
-/// lazy checkpoint), so the checkpoint the restarted rank loads must not be encoded
-/// from the changed model.
+/// A death entering `lazy_checkpoint`: the survivors already hold the next version's
+/// model (a new snapshot; the committed one stays behind the last closure), and the
+/// restarted rank must load the committed version, encoded only now.
 #[test]
 fn lazy_recover_death_at_the_checkpoint() {
     Scenario {
