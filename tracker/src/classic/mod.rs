@@ -15,7 +15,9 @@
 //! - a worker that vanishes before it finishes negotiating gives its rank back (§10.5);
 //! - every rank handed out in any round loses one expected link (§10.6);
 //! - `shutdown` counts only ranks that finished negotiating, once each (§10.7); one
-//!   that arrives before the port report of a peer linking to it is accepted (§11).
+//!   that arrives before the port report of a peer linking to it is accepted (§11);
+//! - a rank that negotiates again (`recover`, or a restarted process) forgets the port
+//!   it reported before, so no peer is sent to a listener of an earlier generation.
 //!
 //! Negotiations run one at a time, in the order ranks were decided (a batch in rank
 //! order), as in the reference: that keeps every pair's connect/accept choice
@@ -231,6 +233,11 @@ impl Classic {
                 if self.shut_down.contains(&rank) {
                     return Err(format!("rank {rank} has already shut down"));
                 }
+                // A rank that negotiates again (a `recover`, or a restarted process)
+                // listens on a new port: the one it reported before belongs to an
+                // earlier generation of links and must not be handed to peers, even
+                // if this negotiation fails before it reports the new one.
+                self.wait_conn.remove(&rank);
                 if self.todo.remove(&rank) && self.pending.len() == self.todo.len() {
                     self.run_batch(&mut actions);
                 }
