@@ -17,7 +17,10 @@
 //! - `shutdown` counts only ranks that finished negotiating, once each (§10.7); one
 //!   that arrives before the port report of a peer linking to it is accepted (§11);
 //! - a rank that negotiates again (`recover`, or a restarted process) forgets the port
-//!   it reported before, so no peer is sent to a listener of an earlier generation.
+//!   it reported before, so no peer is sent to a listener of an earlier generation;
+//!   and a peer that a worker fails to reach [`STALE_AFTER`] rounds in a row (it died
+//!   after its negotiation) is forgotten too: the worker accepts the link from the
+//!   peer's next negotiation instead of failing after [`MAX_ROUNDS`] rounds.
 //!
 //! Negotiations run one at a time, in the order ranks were decided (a batch in rank
 //! order), as in the reference: that keeps every pair's connect/accept choice
@@ -31,7 +34,7 @@ use crate::server::SortBy;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 mod negotiate;
-pub use negotiate::{Assignment, Negotiation, Round};
+pub use negotiate::{Assignment, Negotiation, Round, STALE_AFTER};
 
 /// Identifies a connection to the server.
 pub type ConnId = u64;
