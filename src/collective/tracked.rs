@@ -159,9 +159,6 @@ pub(crate) enum JoinAs {
     Start,
     /// rabit's `recover`, classic protocol only: a surviving worker that keeps `rank`
     /// and forms all its links afresh (a new generation of the mesh after a failure).
-    // Built by the recovering engine (`robust/`), which lands on its own; until then
-    // only the tests here build it.
-    #[cfg_attr(not(test), allow(dead_code))]
     Recover {
         /// The rank it holds.
         rank: u32,
@@ -421,6 +418,9 @@ impl Communicator {
     /// the `shutdown` to the tracker, whose failure is returned. Dropping a
     /// communicator does the same but can only log a failed `shutdown`.
     pub fn finalize(mut self) -> Result<(), CollectiveError> {
+        // Robust mode's last agreement: a survivor must not leave while a restarted
+        // rank still needs results it kept.
+        self.engine.finish()?;
         let link = self.tracker.take();
         drop(self);
         match link {
