@@ -16,8 +16,14 @@
 //!
 //! The ring allgather on the tracker links is switchyard's own: every worker of a
 //! job must be a switchyard process (XGBoost workers cannot share a job with them).
+//!
+//! Recovery forms a whole new mesh the same way ([`tracker_mesh`]): after a rank
+//! died, every survivor drops its mesh and rejoins with rabit's `recover` (its rank,
+//! no good links), the restarted process joins with `start` and its task id (the
+//! tracker gives its rank back), and each binds a fresh endpoint; the tracker never
+//! hands out a listener of an earlier generation.
 
-use super::engine::Solo;
+use super::engine::{Engine, Solo};
 use super::error::{Call, CollectiveError};
 use super::options::CommOptions;
 use super::Communicator;
@@ -77,13 +83,15 @@ impl TrackerJoin {
     }
 }
 
-/// A communicator's tracker session: `print`s, and one `shutdown`.
+/// A communicator's tracker session: `print`s, and one `shutdown`, sent when it is
+/// dropped (unless the thread panics) if no `shutdown` went out before.
 #[derive(Debug)]
-pub(super) struct TrackerLink {
+pub(crate) struct TrackerLink {
     session: Session,
     shut: bool,
 }
 
+/// The session of either protocol.
 #[derive(Debug)]
 enum Session {
     Classic(ClassicSession),
@@ -91,14 +99,16 @@ enum Session {
 }
 
 impl TrackerLink {
-    fn print(&self, text: &str) -> Result<(), ClientError> {
+    /// Sends `text` to the tracker's log.
+    pub(crate) fn print(&self, text: &str) -> Result<(), ClientError> {
         match &self.session {
             Session::Classic(s) => s.print(text),
             Session::Json(s) => s.print(text),
         }
     }
 
-    fn shutdown(&mut self) -> Result<(), ClientError> {
+    /// Sends `shutdown`, the first time only.
+    pub(crate) fn shutdown(&mut self) -> Result<(), ClientError> {
         if std::mem::replace(&mut self.shut, true) {
             return Ok(());
         }
@@ -141,11 +151,29 @@ struct Joined {
     session: Session,
 }
 
-fn join(spec: &TrackerJoin, config: ClientConfig) -> Result<Joined, ClientError> {
+/// How a worker joins the tracker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum JoinAs {
+    /// `start`: a new worker, or a restarted process, which the tracker gives back the
+    /// rank of its task id (`TrackerJoin::task_id`).
+    Start,
+    /// rabit's `recover`, classic protocol only: a surviving worker that keeps `rank`
+    /// and forms all its links afresh (a new generation of the mesh after a failure).
+    Recover {
+        /// The rank it holds.
+        rank: u32,
+    },
+}
+
+/// Joins the tracker as `how` says; the caller has refused JSON with `Recover`.
+fn join(spec: &TrackerJoin, config: ClientConfig, how: JoinAs) -> Result<Joined, ClientError> {
     match spec.protocol {
         TrackerProtocol::Classic => {
             let client = ClassicClient::new(&spec.host, spec.port, spec.task_id.clone(), config)?;
-            let j = client.start(None, None)?;
+            let j = match how {
+                JoinAs::Start => client.start(None, None)?,
+                JoinAs::Recover { rank } => client.recover(rank, None)?,
+            };
             // Only the ring links are used; in a world of two both name one stream.
             let ring = |r: Option<u32>| -> Option<TcpStream> {
                 r.and_then(|r| j.links.get(&r).and_then(|s| s.try_clone().ok()))
@@ -207,6 +235,7 @@ fn ring_allgather(
     Ok(all)
 }
 
+/// A failure to form the communicator: an error of the `Setup` call.
 fn setup_error(reason: String) -> CollectiveError {
     CollectiveError::InvalidArgument {
         call: Call::Setup,
@@ -214,7 +243,124 @@ fn setup_error(reason: String) -> CollectiveError {
     }
 }
 
+/// A mesh formed through the tracker: its engine (the caller wraps it in a
+/// [`Communicator`] or another engine), the tracker session (`None` when
+/// `keep_session` was false), rank and world.
+pub(crate) struct TrackerMesh {
+    /// The mesh engine (the solo engine in a world of one).
+    pub engine: Box<dyn Engine>,
+    /// The tracker session, armed: dropping it sends `shutdown`.
+    pub link: Option<TrackerLink>,
+    /// This worker's rank.
+    pub rank: usize,
+    /// Number of workers.
+    pub world: usize,
+    /// This host's name, for [`Communicator::processor_name`].
+    pub processor_name: String,
+}
+
+impl std::fmt::Debug for TrackerMesh {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TrackerMesh")
+            .field("engine", &self.engine.name())
+            .field("link", &self.link)
+            .field("rank", &self.rank)
+            .field("world", &self.world)
+            .finish()
+    }
+}
+
+/// Joins the tracker `spec` as `how` says and forms a mesh with the other workers of
+/// its job: [`Communicator::from_tracker`] with `Start`, and each new generation of a
+/// recovering job (survivors with `Recover`, a restarted process with `Start` and its
+/// task id). Every worker binds a fresh mesh endpoint, so nothing of an earlier
+/// generation is reused.
+///
+/// With `keep_session` false the tracker session is closed without a `shutdown`:
+/// a recovering worker keeps the session of its first generation for its `print`s and
+/// its one `shutdown` (the tracker counts ranks, not sessions), and a `shutdown` per
+/// generation would be refused. A failure never sends `shutdown` either, so that a
+/// worker that could not join does not look finished to the tracker.
+pub(crate) fn tracker_mesh(
+    spec: &TrackerJoin,
+    options: &CommOptions,
+    how: JoinAs,
+    keep_session: bool,
+) -> Result<TrackerMesh, CollectiveError> {
+    let at = format!("tracker {}:{}", spec.host, spec.port);
+    if let (TrackerProtocol::Json, JoinAs::Recover { rank }) = (spec.protocol, how) {
+        return Err(setup_error(format!(
+            "rank {rank} cannot rejoin the {at} with `recover`: XGBoost's JSON tracker \
+             protocol has no recover command (use the classic protocol, \
+             {ENV_TRACKER_PROTOCOL}=classic, for recovery)"
+        )));
+    }
+    let began = Instant::now();
+    let config = ClientConfig::default().with_timeout(options.timeout);
+    let joined = join(spec, config, how).map_err(|e| setup_error(format!("joining {e}")))?;
+    // Until the mesh stands, a failure must not look like a finished worker to the
+    // tracker: the link sends its `shutdown` only once it is armed.
+    let mut link = TrackerLink {
+        session: joined.session,
+        shut: true,
+    };
+    let (rank, world) = (joined.rank as usize, joined.world as usize);
+    let (engine, processor_name): (Box<dyn Engine>, String) =
+        if joined.world == 1 {
+            (Box::new(Solo), super::setup::this_host())
+        } else {
+            let (Some(next), Some(prev)) = (joined.next, joined.prev) else {
+                return Err(setup_error(format!(
+                    "{at} gave rank {rank} of {world} no ring neighbours"
+                )));
+            };
+            // SWITCHYARD_IFNAME wins over the address of the tracker connection.
+            let local_ip = crate::launch::ifname_address()
+                .map_err(|e| setup_error(format!("choosing the mesh address: {e}")))?
+                .unwrap_or(joined.local_ip);
+            tracing::debug!(ip = %local_ip, "mesh address for the {at} job");
+            let endpoint = crate::launch::tcp_any_port(local_ip);
+            let builder = Communicator::bind_mesh(rank, world, &endpoint, options.clone())
+                .map_err(|e| match local_ip {
+                    // The zmq backend does not enable IPv6 on its sockets.
+                    IpAddr::V6(_) => setup_error(format!(
+                        "{e}; the {at} was reached over IPv6 and the mesh needs IPv4: give the \
+                     tracker's IPv4 address (DMLC_TRACKER_URI)"
+                    )),
+                    IpAddr::V4(_) => e,
+                })?;
+            let endpoints = ring_allgather(
+                builder.endpoint(),
+                joined.rank,
+                joined.world,
+                &next,
+                &prev,
+                options.timeout,
+            )
+            .map_err(|e| setup_error(format!("mesh endpoint exchange over the {at} ring: {e}")))?;
+            drop((next, prev));
+            let (engine, _, processor_name, _) = builder.connect(&endpoints)?.into_parts();
+            (engine, processor_name)
+        };
+    tracing::debug!(?how, rank, world, took = ?began.elapsed(), "mesh formed through the {at}");
+    link.shut = !keep_session;
+    Ok(TrackerMesh {
+        engine,
+        link: keep_session.then_some(link),
+        rank,
+        world,
+        processor_name,
+    })
+}
+
 impl Communicator {
+    /// Takes a communicator apart: its engine, options, processor name and tracker
+    /// session, for a caller that wraps the engine in another (recovery) or rebuilds
+    /// the communicator around it.
+    pub(crate) fn into_parts(self) -> (Box<dyn Engine>, CommOptions, String, Option<TrackerLink>) {
+        (self.engine, self.options, self.processor_name, self.tracker)
+    }
+
     /// Joins the tracker `spec` and forms a mesh with the other workers of its job.
     ///
     /// The tracker assigns the rank and links each worker to a few others (tree and
@@ -248,62 +394,9 @@ impl Communicator {
         spec: &TrackerJoin,
         options: CommOptions,
     ) -> Result<Communicator, CollectiveError> {
-        let config = ClientConfig::default().with_timeout(options.timeout);
-        let at = format!("tracker {}:{}", spec.host, spec.port);
-        let joined = join(spec, config).map_err(|e| setup_error(format!("joining {e}")))?;
-        // Until the mesh stands, a failure must not look like a finished worker to the
-        // tracker: the link sends its `shutdown` only once it is armed.
-        let mut link = TrackerLink {
-            session: joined.session,
-            shut: true,
-        };
-        if joined.world == 1 {
-            link.shut = false;
-            let mut comm =
-                Communicator::with_engine(Box::new(Solo), options, super::setup::this_host());
-            comm.tracker = Some(link);
-            return Ok(comm);
-        }
-        let (Some(next), Some(prev)) = (joined.next, joined.prev) else {
-            return Err(setup_error(format!(
-                "{at} gave rank {} of {} no ring neighbours",
-                joined.rank, joined.world
-            )));
-        };
-        // SWITCHYARD_IFNAME wins over the address of the tracker connection.
-        let local_ip = crate::launch::ifname_address()
-            .map_err(|e| setup_error(format!("choosing the mesh address: {e}")))?
-            .unwrap_or(joined.local_ip);
-        tracing::debug!(ip = %local_ip, "mesh address for the {at} job");
-        let endpoint = crate::launch::tcp_any_port(local_ip);
-        let timeout = options.timeout;
-        let builder = Communicator::bind_mesh(
-            joined.rank as usize,
-            joined.world as usize,
-            &endpoint,
-            options,
-        )
-        .map_err(|e| match local_ip {
-            // The zmq backend does not enable IPv6 on its sockets.
-            IpAddr::V6(_) => setup_error(format!(
-                "{e}; the {at} was reached over IPv6 and the mesh needs IPv4: give the \
-                 tracker's IPv4 address (DMLC_TRACKER_URI)"
-            )),
-            IpAddr::V4(_) => e,
-        })?;
-        let endpoints = ring_allgather(
-            builder.endpoint(),
-            joined.rank,
-            joined.world,
-            &next,
-            &prev,
-            timeout,
-        )
-        .map_err(|e| setup_error(format!("mesh endpoint exchange over the {at} ring: {e}")))?;
-        drop((next, prev));
-        let mut comm = builder.connect(&endpoints)?;
-        link.shut = false;
-        comm.tracker = Some(link);
+        let mesh = tracker_mesh(spec, &options, JoinAs::Start, true)?;
+        let mut comm = Communicator::with_engine(mesh.engine, options, mesh.processor_name);
+        comm.tracker = mesh.link;
         Ok(comm)
     }
 
@@ -325,6 +418,9 @@ impl Communicator {
     /// the `shutdown` to the tracker, whose failure is returned. Dropping a
     /// communicator does the same but can only log a failed `shutdown`.
     pub fn finalize(mut self) -> Result<(), CollectiveError> {
+        // Robust mode's last agreement: a survivor must not leave while a restarted
+        // rank still needs results it kept.
+        self.engine.finish()?;
         let link = self.tracker.take();
         drop(self);
         match link {
@@ -333,5 +429,97 @@ impl Communicator {
                 .map_err(|e| setup_error(format!("tracker shutdown: {e}"))),
             None => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::collective::ReduceOp;
+    use std::sync::{Arc, Barrier};
+    use switchyard_tracker::{Tracker, TrackerConfig};
+
+    /// Every wait of a worker is bounded by this.
+    const LIMIT: Duration = Duration::from_secs(30);
+
+    fn options() -> CommOptions {
+        CommOptions::default().with_timeout(LIMIT)
+    }
+
+    /// An allreduce of `[(rank + 1) * scale]` on `mesh`, wrapped as a communicator
+    /// (keeping the session, if any); every rank must see the sum.
+    fn allreduce_on(mesh: TrackerMesh, world: usize, scale: u64) -> Communicator {
+        let mut comm = Communicator::with_engine(mesh.engine, options(), mesh.processor_name);
+        comm.tracker = mesh.link;
+        assert_eq!((comm.rank(), comm.world_size()), (mesh.rank, world));
+        let mut v = [(mesh.rank as u64 + 1) * scale];
+        comm.allreduce(&mut v, ReduceOp::Sum).unwrap();
+        let n = world as u64;
+        assert_eq!(v[0], n * (n + 1) / 2 * scale, "rank {}", mesh.rank);
+        comm
+    }
+
+    /// Three ranks form a mesh with `start`; rank 1 "dies" (its process would send no
+    /// `shutdown`); all three form generation 2 (ranks 0 and 2 with `recover`, rank 1's
+    /// restarted process with `start` and the same task id), and collectives work
+    /// again. The survivors keep their first session, as a recovering worker does, and
+    /// the job ends with one `shutdown` per rank.
+    #[test]
+    fn a_second_generation_with_recover_and_a_restarted_start_runs_collectives() {
+        let n = 3;
+        let tracker = Tracker::start(TrackerConfig::new(n as u32)).unwrap();
+        let port = tracker.addr().port();
+        let between = Arc::new(Barrier::new(n));
+        let workers: Vec<_> = (0..n)
+            .map(|task| {
+                let between = Arc::clone(&between);
+                std::thread::spawn(move || {
+                    let spec = TrackerJoin::new("127.0.0.1", port).with_task_id(task.to_string());
+                    let dies = task == 1;
+                    let first = tracker_mesh(&spec, &options(), JoinAs::Start, !dies).unwrap();
+                    assert_eq!(first.rank, task, "task ids 0..3 are ranks 0..3");
+                    let comm = allreduce_on(first, n, 1);
+                    // Everyone is done with generation 1 before any mesh goes away.
+                    between.wait();
+                    let (_, _, _, session) = comm.into_parts();
+                    let began = Instant::now();
+                    let (how, keep) = if dies {
+                        (JoinAs::Start, true)
+                    } else {
+                        (JoinAs::Recover { rank: task as u32 }, false)
+                    };
+                    let second = tracker_mesh(&spec, &options(), how, keep).unwrap();
+                    let took = began.elapsed();
+                    assert_eq!(second.rank, task, "{how:?} gives the rank back");
+                    assert_eq!(second.link.is_some(), keep);
+                    let mut comm = allreduce_on(second, n, 10);
+                    if let Some(first) = session {
+                        comm.tracker = Some(first);
+                    }
+                    comm.finalize().unwrap();
+                    took
+                })
+            })
+            .collect();
+        for (rank, w) in workers.into_iter().enumerate() {
+            let took = w.join().unwrap();
+            eprintln!("rank {rank} formed generation 2 in {took:?}");
+        }
+        let outcome = tracker.wait(Some(LIMIT)).unwrap();
+        assert_eq!(outcome.shut_down, [0, 1, 2]);
+    }
+
+    /// XGBoost's JSON protocol has no `recover`: refused before any connection.
+    #[test]
+    fn recover_with_the_json_protocol_is_refused_naming_why() {
+        let spec = TrackerJoin::new("127.0.0.1", 9).with_protocol(TrackerProtocol::Json);
+        let err = tracker_mesh(&spec, &options(), JoinAs::Recover { rank: 0 }, true).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("no recover command"), "{text}");
+        assert!(
+            matches!(err, CollectiveError::InvalidArgument { .. }),
+            "{err}"
+        );
     }
 }

@@ -192,7 +192,7 @@ impl Bootstrap {
     /// without the URI and the port is an error naming the missing one. A URI of
     /// `NULL` (or empty) means no tracker, as for XGBoost's workers. `DMLC_ROLE`, when
     /// set, must be `worker`: servers and schedulers do not join the tracker.
-    fn from_tracker_env() -> Result<Option<Bootstrap>, LaunchError> {
+    pub(crate) fn from_tracker_env() -> Result<Option<Bootstrap>, LaunchError> {
         let set = |v: &str| std::env::var_os(v).is_some();
         let no_tracker = std::env::var(ENV_DMLC_TRACKER_URI)
             .map(|u| u.trim().is_empty() || u.trim() == "NULL")

@@ -29,11 +29,13 @@
 //! Reduce-scatter runs as an allreduce, so that any keeper can replay any rank's block.
 
 mod engine;
+mod join;
 mod mock;
 mod state;
 mod store;
 
-pub(crate) use engine::{Rejoin, RobustEngine};
+pub(crate) use engine::RobustEngine;
+pub use join::DEFAULT_ROBUST_HEARTBEAT;
 pub use mock::{KillPoint, MockKill, ENV_MOCK, MOCK_EXIT_STATUS};
 
 use super::element::{ReduceOp, Reducible};
@@ -58,6 +60,7 @@ pub const ENV_RESULT_BUDGET: &str = "SWITCHYARD_RESULT_BUDGET";
 /// | `global_replica` | 5 | `SWITCHYARD_GLOBAL_REPLICA` |
 /// | `result_budget` | 1 GiB | `SWITCHYARD_RESULT_BUDGET` |
 /// | `mock` | none | `SWITCHYARD_MOCK`, or `mock=` arguments ([`RobustOptions::with_args`]) |
+/// | `attempt` | 0 | `DMLC_NUM_ATTEMPT` |
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RobustOptions {
@@ -71,6 +74,9 @@ pub struct RobustOptions {
     pub result_budget: usize,
     /// Planned deaths, for tests.
     pub mock: Vec<MockKill>,
+    /// This process's start number (`DMLC_NUM_ATTEMPT`: 0 first, then one more per
+    /// restart), which mock kills match.
+    pub attempt: u64,
 }
 
 impl Default for RobustOptions {
@@ -80,6 +86,7 @@ impl Default for RobustOptions {
             global_replica: 5,
             result_budget: 1 << 30,
             mock: Vec::new(),
+            attempt: 0,
         }
     }
 }
@@ -110,6 +117,9 @@ impl RobustOptions {
         }
         if let Some(n) = number(ENV_RESULT_BUDGET)? {
             options.result_budget = n;
+        }
+        if let Some(n) = number(crate::launch::ENV_NUM_ATTEMPT)? {
+            options.attempt = n as u64;
         }
         if let Ok(text) = std::env::var(ENV_MOCK) {
             options.mock = MockKill::parse_list(&text).map_err(|e| format!("{ENV_MOCK}: {e}"))?;

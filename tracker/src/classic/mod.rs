@@ -15,7 +15,12 @@
 //! - a worker that vanishes before it finishes negotiating gives its rank back (§10.5);
 //! - every rank handed out in any round loses one expected link (§10.6);
 //! - `shutdown` counts only ranks that finished negotiating, once each (§10.7); one
-//!   that arrives before the port report of a peer linking to it is accepted (§11).
+//!   that arrives before the port report of a peer linking to it is accepted (§11);
+//! - a rank that negotiates again (`recover`, or a restarted process) forgets the port
+//!   it reported before, so no peer is sent to a listener of an earlier generation;
+//!   and a peer that a worker fails to reach [`STALE_AFTER`] rounds in a row (it died
+//!   after its negotiation) is forgotten too: the worker accepts the link from the
+//!   peer's next negotiation instead of failing after [`MAX_ROUNDS`] rounds.
 //!
 //! Negotiations run one at a time, in the order ranks were decided (a batch in rank
 //! order), as in the reference: that keeps every pair's connect/accept choice
@@ -29,7 +34,7 @@ use crate::server::SortBy;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 mod negotiate;
-pub use negotiate::{Assignment, Negotiation, Round};
+pub use negotiate::{Assignment, Negotiation, Round, STALE_AFTER};
 
 /// Identifies a connection to the server.
 pub type ConnId = u64;
@@ -231,6 +236,11 @@ impl Classic {
                 if self.shut_down.contains(&rank) {
                     return Err(format!("rank {rank} has already shut down"));
                 }
+                // A rank that negotiates again (a `recover`, or a restarted process)
+                // listens on a new port: the one it reported before belongs to an
+                // earlier generation of links and must not be handed to peers, even
+                // if this negotiation fails before it reports the new one.
+                self.wait_conn.remove(&rank);
                 if self.todo.remove(&rank) && self.pending.len() == self.todo.len() {
                     self.run_batch(&mut actions);
                 }

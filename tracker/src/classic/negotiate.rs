@@ -3,7 +3,14 @@
 
 use super::{Action, Classic, ConnId, Record, MAX_ROUNDS};
 use crate::maps::Links;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Rounds in a row in which a worker fails to reach the same waiting peer before the
+/// tracker stops sending anybody there: that peer's listener is taken to be gone (the
+/// peer died, or gave up waiting and will rejoin), and the worker accepts the link
+/// instead, from the peer's next negotiation. A live listener is connected to at the
+/// first try: it listens before it negotiates, so only a dead one refuses.
+pub const STALE_AFTER: u32 = 3;
 
 /// The assignment message (§5.2).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,6 +32,10 @@ pub struct Negotiation {
     host: String,
     links: Vec<u32>,
     handed: BTreeSet<u32>,
+    /// The peers sent to in the last round.
+    last: Vec<u32>,
+    /// Rounds in a row in which each peer sent to was not reached.
+    failures: BTreeMap<u32, u32>,
     accept: u32,
     rounds: u32,
 }
@@ -65,6 +76,8 @@ impl Classic {
             host: holder.host.clone(),
             links: links.link_set(),
             handed: BTreeSet::new(),
+            last: Vec::new(),
+            failures: BTreeMap::new(),
             accept: 0,
             rounds: 0,
         };
@@ -78,8 +91,10 @@ impl Classic {
         ))
     }
 
-    /// One round (§6 steps 1–3): `good` are the links the worker has.
-    pub fn round(&self, neg: &mut Negotiation, good: &[i32]) -> Result<Round, String> {
+    /// One round (§6 steps 1–3): `good` are the links the worker has. A peer it
+    /// failed to reach [`STALE_AFTER`] rounds in a row is forgotten (its port is not
+    /// handed to anybody again; it did not lose the link) and the worker accepts from it.
+    pub fn round(&mut self, neg: &mut Negotiation, good: &[i32]) -> Result<Round, String> {
         neg.rounds += 1;
         if neg.rounds > MAX_ROUNDS {
             return Err(format!(
@@ -97,6 +112,26 @@ impl Classic {
             }
             have.insert(g as u32);
         }
+        for r in std::mem::take(&mut neg.last) {
+            if have.contains(&r) {
+                neg.failures.remove(&r);
+                continue;
+            }
+            let failed = neg.failures.entry(r).or_insert(0);
+            *failed += 1;
+            if *failed >= STALE_AFTER {
+                tracing::warn!(
+                    rank = neg.rank,
+                    peer = r,
+                    rounds = *failed,
+                    "the peer's listener does not answer: its port is forgotten, \
+                     the link will be accepted from its next negotiation"
+                );
+                self.wait_conn.remove(&r);
+                neg.handed.remove(&r);
+                neg.failures.remove(&r);
+            }
+        }
         let missing: Vec<u32> = neg
             .links
             .iter()
@@ -108,6 +143,7 @@ impl Classic {
             .filter_map(|r| self.wait_conn.get(r).map(|w| (w.host.clone(), w.port, *r)))
             .collect();
         neg.handed.extend(connect.iter().map(|c| c.2));
+        neg.last = connect.iter().map(|c| c.2).collect();
         neg.accept = (missing.len() - connect.len()) as u32;
         Ok(Round {
             connect,

@@ -354,3 +354,109 @@ fn replayed_records_outside_the_world_are_ignored() {
     // Task "x" is not known: it waits in the batch like any newcomer.
     assert!(c.start(1, H, &start(-1, Some("x"))).unwrap().is_empty());
 }
+
+/// A whole new generation of links: every rank rejoins (survivors with `recover`,
+/// a restarted one with `start` and its task id) and reports no good links.
+#[test]
+fn a_rank_that_rejoins_forgets_the_port_of_its_earlier_generation() {
+    let mut c = bootstrap(3);
+    let recover = |rank: i32| Hello {
+        rank,
+        world: 3,
+        task_id: Some(rank.to_string()),
+        command: Command::Recover,
+    };
+    // Generation 2: rank 0 rejoins first, accepts both links on port 4000, then dies
+    // before its peers link to it.
+    assert_eq!(turns(&c.start(30, H, &recover(0)).unwrap()), [(30, 0)]);
+    let (round, _) = negotiate(&mut c, 30, 0, 4000);
+    assert_eq!((round.connect.len(), round.accept), (0, 2));
+    // Its restarted process joins by task id and fails during its negotiation.
+    assert_eq!(
+        turns(&c.start(31, H, &start(-1, Some("0"))).unwrap()),
+        [(31, 0)]
+    );
+    let mut actions = Vec::new();
+    c.abandon(31, 0, &mut actions);
+    // Rank 1 must not be sent to port 4000, whose listener is gone: it accepts.
+    assert_eq!(turns(&c.start(32, H, &recover(1)).unwrap()), [(32, 1)]);
+    let (round, _) = negotiate(&mut c, 32, 1, 4001);
+    assert_eq!(round.connect, [], "no port of an earlier generation");
+    assert_eq!(round.accept, 2);
+    // The next process of task "0" links to rank 1 and waits for rank 2.
+    assert_eq!(
+        turns(&c.start(33, H, &start(-1, Some("0"))).unwrap()),
+        [(33, 0)]
+    );
+    let (round, _) = negotiate(&mut c, 33, 0, 4002);
+    assert_eq!(round.connect, [(H.to_string(), 4001, 1)]);
+    assert_eq!(turns(&c.start(34, H, &recover(2)).unwrap()), [(34, 2)]);
+    let (round, _) = negotiate(&mut c, 34, 2, 0);
+    let mut ports: Vec<u16> = round.connect.iter().map(|c| c.1).collect();
+    ports.sort_unstable();
+    assert_eq!(ports, [4001, 4002]);
+    assert!(c.wait_conn.is_empty(), "{:?}", c.wait_conn);
+}
+
+/// A rank that died after its negotiation of a new generation left a port nobody
+/// listens on: a peer that fails to reach it [`STALE_AFTER`] rounds in a row accepts
+/// the link instead, and the restarted rank connects to it.
+#[test]
+fn a_peer_unreachable_for_several_rounds_is_forgotten_and_the_link_accepted() {
+    let mut c = bootstrap(3);
+    let recover = |rank: i32| Hello {
+        rank,
+        world: 3,
+        task_id: Some(rank.to_string()),
+        command: Command::Recover,
+    };
+    assert_eq!(turns(&c.start(40, H, &recover(0)).unwrap()), [(40, 0)]);
+    negotiate(&mut c, 40, 0, 4000);
+    // Rank 0 dies now. Rank 1 recovers and cannot reach port 4000.
+    assert_eq!(turns(&c.start(41, H, &recover(1)).unwrap()), [(41, 1)]);
+    let (_, mut neg) = c.begin(41, 1).unwrap();
+    for round in 1..=STALE_AFTER {
+        let r = c.round(&mut neg, &[]).unwrap();
+        assert_eq!(r.connect, [(H.to_string(), 4000, 0)], "round {round}");
+        assert_eq!(r.accept, 1);
+    }
+    let r = c.round(&mut neg, &[]).unwrap();
+    assert_eq!((r.connect.len(), r.accept), (0, 2), "rank 0 is forgotten");
+    c.finish(neg, 4001).unwrap();
+    assert!(!c.wait_conn.contains_key(&0));
+    assert_eq!(c.wait_conn[&1].remaining, 2);
+    // The restarted rank 0 links to rank 1; rank 2 to both.
+    assert_eq!(
+        turns(&c.start(42, H, &start(-1, Some("0"))).unwrap()),
+        [(42, 0)]
+    );
+    let (round, _) = negotiate(&mut c, 42, 0, 4002);
+    assert_eq!(round.connect, [(H.to_string(), 4001, 1)]);
+    assert_eq!(turns(&c.start(43, H, &recover(2)).unwrap()), [(43, 2)]);
+    let (round, _) = negotiate(&mut c, 43, 2, 0);
+    assert_eq!(round.connect.len(), 2);
+    assert!(c.wait_conn.is_empty(), "{:?}", c.wait_conn);
+}
+
+/// A peer reached in a later round is not forgotten: only failures in a row count.
+#[test]
+fn a_peer_reached_after_a_failure_keeps_its_port() {
+    let mut c = bootstrap(2);
+    let recover = |rank: i32| Hello {
+        rank,
+        world: 2,
+        task_id: None,
+        command: Command::Recover,
+    };
+    c.start(50, H, &recover(0)).unwrap();
+    negotiate(&mut c, 50, 0, 5000);
+    c.start(51, H, &recover(1)).unwrap();
+    let (_, mut neg) = c.begin(51, 1).unwrap();
+    for _ in 1..STALE_AFTER {
+        assert_eq!(c.round(&mut neg, &[]).unwrap().connect.len(), 1);
+    }
+    let r = c.round(&mut neg, &[0]).unwrap();
+    assert_eq!((r.connect.len(), r.accept), (0, 0));
+    c.finish(neg, 0).unwrap();
+    assert!(c.wait_conn.is_empty(), "rank 0's expected link arrived");
+}

@@ -7,6 +7,8 @@
 //! names and reporting failures, reports its listening port, and finally accepts
 //! exactly the `num_accept` links of the last round. Every link starts with the peer
 //! handshake: both sides send their rank, then read the other's.
+//! [`ClassicClient::recover`] does the same with the `recover` command, for a worker
+//! that keeps its rank and forms new links after a peer failed.
 //!
 //! # Examples
 //!
@@ -100,6 +102,27 @@ impl ClassicClient {
     /// Joins the job: `rank` asks for a given rank (`None`: the tracker picks),
     /// `world` a world size (`None`: the tracker's).
     pub fn start(&self, rank: Option<u32>, world: Option<u32>) -> Result<Joined, ClientError> {
+        self.join("start", rank, world)
+    }
+
+    /// Rejoins the job as `rank` with rabit's `recover` command, to form a new set of
+    /// links after a peer failed: the worker already holds `rank` (the tracker refuses
+    /// a rank that never joined), reports no good links (every link is made afresh, so
+    /// the links of an earlier generation may all be closed), and gets the same
+    /// assignment back. The peers it links to are those that rejoined before it, with
+    /// `recover` or, for a restarted process, `start` and its task id.
+    pub fn recover(&self, rank: u32, world: Option<u32>) -> Result<Joined, ClientError> {
+        self.join("recover", Some(rank), world)
+    }
+
+    /// `start` and `recover`: they differ only in the command sent, and `recover`
+    /// always names the rank.
+    fn join(
+        &self,
+        command: &'static str,
+        rank: Option<u32>,
+        world: Option<u32>,
+    ) -> Result<Joined, ClientError> {
         let listener = net::listen_like(&self.addr)?;
         let port = listener
             .local_addr()
@@ -111,7 +134,7 @@ impl ClassicClient {
         let stream = self.command(
             rank.map_or(-1, |r| r as i32),
             world.map_or(-1, |w| w as i32),
-            "start",
+            command,
         )?;
         let local_ip = stream
             .local_addr()
@@ -131,7 +154,7 @@ impl ClassicClient {
         let mut report = Vec::with_capacity(4);
         wire::put_i32(&mut report, i32::from(port));
         wire::write_all_within(&stream, &report, self.config.io_timeout, "listening port")
-            .map_err(|e| At(self.addr).wire("start", e))?;
+            .map_err(|e| At(self.addr).wire(command, e))?;
         drop(stream);
         self.accept_links(&listener, &assignment, num_accept, &mut links)?;
         let missing: Vec<u32> = assignment
@@ -194,7 +217,7 @@ impl ClassicClient {
 
     /// §5.2, checked: a rank in the world, neighbours that are other ranks in it.
     fn read_assignment(&self, stream: &TcpStream) -> Result<Assignment, ClientError> {
-        let e = |err| At(self.addr).wire("start (waiting for the assignment)", err);
+        let e = |err| At(self.addr).wire("waiting for the assignment", err);
         // The first field comes when the whole batch is in: the long wait.
         let rank = Deadline::new(stream, self.config.batch_timeout)
             .i32("assigned rank")
@@ -202,7 +225,8 @@ impl ClassicClient {
         if rank == -1 {
             return Err(ClientError::Refused {
                 addr: self.addr.to_string(),
-                reason: "it assigned rank -1 (duplicate rank, wrong world size, or a full job)"
+                reason: "it assigned rank -1 (duplicate rank, wrong world size, a full job, or a \
+                         recover for a rank that never joined or already shut down)"
                     .into(),
             });
         }

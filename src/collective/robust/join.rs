@@ -1,0 +1,106 @@
+//! Forming a robust communicator through a tracker, and forming its mesh again after
+//! each failure (the tracker's `recover`).
+
+use super::engine::{Rejoin, RobustEngine};
+use super::RobustOptions;
+use crate::collective::error::{Call, CollectiveError};
+use crate::collective::tracked::{tracker_mesh, JoinAs};
+use crate::collective::{CommOptions, Communicator, TrackerJoin, TrackerProtocol};
+use crate::launch::{Bootstrap, Rendezvous};
+
+/// The heartbeat deadline robust mode uses when the options set none: a silent or
+/// cut-off rank is given up on (and the mesh formed again) after this long.
+pub const DEFAULT_ROBUST_HEARTBEAT: std::time::Duration = std::time::Duration::from_millis(800);
+
+/// `options` with what robust mode needs that the caller left unset.
+fn robust_defaults(options: CommOptions) -> CommOptions {
+    options
+}
+
+fn setup(reason: String) -> CollectiveError {
+    CollectiveError::InvalidArgument {
+        call: Call::Setup,
+        reason,
+    }
+}
+
+impl Communicator {
+    /// Joins the classic tracker `spec` in robust mode: collectives survive the death
+    /// of a rank that the launcher restarts (see [the module](self) for the program's
+    /// shape). `robust.attempt` tells a restarted process from a first start.
+    ///
+    /// The first mesh is formed as by [`from_tracker`](Communicator::from_tracker);
+    /// after a failure every survivor forms a new one with the tracker's `recover`
+    /// (same rank) while the restarted process joins with `start` and its task id,
+    /// which the tracker maps back to its rank, so `spec.task_id` must be set and
+    /// stay the same across restarts (`switchyard launch` sets `DMLC_TASK_ID`).
+    ///
+    /// # Errors
+    ///
+    /// As [`from_tracker`](Communicator::from_tracker); a JSON-protocol tracker (it has
+    /// no `recover`) or a missing task id is refused before joining.
+    pub fn robust_from_tracker(
+        spec: &TrackerJoin,
+        options: CommOptions,
+        robust: RobustOptions,
+    ) -> Result<Communicator, CollectiveError> {
+        if spec.protocol == TrackerProtocol::Json {
+            return Err(setup(
+                "robust mode needs the classic tracker protocol: XGBoost's JSON protocol has no \
+                 `recover` for survivors to rejoin with"
+                    .into(),
+            ));
+        }
+        if spec.task_id.is_none() {
+            return Err(setup(
+                "robust mode needs a task id (DMLC_TASK_ID): a restarted process gets its rank \
+                 back from the tracker by it"
+                    .into(),
+            ));
+        }
+        let options = robust_defaults(options);
+        let first = tracker_mesh(spec, &options, JoinAs::Start, true)?;
+        let rank = u32::try_from(first.rank).map_err(|_| setup("rank past u32".into()))?;
+        let (again, again_options) = (spec.clone(), options.clone());
+        let rejoin: Rejoin = Box::new(move || {
+            tracker_mesh(&again, &again_options, JoinAs::Recover { rank }, false).map(|m| m.engine)
+        });
+        let attempt = robust.attempt;
+        let engine = RobustEngine::new(first.engine, rejoin, robust, attempt);
+        let mut comm = Communicator::with_engine(Box::new(engine), options, first.processor_name);
+        comm.tracker = first.link;
+        Ok(comm)
+    }
+
+    /// [`robust_from_tracker`](Communicator::robust_from_tracker) with the tracker of
+    /// the environment (`DMLC_TRACKER_URI`, `DMLC_TRACKER_PORT`, `DMLC_TASK_ID`, as
+    /// `switchyard launch` sets them) and [`CommOptions::from_env`].
+    ///
+    /// # Errors
+    ///
+    /// No tracker in the environment, or a half-set one, named; then as
+    /// [`robust_from_tracker`](Communicator::robust_from_tracker).
+    pub fn robust_from_env(robust: RobustOptions) -> Result<Communicator, CollectiveError> {
+        let found = Bootstrap::from_tracker_env().map_err(|e| setup(e.to_string()))?;
+        let Some(Bootstrap {
+            rendezvous:
+                Rendezvous::Tracker {
+                    host,
+                    port,
+                    task_id,
+                    protocol,
+                },
+            ..
+        }) = found
+        else {
+            return Err(setup(
+                "robust mode joins a tracker, and DMLC_TRACKER_URI / DMLC_TRACKER_PORT are not \
+                 set (run under `switchyard launch`, or give a tracker)"
+                    .into(),
+            ));
+        };
+        let mut spec = TrackerJoin::new(host, port).with_protocol(protocol);
+        spec.task_id = task_id;
+        Communicator::robust_from_tracker(&spec, CommOptions::from_env(), robust)
+    }
+}
