@@ -12,6 +12,14 @@
 //! switchyard launch -n 4 --max-restarts 1 -- target/release/examples/kmeans mock=1,3,1,0
 //! ```
 //!
+//! or both at once, comparing the centroids:
+//!
+//! ```text
+//! diff <(switchyard launch -n 4 -- target/release/examples/kmeans 2>/dev/null | grep '] centroid ') \
+//!      <(switchyard launch -n 4 --max-restarts 1 -- target/release/examples/kmeans mock=1,3,1,0 \
+//!          2>/dev/null | grep '] centroid ') && echo same centroids
+//! ```
+//!
 //! `mock=1,3,1,0` makes rank 1 exit (status 254) on its first start when it enters
 //! call 1 after checkpoint 3: the checkpoint of iteration 3, right after that
 //! iteration's allreduce. Its second start resumes from checkpoint 3 and takes the

@@ -83,6 +83,20 @@ impl Scenario {
             "{name}: mock kills that struck\n{}",
             job.dump()
         );
+        // Every restart must be a mock kill's: a worker that failed by itself (and
+        // was saved by the launcher's restart) means the engine gave up on a death.
+        let others: Vec<&str> = job
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("switchyard: rank ") && l.contains(" exited with "))
+            .filter(|l| !l.contains("exit status: 254"))
+            .collect();
+        assert!(
+            others.is_empty(),
+            "{name}: workers ended by something else than a mock kill:\n{}\n\n{}",
+            others.join("\n"),
+            job.dump()
+        );
         let got = job.results();
         assert_eq!(got.len(), self.n, "{name}: RESULT lines\n{}", job.dump());
         for (rank, outcome) in &got {
@@ -152,7 +166,7 @@ fn model_recover() {
         max_restarts: 1,
         deaths: 2,
         restarted: &[(0, 1, &[0], 5), (1, 1, &[1], 4)],
-        limit: Duration::from_secs(40),
+        limit: Duration::from_secs(30),
     }
     .check();
 }
@@ -170,7 +184,7 @@ fn model_recover_same_rank_dies_again() {
         max_restarts: 2,
         deaths: 3,
         restarted: &[(0, 1, &[0], 5), (1, 2, &[1], 4)],
-        limit: Duration::from_secs(40),
+        limit: Duration::from_secs(30),
     }
     .check();
 }
@@ -188,7 +202,7 @@ fn replayed_results_are_not_prepared_again() {
         max_restarts: 1,
         deaths: 2,
         restarted: &[(2, 1, &[2], 2), (5, 1, &[0], 4)],
-        limit: Duration::from_secs(40),
+        limit: Duration::from_secs(30),
     }
     .check();
 }
@@ -211,7 +225,7 @@ fn local_recover() {
             (4, 1, &[1], 4),
             (7, 1, &[2], 2),
         ],
-        limit: Duration::from_secs(40),
+        limit: Duration::from_secs(30),
     }
     .check();
 }
@@ -234,7 +248,7 @@ fn lazy_recover() {
             (4, 1, &[1], 3),
             (8, 1, &[2], 2),
         ],
-        limit: Duration::from_secs(40),
+        limit: Duration::from_secs(30),
     }
     .check();
 }
@@ -279,7 +293,7 @@ fn die_same() {
             (8, 1, &[1], 4),
             (9, 1, &[1], 4),
         ],
-        limit: Duration::from_secs(40),
+        limit: Duration::from_secs(30),
     }
     .check();
 }
@@ -299,7 +313,7 @@ fn death_during_recovery() {
         max_restarts: 2,
         deaths: 3,
         restarted: &[(0, 2, &[1], 3), (3, 1, &[1], 3)],
-        limit: Duration::from_secs(40),
+        limit: Duration::from_secs(30),
     }
     .check();
 }
@@ -319,7 +333,7 @@ fn death_during_checkpoint_replication() {
         deaths: 1,
         // Either way the lazy Sum of version 1 is not prepared again.
         restarted: &[(3, 1, &[1, 2], 3)],
-        limit: Duration::from_secs(40),
+        limit: Duration::from_secs(30),
     }
     .check();
 }
