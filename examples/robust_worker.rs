@@ -13,8 +13,10 @@
 //! allreduce), `--lazy` (`lazy_checkpoint` instead of `checkpoint`), `--local` (a
 //! local model per rank, checkpointed with the global one), `--pause-ms P` (a sleep
 //! before each iteration, so that a test killing processes at random times has a run
-//! long enough to aim at), and rabit's `mock=rank,version,seq,ndeath[,point]`
-//! (read by [`RobustOptions::with_args`], as is `SWITCHYARD_MOCK`).
+//! long enough to aim at), `--fail-at R,V` (rank `R`'s first process returns an
+//! error, dropping its communicator, on entering iteration `V`: a program that fails
+//! rather than crashes), and rabit's `mock=rank,version,seq,ndeath[,point]` (read by
+//! [`RobustOptions::with_args`], as is `SWITCHYARD_MOCK`).
 //!
 //! Iteration `it` (checkpoint version `it`) makes these calls, numbered as the mock
 //! kills count them (one per engine call since the last checkpoint):
@@ -48,6 +50,7 @@ struct Args {
     lazy: bool,
     local: bool,
     pause_ms: u64,
+    fail_at: Option<(usize, u64)>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -57,6 +60,7 @@ fn parse_args() -> Result<Args, String> {
         lazy: false,
         local: false,
         pause_ms: 0,
+        fail_at: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -71,6 +75,14 @@ fn parse_args() -> Result<Args, String> {
                 args.len = usize::try_from(value("--len")?).map_err(|e| e.to_string())?;
             }
             "--pause-ms" => args.pause_ms = value("--pause-ms")?,
+            "--fail-at" => {
+                let v = it.next().ok_or("--fail-at needs RANK,VERSION")?;
+                let (r, at) = v
+                    .split_once(',')
+                    .and_then(|(r, at)| Some((r.parse().ok()?, at.parse().ok()?)))
+                    .ok_or(format!("--fail-at {v:?} is not RANK,VERSION"))?;
+                args.fail_at = Some((r, at));
+            }
             "--lazy" => args.lazy = true,
             "--local" => args.local = true,
             // rabit-style `name=value` arguments are RobustOptions' (mock=...).
@@ -197,12 +209,7 @@ fn run(args: Args) -> Result<(), Error> {
                 ))
                 .into());
             }
-            model = Arc::new(decode(
-                &c.global,
-                len,
-                "global model",
-                u64::from_le_bytes,
-            )?);
+            model = Arc::new(decode(&c.global, len, "global model", u64::from_le_bytes)?);
             match (&mut local, c.local) {
                 (Some(l), Some(bytes)) => {
                     *l = decode(&bytes, len, "local model", f32::from_le_bytes)?;
@@ -229,6 +236,13 @@ fn run(args: Args) -> Result<(), Error> {
     for it in loaded..args.iters {
         if args.pause_ms > 0 {
             std::thread::sleep(Duration::from_millis(args.pause_ms));
+        }
+        if args.fail_at == Some((rank, it)) && attempt == 0 {
+            // An ordinary error return: the communicator is dropped on the way out,
+            // as in any program that uses `?`.
+            return Err(
+                format!("rank {rank}: failing on purpose at iteration {it} (--fail-at)").into(),
+            );
         }
         let current = model.clone();
 

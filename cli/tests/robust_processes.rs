@@ -338,6 +338,40 @@ fn death_during_checkpoint_replication() {
     .check();
 }
 
+/// A worker that fails by returning an error (its communicator dropped on the way
+/// out, as with any `?`), rather than by crashing, is restarted like a crashed one:
+/// it must get its rank back and catch up.
+#[test]
+fn a_worker_that_returns_an_error_is_restarted_and_catches_up() {
+    let _one = one_job_at_a_time();
+    let plain = words("--iters 5 --len 10000");
+    let want = baseline(10, &plain);
+    let mut args = plain.clone();
+    args.extend(words("--fail-at 6,2"));
+    let job = run_job("robust_worker", 10, 1, &args, Duration::from_secs(30));
+    eprintln!("error_return: {:?}", job.took);
+    assert!(job.status.success(), "{}", job.dump());
+    let got = job.results();
+    assert_eq!(got.len(), 10, "{}", job.dump());
+    for (rank, outcome) in &got {
+        assert_eq!(
+            outcome.model,
+            want[rank].model,
+            "rank {rank}\n{}",
+            job.dump()
+        );
+    }
+    // It failed before its first call of version 2: the others wait in that call,
+    // which it then runs with them.
+    let six = &got[&6];
+    assert_eq!(
+        (six.attempt, six.loaded, six.prepare_calls),
+        (1, 2, 3),
+        "{}",
+        job.dump()
+    );
+}
+
 /// Rank 3 and both ranks holding copies of its local model (4 and 5) die at one
 /// call: the job must fail naming the lost local model, and no rank may print a
 /// model that differs from the failure-free run's.
