@@ -372,6 +372,29 @@ fn a_worker_that_returns_an_error_is_restarted_and_catches_up() {
     );
 }
 
+/// rabit's die_hard past the restarts allowed: rank 2 dies at the same call on
+/// both of its starts with `--max-restarts 1`, and the job ends (not a loop) with the
+/// launcher naming the rank, every other process stopped.
+#[test]
+fn dying_more_often_than_the_restarts_allow_ends_the_job_naming_the_rank() {
+    let _one = one_job_at_a_time();
+    let args = words("--iters 5 --len 1000 mock=2,1,1,0 mock=2,1,1,1");
+    let job = run_job("robust_worker", 10, 1, &args, Duration::from_secs(30));
+    eprintln!("restarts_exhausted: {:?}", job.took);
+    assert_eq!(job.status.code(), Some(1), "{}", job.dump());
+    assert_eq!(job.mock_exits(), 2, "{}", job.dump());
+    assert!(
+        job.stderr.contains(
+            "rank 2 exited with exit status: 254 after 1 restart; every other process was stopped"
+        ),
+        "{}",
+        job.dump()
+    );
+    assert!(job.results().is_empty(), "{}", job.dump());
+    assert_eq!(job.orphans(), Vec::<u32>::new());
+    assert!(job.took < Duration::from_secs(20), "{}", job.dump());
+}
+
 /// Rank 3 and both ranks holding copies of its local model (4 and 5) die at one
 /// call: the job must fail naming the lost local model, and no rank may print a
 /// model that differs from the failure-free run's.
