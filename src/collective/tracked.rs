@@ -328,7 +328,7 @@ pub(crate) fn tracker_mesh(
                     // The zmq backend does not enable IPv6 on its sockets.
                     IpAddr::V6(_) => setup_error(format!(
                         "{e}; the {at} was reached over IPv6 and the mesh needs IPv4: give the \
-                     tracker's IPv4 address (DMLC_TRACKER_URI)"
+                         tracker's IPv4 address (DMLC_TRACKER_URI)"
                     )),
                     IpAddr::V4(_) => e,
                 })?;
