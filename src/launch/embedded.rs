@@ -7,9 +7,9 @@
 
 use super::supervise::Notice;
 use super::watchdog;
-use std::collections::HashMap;
 use super::LaunchError;
 use crossbeam_channel::{RecvTimeoutError, Sender};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

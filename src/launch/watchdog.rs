@@ -30,6 +30,9 @@ mod tests {
         let text = silent_report(3, 1, "no heartbeat for 812 ms");
         assert_eq!(parse_silent(&text), Some((3, 1)));
         assert_eq!(parse_silent("rank 3 attempt 1: hello"), None);
-        assert_eq!(parse_silent("switchyard robust: silent rank x attempt 1: y"), None);
+        assert_eq!(
+            parse_silent("switchyard robust: silent rank x attempt 1: y"),
+            None
+        );
     }
 }

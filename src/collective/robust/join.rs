@@ -7,10 +7,14 @@ use crate::collective::error::{Call, CollectiveError};
 use crate::collective::tracked::{tracker_mesh, JoinAs};
 use crate::collective::{CommOptions, Communicator, TrackerJoin, TrackerProtocol};
 use crate::launch::{Bootstrap, Rendezvous};
+use std::time::{Duration, Instant};
 
 /// The heartbeat deadline robust mode uses when the options set none: a silent or
 /// cut-off rank is given up on (and the mesh formed again) after this long.
-pub const DEFAULT_ROBUST_HEARTBEAT: std::time::Duration = std::time::Duration::from_millis(800);
+pub const DEFAULT_ROBUST_HEARTBEAT: Duration = Duration::from_millis(800);
+
+/// The pause between two attempts to form a new mesh.
+const REJOIN_PAUSE: Duration = Duration::from_millis(50);
 
 /// `options` with what robust mode needs that the caller left unset.
 fn robust_defaults(options: CommOptions) -> CommOptions {
@@ -63,7 +67,20 @@ impl Communicator {
         let rank = u32::try_from(first.rank).map_err(|_| setup("rank past u32".into()))?;
         let (again, again_options) = (spec.clone(), options.clone());
         let rejoin: Rejoin = Box::new(move || {
-            tracker_mesh(&again, &again_options, JoinAs::Recover { rank }, false).map(|m| m.engine)
+            // A rank that dies while the new mesh forms fails everyone's attempt (the
+            // endpoint exchange breaks, or the tracker refuses while its rank is held):
+            // try again, within the timeout, until the restarted process is in.
+            let until = Instant::now() + again_options.timeout;
+            loop {
+                match tracker_mesh(&again, &again_options, JoinAs::Recover { rank }, false) {
+                    Ok(mesh) => return Ok(mesh.engine),
+                    Err(e) if Instant::now() + REJOIN_PAUSE < until => {
+                        tracing::warn!(rank, error = %e, "robust: forming the new mesh failed; trying again");
+                        std::thread::sleep(REJOIN_PAUSE);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
         });
         let attempt = robust.attempt;
         let engine = RobustEngine::new(first.engine, rejoin, robust, attempt);
