@@ -323,8 +323,10 @@ fn a_stopped_rank_is_reported_within_the_deadline() {
     let until = Instant::now() + LIMIT;
     let mut mesh = Mesh::start("stop", DEADLINE.as_millis() as u64);
     wait_for_the_stop(&mut mesh, until);
-    mesh.signal(2, libc::SIGSTOP);
+    // Taken before the signal: the stop happens after it, so no detection can look
+    // earlier than it was.
     let stopped = Instant::now();
+    mesh.signal(2, libc::SIGSTOP);
     let mut detected = Vec::new();
     for rank in 0..2 {
         let (at, text) = mesh.expect(rank, "result", stopped + Duration::from_secs(5));

@@ -359,3 +359,19 @@ fn env_number<T: std::str::FromStr>(var: &str, apply: impl FnOnce(T) -> bool) {
         tracing::warn!(var, value = %value, "not a valid number; ignored");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Off unless asked for; zero is off too (as `SWITCHYARD_HEARTBEAT_MS=0` is, which
+    /// `tests/heartbeat.rs` runs in child processes: no test here touches the
+    /// environment).
+    #[test]
+    fn the_heartbeat_is_off_by_default_and_zero_turns_it_off() {
+        assert_eq!(CommOptions::default().heartbeat, None);
+        let on = CommOptions::default().with_heartbeat(Some(CommOptions::ROBUST_HEARTBEAT));
+        assert_eq!(on.heartbeat, Some(Duration::from_millis(800)));
+        assert_eq!(on.with_heartbeat(Some(Duration::ZERO)).heartbeat, None);
+    }
+}

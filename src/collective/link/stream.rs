@@ -72,9 +72,10 @@ pub struct StreamLink {
     pending: Pending,
     spin: Duration,
     pool: Pool,
-    /// The heartbeat, when this link has a deadline for silent peers. Declared after
-    /// the connections on purpose: it stops only once `drop` has flushed them, so a
-    /// peer waiting for this rank's last messages keeps hearing it meanwhile.
+    /// The heartbeat, when this link has a deadline for silent peers. It beats while
+    /// `drop` flushes the last messages, and is declared after the connections on
+    /// purpose: fields drop in order, so the peers see this rank's connections close
+    /// (a departure) before its beats stop, never the other way round (a stop).
     liveness: Option<Liveness>,
 }
 
