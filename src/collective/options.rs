@@ -123,6 +123,8 @@ pub struct CommOptions {
 /// Environment variable turning on [`CommOptions::check`]: `1` (or `true`) on, `0`
 /// (or `false`) off.
 pub const ENV_CHECK: &str = "SWITCHYARD_CHECK";
+/// Environment variable: [`CommOptions::heartbeat`] in milliseconds (0: off).
+pub const ENV_HEARTBEAT: &str = "SWITCHYARD_HEARTBEAT_MS";
 
 /// Environment variable overriding [`CommOptions::data_path`]: `tcp` or `zmq`.
 pub const ENV_DATA_PATH: &str = "SWITCHYARD_DATA_PATH";
@@ -211,7 +213,7 @@ impl CommOptions {
             o.spin = Duration::from_micros(us);
             true
         });
-        env_number("SWITCHYARD_HEARTBEAT_MS", |ms: u64| {
+        env_number(ENV_HEARTBEAT, |ms: u64| {
             o.heartbeat = (ms > 0).then(|| Duration::from_millis(ms));
             true
         });

@@ -21,6 +21,7 @@ mod stream;
 pub use memory::{MemoryLink, MemorySchedule};
 pub use socket::{BoundLink, SocketLink};
 pub use stream::StreamLink;
+pub(crate) use stream::SILENT;
 
 use super::error::LinkError;
 use bytes::Bytes;

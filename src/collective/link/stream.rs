@@ -33,6 +33,11 @@ use std::collections::VecDeque;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+/// How the reason of a [`LinkError::Lost`] for a peer that missed its heartbeats
+/// begins: robust mode tells these apart from closed connections (a silent process
+/// is alive to the kernel and must be killed to be restarted).
+pub(crate) const SILENT: &str = "no heartbeat for ";
+
 /// Queued bytes per peer above which `send` waits for the queue to drain.
 const QUEUE_LIMIT: usize = 16 << 20;
 /// Longest sleep in `poll` before the control link is checked for abort notices.
@@ -163,8 +168,7 @@ impl StreamLink {
             rank: peer,
             endpoint: format!("tcp://{}", conn.addr),
             reason: format!(
-                "no heartbeat for {} ms (deadline {} ms): the process is stopped or its \
-                 network is cut",
+                "{SILENT}{} ms (deadline {} ms): the process is stopped or its network is cut",
                 silence.as_millis(),
                 beats.deadline().as_millis()
             ),

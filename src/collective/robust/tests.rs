@@ -87,7 +87,7 @@ fn robust(
     let first = gens.join(rank).expect("first mesh");
     let again = Arc::clone(gens);
     let rejoin = Box::new(move || again.join(rank));
-    let engine = RobustEngine::new(first, rejoin, options, attempt);
+    let engine = RobustEngine::new(first, rejoin, None, RobustOptions { attempt, ..options });
     Communicator::with_engine(Box::new(engine), CommOptions::default(), "test".into())
 }
 
