@@ -33,12 +33,13 @@ impl MeshBuilder {
             .map_err(|e| e.during(Call::Setup))?;
         let link: Box<dyn Link> = match tcp_host {
             Some(host) if self.options.data_path == DataPath::Tcp => Box::new(
-                StreamLink::connect(
+                StreamLink::connect_with_heartbeat(
                     link,
                     &host,
                     self.options.timeout,
                     self.options.socket.limits.max_frame_bytes,
                     self.options.spin,
+                    self.options.heartbeat,
                 )
                 .map_err(|e| e.during(Call::Setup))?,
             ),

@@ -325,7 +325,7 @@ pub(crate) fn tracker_mesh(
                     // The zmq backend does not enable IPv6 on its sockets.
                     IpAddr::V6(_) => setup_error(format!(
                         "{e}; the {at} was reached over IPv6 and the mesh needs IPv4: give the \
-                     tracker's IPv4 address (DMLC_TRACKER_URI)"
+                         tracker's IPv4 address (DMLC_TRACKER_URI)"
                     )),
                     IpAddr::V4(_) => e,
                 })?;
@@ -508,6 +508,54 @@ mod tests {
         }
         let outcome = tracker.wait(Some(LIMIT)).unwrap();
         assert_eq!(outcome.shut_down, [0, 1, 2]);
+    }
+
+    /// Rank 1's restarted process dies inside recovery (after its tracker links are
+    /// made, before the endpoint exchange): the survivors' `tracker_mesh` fails, and a
+    /// retry with `recover` forms the generation with rank 1's next process. This is
+    /// how a recovering engine gets past a death during recovery.
+    #[test]
+    fn a_generation_that_fails_inside_recovery_forms_on_retry() {
+        let n = 3;
+        let tracker = Tracker::start(TrackerConfig::new(n as u32)).unwrap();
+        let port = tracker.addr().port();
+        let between = Arc::new(Barrier::new(n));
+        let workers: Vec<_> = (0..n)
+            .map(|task| {
+                let between = Arc::clone(&between);
+                std::thread::spawn(move || {
+                    let spec = TrackerJoin::new("127.0.0.1", port).with_task_id(task.to_string());
+                    let first = tracker_mesh(&spec, &options(), JoinAs::Start, false).unwrap();
+                    drop(allreduce_on(first, n, 1));
+                    between.wait();
+                    if task == 1 {
+                        // A restarted process that dies once its tracker links stand.
+                        let config = ClientConfig::default().with_timeout(LIMIT);
+                        let client =
+                            ClassicClient::new("127.0.0.1", port, Some("1".into()), config)
+                                .unwrap();
+                        drop(client.start(None, None).unwrap());
+                        let again = tracker_mesh(&spec, &options(), JoinAs::Start, false);
+                        return (allreduce_on(again.unwrap(), n, 10), 1);
+                    }
+                    let how = JoinAs::Recover { rank: task as u32 };
+                    for attempt in 1..=3 {
+                        match tracker_mesh(&spec, &options(), how, false) {
+                            Ok(mesh) => return (allreduce_on(mesh, n, 10), attempt),
+                            Err(e) => eprintln!("rank {task}, attempt {attempt}: {e}"),
+                        }
+                    }
+                    panic!("rank {task} did not rejoin in 3 attempts");
+                })
+            })
+            .collect();
+        for (rank, w) in workers.into_iter().enumerate() {
+            let (_, attempts) = w.join().unwrap();
+            if rank != 1 {
+                assert_eq!(attempts, 2, "rank {rank} fails once, then rejoins");
+            }
+        }
+        tracker.stop();
     }
 
     /// XGBoost's JSON protocol has no `recover`: refused before any connection.
