@@ -15,7 +15,8 @@
 //! before each iteration, so that a test killing processes at random times has a run
 //! long enough to aim at), `--fail-at R,V` (rank `R`'s first process returns an
 //! error, dropping its communicator, on entering iteration `V`: a program that fails
-//! rather than crashes), and rabit's `mock=rank,version,seq,ndeath[,point]` (read by
+//! rather than crashes), `--slow R,MS` (rank `R` sleeps `MS` ms more before each
+//! iteration: slow but alive, which must never be taken for dead), and rabit's `mock=rank,version,seq,ndeath[,point]` (read by
 //! [`RobustOptions::with_args`], as is `SWITCHYARD_MOCK`).
 //!
 //! Iteration `it` (checkpoint version `it`) makes these calls, numbered as the mock
@@ -51,6 +52,7 @@ struct Args {
     local: bool,
     pause_ms: u64,
     fail_at: Option<(usize, u64)>,
+    slow: Option<(usize, u64)>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -61,6 +63,7 @@ fn parse_args() -> Result<Args, String> {
         local: false,
         pause_ms: 0,
         fail_at: None,
+        slow: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -75,14 +78,8 @@ fn parse_args() -> Result<Args, String> {
                 args.len = usize::try_from(value("--len")?).map_err(|e| e.to_string())?;
             }
             "--pause-ms" => args.pause_ms = value("--pause-ms")?,
-            "--fail-at" => {
-                let v = it.next().ok_or("--fail-at needs RANK,VERSION")?;
-                let (r, at) = v
-                    .split_once(',')
-                    .and_then(|(r, at)| Some((r.parse().ok()?, at.parse().ok()?)))
-                    .ok_or(format!("--fail-at {v:?} is not RANK,VERSION"))?;
-                args.fail_at = Some((r, at));
-            }
+            "--fail-at" => args.fail_at = Some(pair(&arg, it.next())?),
+            "--slow" => args.slow = Some(pair(&arg, it.next())?),
             "--lazy" => args.lazy = true,
             "--local" => args.local = true,
             // rabit-style `name=value` arguments are RobustOptions' (mock=...).
@@ -98,6 +95,14 @@ fn parse_args() -> Result<Args, String> {
         return Err("--lazy and --local do not go together".into());
     }
     Ok(args)
+}
+
+/// `R,N` after `flag`.
+fn pair(flag: &str, value: Option<String>) -> Result<(usize, u64), String> {
+    let v = value.ok_or(format!("{flag} needs two numbers, R,N"))?;
+    v.split_once(',')
+        .and_then(|(r, n)| Some((r.parse().ok()?, n.parse().ok()?)))
+        .ok_or(format!("{flag} {v:?} is not two numbers, R,N"))
 }
 
 /// The Max input's closed form.
@@ -236,6 +241,11 @@ fn run(args: Args) -> Result<(), Error> {
     for it in loaded..args.iters {
         if args.pause_ms > 0 {
             std::thread::sleep(Duration::from_millis(args.pause_ms));
+        }
+        if let Some((slow, ms)) = args.slow {
+            if slow == rank {
+                std::thread::sleep(Duration::from_millis(ms));
+            }
         }
         if args.fail_at == Some((rank, it)) && attempt == 0 {
             // An ordinary error return: the communicator is dropped on the way out,

@@ -395,6 +395,87 @@ fn dying_more_often_than_the_restarts_allow_ends_the_job_naming_the_rank() {
     assert!(job.took < Duration::from_secs(20), "{}", job.dump());
 }
 
+/// A stopped rank (SIGSTOP: alive, connections open, silent) is a death in robust
+/// mode (RELIABILITY.md §3 item 8): a survivor's heartbeat deadline reports it, the
+/// launcher kills and restarts it, and the job ends with the failure-free models.
+#[test]
+fn a_stopped_rank_is_killed_restarted_and_caught_up() {
+    let _one = one_job_at_a_time();
+    let plain = words("--iters 12 --len 1000 --pause-ms 50");
+    let want = baseline(6, &plain);
+    let limit = Duration::from_secs(30);
+    let launch = Launch::start("robust_worker", 6, 1, &plain, limit);
+    // Aim at the middle of the run: about 12 * 50 ms of pauses after the start-up.
+    let started = Instant::now();
+    let pid = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "rank 4 never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        if let Some(&(pid, _)) = launch.pids().get(&4) {
+            if launch.stderr_now().contains("switchyard: rank 5 joined") {
+                std::thread::sleep(Duration::from_millis(300));
+                break pid;
+            }
+        }
+    };
+    let stopped = std::process::Command::new("kill")
+        .args(["-STOP", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    let job = launch.wait(limit + Duration::from_secs(15));
+    eprintln!("sigstop: {:?}", job.took);
+    assert!(job.status.success(), "{}", job.dump());
+    let got = job.results();
+    assert_eq!(got.len(), 6, "{}", job.dump());
+    for (rank, outcome) in &got {
+        assert_eq!(
+            outcome.model,
+            want[rank].model,
+            "rank {rank}\n{}",
+            job.dump()
+        );
+    }
+    assert_eq!(
+        got[&4].attempt,
+        1,
+        "rank 4 was restarted once\n{}",
+        job.dump()
+    );
+    for rank in [0, 1, 2, 3, 5] {
+        assert_eq!(got[&rank].attempt, 0, "rank {rank}\n{}", job.dump());
+    }
+    assert_eq!(job.orphans(), Vec::<u32>::new());
+}
+
+/// A rank busy in its own code for 1.5 s before every iteration, about twice the
+/// heartbeat deadline, is slow, not dead (§3 item 9): nobody is restarted.
+#[test]
+fn a_slow_rank_is_not_taken_for_dead() {
+    let _one = one_job_at_a_time();
+    let plain = words("--iters 3 --len 1000");
+    let want = baseline(6, &plain);
+    let mut args = plain.clone();
+    args.extend(words("--slow 2,1500"));
+    let job = run_job("robust_worker", 6, 1, &args, Duration::from_secs(30));
+    eprintln!("slow: {:?}", job.took);
+    assert!(job.status.success(), "{}", job.dump());
+    assert!(!job.stderr.contains(" exited with "), "{}", job.dump());
+    let got = job.results();
+    assert_eq!(got.len(), 6, "{}", job.dump());
+    for (rank, outcome) in &got {
+        assert_eq!(
+            outcome.model,
+            want[rank].model,
+            "rank {rank}\n{}",
+            job.dump()
+        );
+        assert_eq!(outcome.attempt, 0, "rank {rank}\n{}", job.dump());
+    }
+}
+
 /// Rank 3 and both ranks holding copies of its local model (4 and 5) die at one
 /// call: the job must fail naming the lost local model, and no rank may print a
 /// model that differs from the failure-free run's.
