@@ -118,6 +118,10 @@ pub struct CommOptions {
     /// beat at the interval of the shortest deadline among them. Meshes over ZeroMQ
     /// only, in-process links and MPI ignore it.
     pub heartbeat: Option<Duration>,
+    /// How long forming the mesh may wait for a peer to answer, when shorter than
+    /// `timeout`: robust mode forms meshes in short attempts, since a peer that dies
+    /// while the mesh forms is otherwise only noticed at the timeout.
+    pub(crate) setup_limit: Option<Duration>,
 }
 
 /// Environment variable turning on [`CommOptions::check`]: `1` (or `true`) on, `0`
@@ -156,11 +160,18 @@ impl Default for CommOptions {
             check: false,
             spin: Duration::from_micros(50),
             heartbeat: None,
+            setup_limit: None,
         }
     }
 }
 
 impl CommOptions {
+    /// How long forming the mesh waits for a peer: the setup limit, else the timeout.
+    pub(crate) fn setup_timeout(&self) -> Duration {
+        self.setup_limit
+            .map_or(self.timeout, |l| l.min(self.timeout))
+    }
+
     /// The heartbeat deadline robust mode turns on ([`CommOptions::heartbeat`]): under
     /// a second from a peer's stop to its detection, eight beats of 100 ms of margin
     /// against lost datagrams and late wake-ups.

@@ -89,6 +89,9 @@ impl TrackerJoin {
 pub(crate) struct TrackerLink {
     session: Session,
     shut: bool,
+    /// Whether dropping the link sends `shutdown` (robust mode: only `finalize`
+    /// does, so that a worker that failed can be restarted and rejoin).
+    shutdown_on_drop: bool,
 }
 
 /// The session of either protocol.
@@ -99,6 +102,12 @@ enum Session {
 }
 
 impl TrackerLink {
+    /// Makes dropping the link leave the tracker's count alone: only an explicit
+    /// `shutdown` (`finalize`) tells the tracker this worker is done.
+    pub(crate) fn keep_rank_on_drop(&mut self) {
+        self.shutdown_on_drop = false;
+    }
+
     /// Sends `text` to the tracker's log.
     pub(crate) fn print(&self, text: &str) -> Result<(), ClientError> {
         match &self.session {
@@ -131,6 +140,9 @@ impl Drop for TrackerLink {
                     let _ = s.signal_error(1, "a switchyard worker panicked");
                 }
             }
+            return;
+        }
+        if !self.shutdown_on_drop {
             return;
         }
         if let Err(e) = self.shutdown() {
@@ -296,13 +308,18 @@ pub(crate) fn tracker_mesh(
         )));
     }
     let began = Instant::now();
-    let config = ClientConfig::default().with_timeout(options.timeout);
+    // Waits for peers to arrive (the batch, the links to accept) may take the whole
+    // timeout; answers from peers that are there, the setup limit.
+    let mut config = ClientConfig::default().with_timeout(options.setup_timeout());
+    config.batch_timeout = options.timeout;
+    config.accept_timeout = options.timeout;
     let joined = join(spec, config, how).map_err(|e| setup_error(format!("joining {e}")))?;
     // Until the mesh stands, a failure must not look like a finished worker to the
     // tracker: the link sends its `shutdown` only once it is armed.
     let mut link = TrackerLink {
         session: joined.session,
         shut: true,
+        shutdown_on_drop: true,
     };
     let (rank, world) = (joined.rank as usize, joined.world as usize);
     let (engine, processor_name): (Box<dyn Engine>, String) =
@@ -335,7 +352,7 @@ pub(crate) fn tracker_mesh(
                 joined.world,
                 &next,
                 &prev,
-                options.timeout,
+                options.setup_timeout(),
             )
             .map_err(|e| setup_error(format!("mesh endpoint exchange over the {at} ring: {e}")))?;
             drop((next, prev));
