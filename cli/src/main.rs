@@ -86,10 +86,9 @@ fn main() -> ExitCode {
     match &cli.command {
         // `bench robust` reads when its workers' robust mode saw the mesh break from
         // their traces: unix-ns stamps on the bench's clock, no colour codes.
-        Command::Bench { suite } if suite.stamps_traces() => traces
-            .with_timer(bench::UnixNanos)
-            .with_ansi(false)
-            .init(),
+        Command::Bench { suite } if suite.stamps_traces() => {
+            traces.with_timer(bench::UnixNanos).with_ansi(false).init()
+        }
         _ => traces.init(),
     }
     let result: Result<(), Box<dyn std::error::Error>> = match cli.command {

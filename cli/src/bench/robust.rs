@@ -37,11 +37,9 @@ use crossbeam_channel::{Receiver, Sender};
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use switchyard::collective::{
-    CommOptions, Communicator, ReduceOp, RobustOptions, TrackerJoin,
-};
+use switchyard::collective::{CommOptions, Communicator, ReduceOp, RobustOptions, TrackerJoin};
 use switchyard_tracker::{Tracker, TrackerConfig};
-use worker::{unix_ns, CALL_FAILED, CAUGHT_UP, DONE, LOADED, MESH_BROKEN, READY};
+use worker::{unix_ns, CALL_FAILED, CAUGHT_UP, DONE, LOADED, MESH_BROKEN, NEW_MESH, READY};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -115,7 +113,11 @@ enum Variant {
 }
 
 impl Variant {
-    const PIECES: [Variant; 3] = [Variant::Agree, Variant::AgreeCopies, Variant::AgreeCopiesKept];
+    const PIECES: [Variant; 3] = [
+        Variant::Agree,
+        Variant::AgreeCopies,
+        Variant::AgreeCopiesKept,
+    ];
 
     fn case(self) -> &'static str {
         match self {
@@ -456,9 +458,11 @@ impl Job {
                     if self.history[s].iter().any(|l| stamp(l, word).is_some()) {
                         continue;
                     }
-                    return Err(
-                        format!("worker slot {s} exited with {status}: {:?}", self.tail(s)).into(),
-                    );
+                    return Err(format!(
+                        "worker slot {s} exited with {status}: {:?}",
+                        self.tail(s)
+                    )
+                    .into());
                 }
             }
         }
@@ -486,10 +490,7 @@ impl Job {
     fn wait_all(&mut self) -> Result<()> {
         let until = Instant::now() + STEP_LIMIT;
         for slot in 0..self.workers.len() {
-            loop {
-                let Some(Some(child)) = self.workers.get_mut(slot) else {
-                    break;
-                };
+            while let Some(Some(child)) = self.workers.get_mut(slot) {
                 if let Some(status) = child.0.try_wait()? {
                     if !status.success() {
                         return Err(format!("worker slot {slot} exited with {status}").into());
@@ -545,7 +546,10 @@ enum Signal {
 
 fn detection(common: &Common) -> Result<()> {
     for (signal, name) in [(Signal::Kill, "sigkill"), (Signal::Stop, "sigstop")] {
-        let (first_case, last_case) = (format!("detect_{name}_first"), format!("detect_{name}_last"));
+        let (first_case, last_case) = (
+            format!("detect_{name}_first"),
+            format!("detect_{name}_last"),
+        );
         if !common.selects(&first_case) && !common.selects(&last_case) {
             continue;
         }
@@ -561,7 +565,13 @@ fn detection(common: &Common) -> Result<()> {
             theirs.push(detect(false, signal)?);
         }
         for (case, pick) in [(&first_case, 0), (&last_case, 1)] {
-            let of = |v: &[(f64, f64)]| median(v.iter().map(|t| if pick == 0 { t.0 } else { t.1 }).collect());
+            let of = |v: &[(f64, f64)]| {
+                median(
+                    v.iter()
+                        .map(|t| if pick == 0 { t.0 } else { t.1 })
+                        .collect(),
+                )
+            };
             Row::lower_better(
                 SUITE,
                 case,
@@ -623,7 +633,9 @@ fn detect(robust: bool, signal: Signal) -> Result<(f64, f64)> {
     eprintln!(
         "  detect {} {signal:?}: survivors noticed after {times:.1?} ms{}",
         if robust { "robust" } else { "plain" },
-        reaped.map_or(String::new(), |r| format!(" (victim reaped after {r:.1} ms)"))
+        reaped.map_or(String::new(), |r| format!(
+            " (victim reaped after {r:.1} ms)"
+        ))
     );
     // Dropping the job SIGKILLs every worker, the stopped one too.
     Ok((first, last))
@@ -713,6 +725,7 @@ fn catch_up_job(size: usize) -> Result<CatchUp> {
     job.await_word(READY, &slots, STEP_LIMIT)?;
     let spawned = job.spawned[VICTIM];
     let first = (ms(spawned, loaded), ms(spawned, caught));
+    let killed = unix_ns();
     job.kill(VICTIM);
     let again = job.spawn(VICTIM, &base(1))?;
     let loaded = job.await_word(LOADED, &[again], STEP_LIMIT)?[0];
@@ -724,9 +737,27 @@ fn catch_up_job(size: usize) -> Result<CatchUp> {
     job.await_word(DONE, &finishing, STEP_LIMIT)?;
     job.wait_all()?;
     job.tracker.wait(Some(STEP_LIMIT))?;
+    // Where the restart's time goes, on the survivors' side: from the kill to the last
+    // one noticing, and to the last one holding a new mesh.
+    let survivors: Vec<usize> = (0..RANKS).filter(|&s| s != VICTIM).collect();
+    let last = |word: &str| {
+        survivors
+            .iter()
+            .filter_map(|&s| job.history[s].iter().find_map(|l| stamp(l, word)))
+            .max()
+            .map_or(f64::NAN, |ns| ms(killed, ns))
+    };
     eprintln!(
-        "  catch-up {size} B: first start {:.1}/{:.1} ms, restart {:.1}/{:.1} ms (load/caught up)",
-        first.0, first.1, restart.0, restart.1
+        "  catch-up {size} B: first start {:.1}/{:.1} ms, restart {:.1}/{:.1} ms (load/caught \
+         up); from the kill: survivors noticed {:.1} ms, held a new mesh {:.1} ms, restart \
+         spawned {:.1} ms",
+        first.0,
+        first.1,
+        restart.0,
+        restart.1,
+        last(MESH_BROKEN),
+        last(NEW_MESH),
+        ms(killed, spawned),
     );
     Ok(CatchUp { first, restart })
 }

@@ -27,6 +27,8 @@ pub(crate) const DONE: &str = "done";
 pub(crate) const CALL_FAILED: &str = "call-failed";
 /// Robust mode's warning when this rank sees its mesh break.
 pub(crate) const MESH_BROKEN: &str = "robust: mesh broken, rejoining";
+/// Robust mode's note when this rank holds a new mesh after a failure.
+pub(crate) const NEW_MESH: &str = "robust: formed a new mesh after a failure";
 
 /// Small allreduces a detection worker makes before it says it is ready.
 const WARM_CALLS: u64 = 50;
