@@ -39,7 +39,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use switchyard::collective::{CommOptions, Communicator, ReduceOp, RobustOptions, TrackerJoin};
 use switchyard_tracker::{Tracker, TrackerConfig};
-use worker::{unix_ns, CALL_FAILED, CAUGHT_UP, DONE, LOADED, MESH_BROKEN, NEW_MESH, READY};
+use worker::{
+    unix_ns, CALL_FAILED, CAUGHT_UP, DONE, LOADED, MESH_BROKEN, NEW_MESH, READY, TIMINGS,
+};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -133,15 +135,10 @@ impl Variant {
 /// block; then the agreement-sized allgather's seconds per call of every block.
 type Timings = (Vec<Vec<Vec<f64>>>, Vec<f64>);
 
-fn overhead(args: &RobustArgs) -> Result<()> {
-    let common = &args.common;
-    let run_overhead = common.selects("allreduce_overhead");
-    let run_agreement = common.selects("agreement_allgather");
-    if !run_overhead && !run_agreement && !args.pieces {
-        return Ok(());
-    }
-    let q = common.quick;
-    let sizes = [
+/// The overhead comparison's sizes, variants and number of blocks.
+fn overhead_plan(quick: bool, pieces: bool) -> (Vec<Size>, Vec<Variant>, usize) {
+    let q = quick;
+    let sizes = vec![
         Size {
             bytes: 8,
             iters: if q { 100 } else { 300 },
@@ -155,26 +152,61 @@ fn overhead(args: &RobustArgs) -> Result<()> {
             iters: if q { 6 } else { 16 },
         },
     ];
-    let blocks = if q { 5 } else { 11 };
     let mut variants = vec![Variant::Plain, Variant::Robust];
-    if args.pieces {
+    if pieces {
         variants.extend(Variant::PIECES);
     }
-    let (per_size, agreement) = overhead_timings(&sizes, &variants, blocks)?;
+    (sizes, variants, if q { 5 } else { 11 })
+}
+
+fn overhead(args: &RobustArgs) -> Result<()> {
+    let common = &args.common;
+    let (sizes, variants, blocks) = overhead_plan(common.quick, args.pieces);
+    let run_threads = common.selects("allreduce_overhead") || args.pieces;
+    let run_agreement = common.selects("agreement_allgather");
+    if run_threads || run_agreement {
+        let (per_size, agreement) = overhead_timings(&sizes, &variants, blocks)?;
+        let plain_small = overhead_rows(common, &sizes, &variants, per_size, "");
+        if run_agreement {
+            Row::lower_better(
+                SUITE,
+                "agreement_allgather",
+                (48 * RANKS) as u64,
+                "time_us",
+                median(agreement) * 1e6,
+                plain_small * 1e6,
+                "plain allreduce 8 B",
+            )
+            .emit(common.json);
+        }
+    }
+    if common.selects("allreduce_overhead_procs") {
+        let (per_size, _) = overhead_processes(common.quick, args.pieces)?;
+        overhead_rows(common, &sizes, &variants, per_size, "_procs");
+    }
+    Ok(())
+}
+
+/// Emits one row per size and variant beside the plain mesh (cases named with
+/// `suffix`); returns the plain 8-byte time.
+fn overhead_rows(
+    common: &Common,
+    sizes: &[Size],
+    variants: &[Variant],
+    per_size: Vec<Vec<Vec<f64>>>,
+    suffix: &str,
+) -> f64 {
     let mut plain_small = f64::NAN;
     for (size, timings) in sizes.iter().zip(per_size) {
         let medians: Vec<f64> = timings.into_iter().map(median).collect();
-        let plain = medians[0];
+        let plain = medians.first().copied().unwrap_or(f64::NAN);
         if size.bytes == 8 {
             plain_small = plain;
         }
         for (&variant, &secs) in variants.iter().zip(&medians).skip(1) {
-            if variant == Variant::Robust && !run_overhead {
-                continue;
-            }
             Row::lower_better(
                 SUITE,
-                variant.case(),
+                &format!("{}{suffix}", variant.case()),
                 size.bytes as u64,
                 "time_us",
                 secs * 1e6,
@@ -184,18 +216,57 @@ fn overhead(args: &RobustArgs) -> Result<()> {
             .emit(common.json);
         }
     }
-    if run_agreement {
-        Row::lower_better(
-            SUITE,
-            "agreement_allgather",
-            (48 * RANKS) as u64,
-            "time_us",
-            median(agreement) * 1e6,
-            plain_small * 1e6,
-            "plain allreduce 8 B",
-        )
-        .emit(common.json);
+    plain_small
+}
+
+/// The overhead comparison with the ranks as processes (this executable, `bench
+/// robust-worker --mode overhead`) instead of threads: the threads of one process
+/// share its memory map, so its page faults contend where processes' would not.
+fn overhead_processes(quick: bool, pieces: bool) -> Result<Timings> {
+    let mut job = Job::new()?;
+    let robust = Tracker::start(TrackerConfig::new(RANKS as u32))?;
+    let mut extra = vec![
+        "--mode".to_string(),
+        "overhead".into(),
+        "--port2".into(),
+        robust.addr().port().to_string(),
+    ];
+    if quick {
+        extra.push("--quick".into());
     }
+    if pieces {
+        extra.push("--pieces".into());
+    }
+    let slots = (0..RANKS)
+        .map(|t| job.spawn(t, &extra))
+        .collect::<Result<Vec<_>>>()?;
+    job.await_word(TIMINGS, &slots[..1], STEP_LIMIT)?;
+    let line = job.history[slots[0]]
+        .iter()
+        .find(|l| l.starts_with(TIMINGS))
+        .ok_or("no timings")?;
+    let json = line.splitn(3, ' ').nth(2).ok_or("timings without a body")?;
+    let timings: Timings = serde_json::from_str(json)?;
+    job.wait_all()?;
+    job.tracker.wait(Some(STEP_LIMIT))?;
+    robust.wait(Some(STEP_LIMIT))?;
+    Ok(timings)
+}
+
+/// One rank of [`overhead_processes`]: prints its timings, `timings <ns> <json>`.
+pub(crate) fn overhead_worker(args: &WorkerArgs) -> Result<()> {
+    let (sizes, variants, blocks) = overhead_plan(args.quick, args.pieces);
+    let i: usize = args
+        .task
+        .trim_start_matches('t')
+        .parse()
+        .map_err(|_| format!("task {:?} is not t<N>", args.task))?;
+    let timings = rank_timings(i, (args.port, args.port2), &sizes, &variants, blocks)?;
+    println!(
+        "{TIMINGS} {} {}",
+        unix_ns(),
+        serde_json::to_string(&timings)?
+    );
     Ok(())
 }
 

@@ -23,6 +23,8 @@ pub(crate) const LOADED: &str = "loaded";
 pub(crate) const CAUGHT_UP: &str = "caught-up";
 /// The job's last call returned.
 pub(crate) const DONE: &str = "done";
+/// An overhead worker's timings (JSON after the stamp).
+pub(crate) const TIMINGS: &str = "timings";
 /// A plain-mesh worker's failed call (stderr).
 pub(crate) const CALL_FAILED: &str = "call-failed";
 /// Robust mode's warning when this rank sees its mesh break.
@@ -41,6 +43,9 @@ pub(crate) enum Mode {
     /// Load, checkpoint `--size` bytes, `--calls` small allreduces, then one more
     /// call and `finalize` (or, with `--hold`, sleep until killed).
     Catchup,
+    /// One rank of the overhead comparison as a process: joins the plain job
+    /// (`--port`) and the robust one (`--port2`), times both, prints `timings`.
+    Overhead,
 }
 
 /// Flags of the hidden `bench robust-worker` subcommand.
@@ -72,6 +77,15 @@ pub(crate) struct WorkerArgs {
     /// Catch-up job: after the calls, wait to be killed instead of going on.
     #[arg(long)]
     pub(crate) hold: bool,
+    /// Overhead job: the robust job's tracker port.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) port2: u16,
+    /// Overhead job: `bench robust --quick`'s sizes and blocks.
+    #[arg(long)]
+    pub(crate) quick: bool,
+    /// Overhead job: `bench robust --pieces`' variants too.
+    #[arg(long)]
+    pub(crate) pieces: bool,
 }
 
 /// Unix time now, in nanoseconds: the bench and its workers share the clock.
@@ -110,10 +124,14 @@ fn join(args: &WorkerArgs) -> Result<Communicator> {
 }
 
 pub(crate) fn run(args: WorkerArgs) -> Result<()> {
+    if args.mode == Mode::Overhead {
+        return super::overhead_worker(&args);
+    }
     let mut comm = join(&args)?;
     match args.mode {
         Mode::Loop => looping(&mut comm, args.robust),
         Mode::Catchup => catch_up(comm, &args),
+        Mode::Overhead => Err("the overhead worker joins two jobs".into()),
     }
 }
 
