@@ -5,8 +5,9 @@
 //! This crate is the facade: it re-exports the layers below and adds the launcher and
 //! bootstraps ([`launch`]), the collectives ([`collective`], which can also join a
 //! rabit/XGBoost tracker: `Communicator::from_tracker`) and a ps-lite-style parameter
-//! server ([`ps`]). The tracker itself is the `switchyard-tracker` crate. Recovery of
-//! a dead worker is not built yet (see the README).
+//! server ([`ps`]). The tracker itself is the `switchyard-tracker` crate. Collectives
+//! in robust mode (`Communicator::robust_from_tracker`) survive a worker's death with
+//! rabit's checkpoints and result replay.
 //!
 //! | crate | what it holds |
 //! |---|---|

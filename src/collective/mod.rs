@@ -76,11 +76,12 @@ pub use error::{Call, CollectiveError, LinkError};
 pub use link::{BoundLink, Link, MemoryLink, MemorySchedule, SocketLink, StreamLink, Tag};
 pub use link::{Clock, Notice};
 pub use options::{
-    CommOptions, DataPath, ENV_CHECK, ENV_DATA_PATH, ENV_DEADLINE, ENV_LARGE_THRESHOLD, ENV_TIMEOUT,
+    CommOptions, DataPath, ENV_CHECK, ENV_DATA_PATH, ENV_DEADLINE, ENV_HEARTBEAT,
+    ENV_LARGE_THRESHOLD, ENV_TIMEOUT,
 };
 pub use robust::{
-    Checkpoint, KillPoint, MockKill, RobustOptions, DEFAULT_ROBUST_HEARTBEAT, ENV_GLOBAL_REPLICA,
-    ENV_LOCAL_REPLICA, ENV_MOCK, ENV_RESULT_BUDGET, MOCK_EXIT_STATUS,
+    Checkpoint, KillPoint, MockKill, RobustOptions, ENV_GLOBAL_REPLICA, ENV_LOCAL_REPLICA,
+    ENV_MOCK, ENV_RESULT_BUDGET, MOCK_EXIT_STATUS,
 };
 pub use setup::MeshBuilder;
 pub use tracked::{TrackerJoin, TrackerProtocol, ENV_TRACKER_PROTOCOL};

@@ -94,11 +94,41 @@ pub struct CommOptions {
     /// it sleeps in `poll(2)` (default 50 us). Spinning saves a wake-up (about 30 us
     /// on the project machines) per message; it costs CPU only while a call waits.
     pub spin: Duration,
+    /// The heartbeat deadline (default `None`: off; also `SWITCHYARD_HEARTBEAT_MS`,
+    /// milliseconds, 0: off). Robust mode turns it on with
+    /// [`CommOptions::ROBUST_HEARTBEAT`] (800 ms) unless set otherwise.
+    ///
+    /// With a deadline, every rank of a mesh on the TCP data path ([`DataPath::Tcp`])
+    /// runs a thread that sends a 16-byte UDP datagram to every peer each eighth of
+    /// the deadline (at least every 10 ms), from the IP of its data listener. A rank
+    /// waiting in a call for a peer that has missed its beats for longer than the
+    /// deadline fails at once with `PeerLost` naming it ("no heartbeat for ..."),
+    /// instead of after the silence [`timeout`](CommOptions::timeout): the peer's
+    /// process is stopped (SIGSTOP, a debugger) or its network is cut without a
+    /// reset. Because the beats come from a thread of their own, a rank that is busy
+    /// in its own code between calls, for however long, keeps beating and is never
+    /// reported; so is a rank that was itself stopped, which does not blame its peers
+    /// for the beats it could not hear meanwhile. The peer is detected between the
+    /// deadline and the deadline plus an interval after it stopped (under 1 s with
+    /// 800 ms).
+    ///
+    /// The ranks must reach each other over UDP on their data addresses (a firewall
+    /// that lets the TCP connections through but drops UDP would make every peer look
+    /// silent). A peer that runs no heartbeat is not watched, so ranks may differ; all
+    /// beat at the interval of the shortest deadline among them. Meshes over ZeroMQ
+    /// only, in-process links and MPI ignore it.
+    pub heartbeat: Option<Duration>,
+    /// How long forming the mesh may wait for a peer to answer, when shorter than
+    /// `timeout`: robust mode forms meshes in short attempts, since a peer that dies
+    /// while the mesh forms is otherwise only noticed at the timeout.
+    pub(crate) setup_limit: Option<Duration>,
 }
 
 /// Environment variable turning on [`CommOptions::check`]: `1` (or `true`) on, `0`
 /// (or `false`) off.
 pub const ENV_CHECK: &str = "SWITCHYARD_CHECK";
+/// Environment variable: [`CommOptions::heartbeat`] in milliseconds (0: off).
+pub const ENV_HEARTBEAT: &str = "SWITCHYARD_HEARTBEAT_MS";
 
 /// Environment variable overriding [`CommOptions::data_path`]: `tcp` or `zmq`.
 pub const ENV_DATA_PATH: &str = "SWITCHYARD_DATA_PATH";
@@ -129,11 +159,24 @@ impl Default for CommOptions {
             data_path: DataPath::Tcp,
             check: false,
             spin: Duration::from_micros(50),
+            heartbeat: None,
+            setup_limit: None,
         }
     }
 }
 
 impl CommOptions {
+    /// How long forming the mesh waits for a peer: the setup limit, else the timeout.
+    pub(crate) fn setup_timeout(&self) -> Duration {
+        self.setup_limit
+            .map_or(self.timeout, |l| l.min(self.timeout))
+    }
+
+    /// The heartbeat deadline robust mode turns on ([`CommOptions::heartbeat`]): under
+    /// a second from a peer's stop to its detection, eight beats of 100 ms of margin
+    /// against lost datagrams and late wake-ups.
+    pub const ROBUST_HEARTBEAT: Duration = Duration::from_millis(800);
+
     /// The defaults, with these environment variables applied when set (a value that
     /// does not parse is ignored with a warning):
     ///
@@ -148,6 +191,7 @@ impl CommOptions {
     /// | `SWITCHYARD_SPIN_US` | `spin`, microseconds |
     /// | `SWITCHYARD_DATA_PATH` ([`ENV_DATA_PATH`]) | `data_path`: `tcp` or `zmq` |
     /// | `SWITCHYARD_CHECK` ([`ENV_CHECK`]) | `check`: `1` or `0` |
+    /// | `SWITCHYARD_HEARTBEAT_MS` | `heartbeat`, milliseconds (0: off) |
     pub fn from_env() -> CommOptions {
         let mut o = CommOptions::default();
         env_number(ENV_TIMEOUT, |secs: f64| {
@@ -178,6 +222,10 @@ impl CommOptions {
         });
         env_number("SWITCHYARD_SPIN_US", |us| {
             o.spin = Duration::from_micros(us);
+            true
+        });
+        env_number(ENV_HEARTBEAT, |ms: u64| {
+            o.heartbeat = (ms > 0).then(|| Duration::from_millis(ms));
             true
         });
         match std::env::var(ENV_CHECK).as_deref().map(str::trim) {
@@ -259,6 +307,12 @@ impl CommOptions {
         self
     }
 
+    /// Sets [`CommOptions::heartbeat`] (`None` or zero: off).
+    pub fn with_heartbeat(mut self, deadline: Option<Duration>) -> Self {
+        self.heartbeat = deadline.filter(|d| !d.is_zero());
+        self
+    }
+
     /// Sets [`CommOptions::check`].
     pub fn with_check(mut self, on: bool) -> Self {
         self.check = on;
@@ -316,5 +370,21 @@ fn env_number<T: std::str::FromStr>(var: &str, apply: impl FnOnce(T) -> bool) {
     let accepted = value.trim().parse::<T>().ok().map(apply).unwrap_or(false);
     if !accepted {
         tracing::warn!(var, value = %value, "not a valid number; ignored");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Off unless asked for; zero is off too (as `SWITCHYARD_HEARTBEAT_MS=0` is, which
+    /// `tests/heartbeat.rs` runs in child processes: no test here touches the
+    /// environment).
+    #[test]
+    fn the_heartbeat_is_off_by_default_and_zero_turns_it_off() {
+        assert_eq!(CommOptions::default().heartbeat, None);
+        let on = CommOptions::default().with_heartbeat(Some(CommOptions::ROBUST_HEARTBEAT));
+        assert_eq!(on.heartbeat, Some(Duration::from_millis(800)));
+        assert_eq!(on.with_heartbeat(Some(Duration::ZERO)).heartbeat, None);
     }
 }

@@ -29,16 +29,17 @@ impl MeshBuilder {
         let tcp_host = tcp_host(self.link.endpoint());
         let link = self
             .link
-            .connect(endpoints, self.options.timeout)
+            .connect(endpoints, self.options.setup_timeout())
             .map_err(|e| e.during(Call::Setup))?;
         let link: Box<dyn Link> = match tcp_host {
             Some(host) if self.options.data_path == DataPath::Tcp => Box::new(
-                StreamLink::connect(
+                StreamLink::connect_with_heartbeat(
                     link,
                     &host,
-                    self.options.timeout,
+                    self.options.setup_timeout(),
                     self.options.socket.limits.max_frame_bytes,
                     self.options.spin,
+                    self.options.heartbeat,
                 )
                 .map_err(|e| e.during(Call::Setup))?,
             ),

@@ -89,6 +89,9 @@ impl TrackerJoin {
 pub(crate) struct TrackerLink {
     session: Session,
     shut: bool,
+    /// Whether dropping the link sends `shutdown` (robust mode: only `finalize`
+    /// does, so that a worker that failed can be restarted and rejoin).
+    shutdown_on_drop: bool,
 }
 
 /// The session of either protocol.
@@ -99,6 +102,12 @@ enum Session {
 }
 
 impl TrackerLink {
+    /// Makes dropping the link leave the tracker's count alone: only an explicit
+    /// `shutdown` (`finalize`) tells the tracker this worker is done.
+    pub(crate) fn keep_rank_on_drop(&mut self) {
+        self.shutdown_on_drop = false;
+    }
+
     /// Sends `text` to the tracker's log.
     pub(crate) fn print(&self, text: &str) -> Result<(), ClientError> {
         match &self.session {
@@ -131,6 +140,9 @@ impl Drop for TrackerLink {
                     let _ = s.signal_error(1, "a switchyard worker panicked");
                 }
             }
+            return;
+        }
+        if !self.shutdown_on_drop {
             return;
         }
         if let Err(e) = self.shutdown() {
@@ -296,13 +308,18 @@ pub(crate) fn tracker_mesh(
         )));
     }
     let began = Instant::now();
-    let config = ClientConfig::default().with_timeout(options.timeout);
+    // Waits for peers to arrive (the batch, the links to accept) may take the whole
+    // timeout; answers from peers that are there, the setup limit.
+    let mut config = ClientConfig::default().with_timeout(options.setup_timeout());
+    config.batch_timeout = options.timeout;
+    config.accept_timeout = options.timeout;
     let joined = join(spec, config, how).map_err(|e| setup_error(format!("joining {e}")))?;
     // Until the mesh stands, a failure must not look like a finished worker to the
     // tracker: the link sends its `shutdown` only once it is armed.
     let mut link = TrackerLink {
         session: joined.session,
         shut: true,
+        shutdown_on_drop: true,
     };
     let (rank, world) = (joined.rank as usize, joined.world as usize);
     let (engine, processor_name): (Box<dyn Engine>, String) =
@@ -325,7 +342,7 @@ pub(crate) fn tracker_mesh(
                     // The zmq backend does not enable IPv6 on its sockets.
                     IpAddr::V6(_) => setup_error(format!(
                         "{e}; the {at} was reached over IPv6 and the mesh needs IPv4: give the \
-                     tracker's IPv4 address (DMLC_TRACKER_URI)"
+                         tracker's IPv4 address (DMLC_TRACKER_URI)"
                     )),
                     IpAddr::V4(_) => e,
                 })?;
@@ -335,7 +352,7 @@ pub(crate) fn tracker_mesh(
                 joined.world,
                 &next,
                 &prev,
-                options.timeout,
+                options.setup_timeout(),
             )
             .map_err(|e| setup_error(format!("mesh endpoint exchange over the {at} ring: {e}")))?;
             drop((next, prev));
@@ -508,6 +525,54 @@ mod tests {
         }
         let outcome = tracker.wait(Some(LIMIT)).unwrap();
         assert_eq!(outcome.shut_down, [0, 1, 2]);
+    }
+
+    /// Rank 1's restarted process dies inside recovery (after its tracker links are
+    /// made, before the endpoint exchange): the survivors' `tracker_mesh` fails, and a
+    /// retry with `recover` forms the generation with rank 1's next process. This is
+    /// how a recovering engine gets past a death during recovery.
+    #[test]
+    fn a_generation_that_fails_inside_recovery_forms_on_retry() {
+        let n = 3;
+        let tracker = Tracker::start(TrackerConfig::new(n as u32)).unwrap();
+        let port = tracker.addr().port();
+        let between = Arc::new(Barrier::new(n));
+        let workers: Vec<_> = (0..n)
+            .map(|task| {
+                let between = Arc::clone(&between);
+                std::thread::spawn(move || {
+                    let spec = TrackerJoin::new("127.0.0.1", port).with_task_id(task.to_string());
+                    let first = tracker_mesh(&spec, &options(), JoinAs::Start, false).unwrap();
+                    drop(allreduce_on(first, n, 1));
+                    between.wait();
+                    if task == 1 {
+                        // A restarted process that dies once its tracker links stand.
+                        let config = ClientConfig::default().with_timeout(LIMIT);
+                        let client =
+                            ClassicClient::new("127.0.0.1", port, Some("1".into()), config)
+                                .unwrap();
+                        drop(client.start(None, None).unwrap());
+                        let again = tracker_mesh(&spec, &options(), JoinAs::Start, false);
+                        return (allreduce_on(again.unwrap(), n, 10), 1);
+                    }
+                    let how = JoinAs::Recover { rank: task as u32 };
+                    for attempt in 1..=3 {
+                        match tracker_mesh(&spec, &options(), how, false) {
+                            Ok(mesh) => return (allreduce_on(mesh, n, 10), attempt),
+                            Err(e) => eprintln!("rank {task}, attempt {attempt}: {e}"),
+                        }
+                    }
+                    panic!("rank {task} did not rejoin in 3 attempts");
+                })
+            })
+            .collect();
+        for (rank, w) in workers.into_iter().enumerate() {
+            let (_, attempts) = w.join().unwrap();
+            if rank != 1 {
+                assert_eq!(attempts, 2, "rank {rank} fails once, then rejoins");
+            }
+        }
+        tracker.stop();
     }
 
     /// XGBoost's JSON protocol has no `recover`: refused before any connection.

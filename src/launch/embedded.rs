@@ -6,8 +6,10 @@
 //! and dropped connections become log lines.
 
 use super::supervise::Notice;
+use super::watchdog;
 use super::LaunchError;
 use crossbeam_channel::{RecvTimeoutError, Sender};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,9 +29,10 @@ pub(crate) fn start(
         reason: e.to_string(),
     })?;
     let events = tracker.events();
+    let mut indices = HashMap::new();
     std::thread::spawn(move || loop {
         let notice = match events.recv_timeout(Duration::from_millis(100)) {
-            Ok(event) => notice_for(event),
+            Ok(event) => notice_for(event, &mut indices),
             Err(RecvTimeoutError::Timeout) if done.load(Ordering::SeqCst) => return,
             Err(RecvTimeoutError::Timeout) => None,
             Err(RecvTimeoutError::Disconnected) => return,
@@ -43,8 +46,9 @@ pub(crate) fn start(
     Ok(tracker)
 }
 
-/// What the supervision loop should hear of `event`.
-fn notice_for(event: Event) -> Option<Notice> {
+/// What the supervision loop should hear of `event`; `indices` maps the ranks
+/// assigned so far to worker indices.
+fn notice_for(event: Event, indices: &mut HashMap<u32, u32>) -> Option<Notice> {
     match event {
         Event::Assigned { rank, task_id, .. } => {
             // The launcher's task ids are worker indices; a worker that set its own
@@ -52,12 +56,20 @@ fn notice_for(event: Event) -> Option<Notice> {
             let index = task_id
                 .and_then(|t| t.trim().parse::<u32>().ok())
                 .unwrap_or(rank);
+            indices.insert(rank, index);
             Some(Notice::Joined {
                 index,
                 via: "tracker",
             })
         }
-        Event::Print { text, .. } => Some(Notice::Log(format!("[tracker] {text}"))),
+        Event::Print { text, .. } => match watchdog::parse_silent(&text) {
+            Some((rank, attempt)) => Some(Notice::Silent {
+                index: indices.get(&rank).copied().unwrap_or(rank),
+                attempt: u32::try_from(attempt).unwrap_or(u32::MAX),
+                text,
+            }),
+            None => Some(Notice::Log(format!("[tracker] {text}"))),
+        },
         Event::Dropped { peer, reason } => {
             Some(Notice::Log(format!("[tracker] dropped {peer}: {reason}")))
         }
@@ -71,12 +83,16 @@ mod tests {
 
     #[test]
     fn assignments_become_joins_of_the_task_index() {
-        let joined = |task_id: Option<&str>, rank| {
-            notice_for(Event::Assigned {
-                rank,
-                task_id: task_id.map(str::to_string),
-                host: "127.0.0.1".into(),
-            })
+        let mut indices = HashMap::new();
+        let mut joined = |task_id: Option<&str>, rank| {
+            notice_for(
+                Event::Assigned {
+                    rank,
+                    task_id: task_id.map(str::to_string),
+                    host: "127.0.0.1".into(),
+                },
+                &mut indices,
+            )
         };
         let notice = |index| {
             Some(Notice::Joined {
@@ -88,12 +104,24 @@ mod tests {
         // A task id of the program's own choosing: matched by rank.
         assert_eq!(joined(Some("worker-a"), 2), notice(2));
         assert_eq!(joined(None, 1), notice(1));
+        let print = |text: &str| Event::Print {
+            rank: 0,
+            text: text.into(),
+        };
+        let mut indices = HashMap::from([(1, 5)]);
         assert_eq!(
-            notice_for(Event::Print {
-                rank: 0,
-                text: "hi".into()
-            }),
+            notice_for(print("hi"), &mut indices),
             Some(Notice::Log("[tracker] hi".into()))
+        );
+        // A robust survivor's report on rank 1 names worker 5's start 2.
+        let report = watchdog::silent_report(1, 2, "no heartbeat");
+        assert_eq!(
+            notice_for(print(&report), &mut indices),
+            Some(Notice::Silent {
+                index: 5,
+                attempt: 2,
+                text: report.clone()
+            })
         );
     }
 }

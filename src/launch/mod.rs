@@ -90,6 +90,7 @@ mod rendezvous_server;
 mod signals;
 mod supervise;
 pub mod unique_id;
+pub(crate) mod watchdog;
 
 pub(crate) use bootstrap::tcp_any_port;
 pub use bootstrap::{Bootstrap, Rendezvous};

@@ -32,6 +32,16 @@ pub(crate) enum Notice {
     },
     /// A line for the log (a tracker `print`, a dropped connection).
     Log(String),
+    /// A robust job's survivors gave up on worker `index`'s start number `attempt`
+    /// as silent ([`watchdog`](super::watchdog)): kill it, so that it is restarted.
+    Silent {
+        /// The worker's index.
+        index: u32,
+        /// Which start of it.
+        attempt: u32,
+        /// The survivor's report.
+        text: String,
+    },
 }
 
 /// A worker or a server.
@@ -275,6 +285,22 @@ impl<'a> Supervisor<'a> {
                     }
                 }
                 Notice::Log(text) => self.console.child_line(true, &text),
+                Notice::Silent {
+                    index,
+                    attempt,
+                    text,
+                } => {
+                    let Some(proc) = self.procs.iter_mut().find(|p| {
+                        p.role == Role::Worker && p.index == index && p.attempt == attempt
+                    }) else {
+                        continue;
+                    };
+                    if let Some(pid) = proc.child.as_ref().map(std::process::Child::id) {
+                        let line = format!("{} killed: {text}", proc.name());
+                        group::signal_group(pid, libc::SIGKILL);
+                        self.console.event(&line);
+                    }
+                }
             }
         }
     }

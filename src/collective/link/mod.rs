@@ -5,11 +5,13 @@
 //! | `socket.rs` | [`SocketLink`] and [`BoundLink`]: the link over the Dealer/Router transports, with its goodbye handshake |
 //! | `stream.rs` | [`StreamLink`]: the TCP data path beside a [`SocketLink`] |
 //! | `setup.rs` | opening the [`StreamLink`]'s connections |
+//! | `liveness.rs` | the [`StreamLink`]'s heartbeat: telling a stopped or cut-off peer from a busy one |
 //! | `framing.rs` | the stream wire format, as a pure encoder and decoder |
 //! | `pool.rs` | frame buffers for reuse |
 //! | `memory/` | [`MemoryLink`]: ranks in one process, taking turns on a deterministic schedule (`turn.rs`) |
 
 pub(crate) mod framing;
+mod liveness;
 mod memory;
 mod pool;
 mod setup;
@@ -19,6 +21,7 @@ mod stream;
 pub use memory::{MemoryLink, MemorySchedule};
 pub use socket::{BoundLink, SocketLink};
 pub use stream::StreamLink;
+pub(crate) use stream::SILENT;
 
 use super::error::LinkError;
 use bytes::Bytes;

@@ -7,13 +7,20 @@
 //! [`AUTH_PURPOSE`], the connector claiming its rank) before the hello, and the hello
 //! must name the authenticated rank. A connection that fails is logged with its address
 //! and the reason and closed; accepting goes on until the deadline.
+//!
+//! With a heartbeat deadline each rank also binds a UDP socket on its data listener's
+//! IP and announces its port, deadline and tag in the same setup message (a second
+//! frame, see [`Announce`]); the heartbeat starts as soon as the addresses are known,
+//! before the connections are made, so that a rank is beating while a slower peer
+//! still connects.
 
 use super::framing::{decode_hello, encode_hello, HELLO_LEN};
+use super::liveness::{interval_for, random_tag, Announce, Beats, Liveness};
 use super::{Link, SocketLink, Tag};
 use crate::collective::error::LinkError;
 use bytes::Bytes;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 use switchyard_secret::JobSecret;
 
@@ -32,6 +39,15 @@ pub(super) struct Connection {
     pub(super) addr: String,
 }
 
+/// What setting up a [`StreamLink`](super::StreamLink) opened.
+#[derive(Debug)]
+pub(super) struct Opened {
+    /// Entry `r` is rank `r`'s connection (`None` for this rank).
+    pub(super) connections: Vec<Option<Connection>>,
+    /// The running heartbeat, when this rank has a deadline and some peer beats too.
+    pub(super) liveness: Option<Liveness>,
+}
+
 /// The error for a connection to `rank` at `addr` that failed.
 pub(super) fn io_error(rank: usize, addr: &str, e: std::io::Error) -> LinkError {
     LinkError::Lost {
@@ -43,47 +59,77 @@ pub(super) fn io_error(rank: usize, addr: &str, e: std::io::Error) -> LinkError 
 
 /// Opens a TCP connection to every other rank of `control`'s world: listens on
 /// `host` (any free port), swaps addresses over `control`, then the lower rank of
-/// each pair connects. Waits at most `timeout`. Entry `r` is rank `r`'s connection
-/// (`None` for this rank). Uses the job secret of this process's environment, if any.
+/// each pair connects. Waits at most `timeout`. Uses the job secret of this process's
+/// environment, if any. With a `heartbeat` deadline, starts the heartbeat too.
 pub(super) fn open_connections(
     control: &mut SocketLink,
     host: &str,
     timeout: Duration,
-) -> Result<Vec<Option<Connection>>, LinkError> {
+    heartbeat: Option<Duration>,
+) -> Result<Opened, LinkError> {
     let rank = control.rank();
     let setup = |reason: String| LinkError::Transport { rank, reason };
     let secret = JobSecret::from_env().map_err(|e| setup(e.to_string()))?;
     let listener =
         TcpListener::bind((host, 0)).map_err(|e| setup(format!("listen on {host}: {e}")))?;
-    open_connections_on(control, listener, timeout, secret.as_ref())
+    open_connections_on(control, listener, timeout, secret.as_ref(), heartbeat)
 }
 
 /// [`open_connections`] on a bound `listener`, with the job secret given (`None`: no
 /// authentication).
+///
+/// Each rank's setup message has two frames: its data listener's address, and its
+/// heartbeat [`Announce`] (port 0 when it has no heartbeat).
 pub(super) fn open_connections_on(
     control: &mut SocketLink,
     listener: TcpListener,
     timeout: Duration,
     secret: Option<&JobSecret>,
-) -> Result<Vec<Option<Connection>>, LinkError> {
+    heartbeat: Option<Duration>,
+) -> Result<Opened, LinkError> {
     let (rank, size) = (control.rank(), control.world_size());
     let deadline = Instant::now() + timeout;
     let setup = |reason: String| LinkError::Transport { rank, reason };
-    let mine = listener
-        .local_addr()
-        .map_err(|e| setup(e.to_string()))?
-        .to_string();
+    let local = listener.local_addr().map_err(|e| setup(e.to_string()))?;
+    let mine = local.to_string();
+    // On the data listener's IP: the interface the ranks already reach each other on.
+    let (udp, announce) = match heartbeat.filter(|d| !d.is_zero()) {
+        Some(beat_deadline) => {
+            let socket = UdpSocket::bind((local.ip(), 0))
+                .map_err(|e| setup(format!("heartbeat socket on {}: {e}", local.ip())))?;
+            let port = socket
+                .local_addr()
+                .map_err(|e| setup(e.to_string()))?
+                .port();
+            let announce = Announce {
+                port,
+                deadline: beat_deadline,
+                tag: random_tag(),
+            };
+            (Some(socket), announce)
+        }
+        None => (None, Announce::OFF),
+    };
+    let announced = Bytes::copy_from_slice(&announce.encode());
     for peer in (0..size).filter(|&p| p != rank) {
-        control.send(peer, SETUP_TAG, vec![Bytes::from(mine.clone())], deadline)?;
+        let frames = vec![Bytes::from(mine.clone()), announced.clone()];
+        control.send(peer, SETUP_TAG, frames, deadline)?;
     }
     let mut addrs = vec![String::new(); size];
+    let mut announces = vec![Announce::OFF; size];
     for peer in (0..size).filter(|&p| p != rank) {
         let frames = control.recv(peer, SETUP_TAG, deadline)?;
         addrs[peer] = frames
             .first()
             .map(|f| String::from_utf8_lossy(f).into_owned())
             .unwrap_or_default();
+        announces[peer] = Announce::decode(frames.get(1).map(|f| &f[..]));
     }
+    let liveness = match udp {
+        Some(socket) => start_heartbeat(rank, socket, announce, &announces, &addrs)
+            .map_err(|e| setup(format!("heartbeat: {e}")))?,
+        None => None,
+    };
     let mut streams: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
     // Connect upwards; accept from below.
     for peer in rank + 1..size {
@@ -152,7 +198,45 @@ pub(super) fn open_connections_on(
             .map_err(|e| io_error(peer, &addr, e))?;
         connections.push(Some(Connection { stream, addr }));
     }
-    Ok(connections)
+    Ok(Opened {
+        connections,
+        liveness,
+    })
+}
+
+/// Starts this rank's heartbeat on `socket`, announced as `mine`, watching the peers
+/// whose announcements (`announces`) say they beat too, at the IP of their data
+/// address (`addrs`). Peers without a heartbeat are neither sent beats nor watched:
+/// a rank cannot be blamed for beats it never promised. Every rank beats at the
+/// interval of the shortest deadline announced, so that no rank's deadline is shorter
+/// than eight of its peers' intervals. `None` when no peer beats.
+fn start_heartbeat(
+    rank: usize,
+    socket: UdpSocket,
+    mine: Announce,
+    announces: &[Announce],
+    addrs: &[String],
+) -> std::io::Result<Option<Liveness>> {
+    let mut tags = vec![None; announces.len()];
+    let mut targets = Vec::new();
+    let mut shortest = mine.deadline;
+    for (peer, announce) in announces.iter().enumerate() {
+        let Ok(addr) = addrs[peer].parse::<SocketAddr>() else {
+            continue;
+        };
+        if peer == rank || !announce.is_on() {
+            continue;
+        }
+        tags[peer] = Some(announce.tag);
+        targets.push(SocketAddr::new(addr.ip(), announce.port));
+        shortest = shortest.min(announce.deadline);
+    }
+    if targets.is_empty() {
+        return Ok(None);
+    }
+    let interval = interval_for(shortest);
+    let beats = Beats::new(Instant::now(), tags, mine.deadline, interval);
+    Liveness::start(rank, socket, beats, interval, targets, mine.tag).map(Some)
 }
 
 /// Reads and checks a connecting rank's hello (blocking, bounded by `deadline`), after
@@ -202,7 +286,7 @@ mod tests {
         JobSecret::new(text.as_bytes().to_vec(), "test").unwrap()
     }
 
-    type Outcome = (SocketLink, Result<Vec<Option<Connection>>, LinkError>);
+    type Outcome = (SocketLink, Result<Opened, LinkError>);
 
     /// Opens the data connections of `listeners.len()` ranks on threads, rank `r` with
     /// `secrets[r]`, over ZeroMQ control links on loopback.
@@ -210,6 +294,17 @@ mod tests {
         listeners: Vec<TcpListener>,
         secrets: Vec<Option<JobSecret>>,
         timeout: Duration,
+    ) -> Vec<Outcome> {
+        let none = vec![None; listeners.len()];
+        open_all_beating(listeners, secrets, timeout, none)
+    }
+
+    /// [`open_all`], rank `r` with heartbeat deadline `heartbeats[r]`.
+    fn open_all_beating(
+        listeners: Vec<TcpListener>,
+        secrets: Vec<Option<JobSecret>>,
+        timeout: Duration,
+        heartbeats: Vec<Option<Duration>>,
     ) -> Vec<Outcome> {
         let size = listeners.len();
         let bound: Vec<BoundLink> = (0..size)
@@ -222,13 +317,19 @@ mod tests {
             .into_iter()
             .zip(listeners)
             .zip(secrets)
-            .map(|((link, listener), secret)| {
+            .zip(heartbeats)
+            .map(|(((link, listener), secret), heartbeat)| {
                 let endpoints = endpoints.clone();
                 std::thread::spawn(move || {
                     let mut control = link.connect(&endpoints, TIMEOUT).unwrap();
                     control.set_close_handshake(false);
-                    let opened =
-                        open_connections_on(&mut control, listener, timeout, secret.as_ref());
+                    let opened = open_connections_on(
+                        &mut control,
+                        listener,
+                        timeout,
+                        secret.as_ref(),
+                        heartbeat,
+                    );
                     (control, opened)
                 })
             })
@@ -277,7 +378,13 @@ mod tests {
 
         let mut connections: Vec<Vec<Option<Connection>>> = outcomes
             .iter_mut()
-            .map(|(_, opened)| std::mem::replace(opened, Ok(Vec::new())).unwrap())
+            .map(|(_, opened)| {
+                let empty = Opened {
+                    connections: Vec::new(),
+                    liveness: None,
+                };
+                std::mem::replace(opened, Ok(empty)).unwrap().connections
+            })
             .collect();
         for (rank, conns) in connections.iter().enumerate() {
             for (peer, conn) in conns.iter().enumerate() {
@@ -309,5 +416,32 @@ mod tests {
         );
         let err = outcomes[1].1.as_ref().map(|_| ()).unwrap_err();
         assert!(matches!(err, LinkError::Timeout { rank: 0, .. }), "{err:?}");
+    }
+
+    /// Ranks 0 and 1 beat (with different deadlines), rank 2 does not: 0 and 1 hear
+    /// each other, nobody watches rank 2, and rank 2 runs no heartbeat at all.
+    #[test]
+    fn the_heartbeat_is_announced_in_the_setup_message_and_started() {
+        let (listeners, _): (Vec<_>, Vec<_>) = (0..3).map(|_| listener()).unzip();
+        let beating = vec![
+            Some(Duration::from_millis(800)),
+            Some(Duration::from_millis(400)),
+            None,
+        ];
+        let outcomes = open_all_beating(listeners, vec![None, None, None], TIMEOUT, beating);
+        let opened: Vec<&Opened> = outcomes.iter().map(|(_, o)| o.as_ref().unwrap()).collect();
+        assert!(opened[2].liveness.is_none());
+        let zero = opened[0].liveness.as_ref().unwrap().beats();
+        let one = opened[1].liveness.as_ref().unwrap().beats();
+        assert!(zero.watches(1) && !zero.watches(2) && !zero.watches(0));
+        assert!(one.watches(0) && !one.watches(2));
+        assert_eq!(zero.deadline(), Duration::from_millis(800));
+        // Both beat at the shorter deadline's interval (50 ms): well past both deadlines
+        // since setup, neither is silent to the other.
+        std::thread::sleep(Duration::from_millis(1200));
+        let start = Instant::now() - Duration::from_secs(10);
+        assert_eq!(zero.silent(1, start, Instant::now()), None);
+        assert_eq!(one.silent(0, start, Instant::now()), None);
+        assert_eq!(zero.malformed() + zero.stray(), 0);
     }
 }

@@ -12,20 +12,31 @@
 //! keeps reading from every peer while it waits, so that ranks writing to each other in
 //! a cycle (the ring) can never all block.
 //!
+//! A peer that is alive but silent (stopped, or cut off without a reset) keeps its
+//! connection open; with a heartbeat deadline (`liveness.rs`) a rank waiting for such
+//! a peer gives up on it once it has missed its beats for the deadline, instead of
+//! after the silence timeout.
+//!
 //! The wire format is in `framing.rs`, the connection set-up in `setup.rs`, the
 //! non-blocking reads, writes and waits in `stream/io.rs`.
 
 mod io;
 
 use super::framing::Decoder;
+use super::liveness::Liveness;
 use super::pool::Pool;
-use super::setup::{open_connections, Connection};
+use super::setup::{open_connections, Connection, Opened};
 use super::{Clock, Link, Notice, Pending, SocketLink, Tag};
 use crate::collective::error::LinkError;
 use bytes::Bytes;
 use std::collections::VecDeque;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
+
+/// How the reason of a [`LinkError::Lost`] for a peer that missed its heartbeats
+/// begins: robust mode tells these apart from closed connections (a silent process
+/// is alive to the kernel and must be killed to be restarted).
+pub(crate) const SILENT: &str = "no heartbeat for ";
 
 /// Queued bytes per peer above which `send` waits for the queue to drain.
 const QUEUE_LIMIT: usize = 16 << 20;
@@ -66,6 +77,11 @@ pub struct StreamLink {
     pending: Pending,
     spin: Duration,
     pool: Pool,
+    /// The heartbeat, when this link has a deadline for silent peers. It beats while
+    /// `drop` flushes the last messages, and is declared after the connections on
+    /// purpose: fields drop in order, so the peers see this rank's connections close
+    /// (a departure) before its beats stop, never the other way round (a stop).
+    liveness: Option<Liveness>,
 }
 
 impl std::fmt::Debug for StreamLink {
@@ -80,18 +96,41 @@ impl std::fmt::Debug for StreamLink {
 impl StreamLink {
     /// Opens a TCP connection to every other rank of `control`'s world: listens on
     /// `host` (any free port), swaps addresses over `control`, then the lower rank of
-    /// each pair connects. Waits at most `timeout`.
+    /// each pair connects. Waits at most `timeout`. No heartbeat: a silent peer is
+    /// noticed by the silence timeout only.
     pub fn connect(
-        mut control: SocketLink,
+        control: SocketLink,
         host: &str,
         timeout: Duration,
         max_frame_bytes: usize,
         spin: Duration,
     ) -> Result<StreamLink, LinkError> {
+        StreamLink::connect_with_heartbeat(control, host, timeout, max_frame_bytes, spin, None)
+    }
+
+    /// [`StreamLink::connect`], with a heartbeat deadline when `heartbeat` is set
+    /// ([`CommOptions::heartbeat`]): a UDP socket on `host` beside the data listener,
+    /// beating to every peer that has a heartbeat too, and a rank waiting for one of
+    /// those that missed its beats for longer than the deadline fails with
+    /// [`LinkError::Lost`] naming it. Peers without a heartbeat are not watched.
+    ///
+    /// [`CommOptions::heartbeat`]: crate::collective::CommOptions::heartbeat
+    pub fn connect_with_heartbeat(
+        mut control: SocketLink,
+        host: &str,
+        timeout: Duration,
+        max_frame_bytes: usize,
+        spin: Duration,
+        heartbeat: Option<Duration>,
+    ) -> Result<StreamLink, LinkError> {
         let (rank, size) = (control.rank(), control.world_size());
         // This link flushes its own connections when dropped.
         control.set_close_handshake(false);
-        let peers = open_connections(&mut control, host, timeout)?
+        let Opened {
+            connections,
+            liveness,
+        } = open_connections(&mut control, host, timeout, heartbeat)?;
+        let peers = connections
             .into_iter()
             .map(|connection| {
                 connection.map(|Connection { stream, addr }| Peer {
@@ -114,7 +153,49 @@ impl StreamLink {
             pending: Pending::default(),
             spin,
             pool: Pool::default(),
+            liveness,
         })
+    }
+
+    /// The error for waiting on `peer` when it has missed its heartbeats for longer
+    /// than the deadline; `None` while it beats (or is not watched). A byte from it on
+    /// its data connection counts as a beat.
+    fn silent(&self, peer: usize) -> Option<LinkError> {
+        let beats = self.liveness.as_ref()?.beats();
+        let conn = self.peers.get(peer)?.as_ref()?;
+        let silence = beats.silent(peer, conn.heard, Instant::now())?;
+        Some(LinkError::Lost {
+            rank: peer,
+            endpoint: format!("tcp://{}", conn.addr),
+            reason: format!(
+                "{SILENT}{} ms (deadline {} ms): the process is stopped or its network is cut",
+                silence.as_millis(),
+                beats.deadline().as_millis()
+            ),
+        })
+    }
+
+    /// How long a wait for `peer` that would last until `until` may sleep before
+    /// `peer`'s heartbeat must be looked at again: until it would be overdue (the
+    /// wait would otherwise sleep through it), and at most [`CONTROL_CHECK`] at a
+    /// time so that a late verdict (this rank's own heartbeat thread was not running)
+    /// is looked at again soon.
+    fn watch_until(&self, peer: usize, until: Instant) -> Instant {
+        let Some(beats) = self.liveness.as_ref().map(Liveness::beats) else {
+            return until;
+        };
+        let Some(Some(conn)) = self.peers.get(peer) else {
+            return until;
+        };
+        let Some(due) = beats.due(peer, conn.heard) else {
+            return until;
+        };
+        let now = Instant::now();
+        let mut wake = now + CONTROL_CHECK;
+        if due > now {
+            wake = wake.min(due);
+        }
+        until.min(wake)
     }
 
     /// Queues a message for `to` and, while its queue is over the limit, waits for
@@ -134,6 +215,10 @@ impl StreamLink {
             if let Some(refused) = self.pending.refusal() {
                 return Err(refused);
             }
+            // A stopped peer takes no bytes either: waiting for room is waiting on it.
+            if let Some(silent) = self.silent(to) {
+                return Err(silent);
+            }
             let drained = self.peer(to)?.drained.max(started);
             let until = until(drained);
             let now = Instant::now();
@@ -143,7 +228,7 @@ impl StreamLink {
                     waited: now - drained,
                 });
             }
-            self.wait(until)?;
+            self.wait(self.watch_until(to, until))?;
         }
         Ok(())
     }
@@ -174,6 +259,11 @@ impl StreamLink {
                 });
             }
             let heard = peer.heard.max(started);
+            if let Some(silent) = self.silent(from) {
+                // An abort notice explains more than the silence it caused.
+                self.control.check_aborts()?;
+                return Err(silent);
+            }
             let until = until(heard);
             let now = Instant::now();
             if now >= until {
@@ -183,7 +273,7 @@ impl StreamLink {
                     waited: now - heard,
                 });
             }
-            self.wait(until)?;
+            self.wait(self.watch_until(from, until))?;
         }
     }
 }
@@ -263,15 +353,20 @@ impl Drop for StreamLink {
     /// Writes out what is still queued (at most 5 s), so that a rank's last messages
     /// reach its peers even when it leaves right after its last call. After a failed
     /// call there is nothing worth waiting for: a stopped peer would hold the exit.
+    /// Nor is output for a peer that missed its heartbeats.
     fn drop(&mut self) {
         if self.control.sent_abort() {
             return;
         }
         let deadline = Instant::now() + Duration::from_secs(5);
-        while self.peers.iter().flatten().any(|p| !p.outbound.is_empty())
-            && Instant::now() < deadline
-        {
-            match self.wait(deadline) {
+        let owed = |link: &StreamLink| {
+            link.peers.iter().enumerate().any(|(rank, peer)| {
+                peer.as_ref().is_some_and(|p| !p.outbound.is_empty()) && link.silent(rank).is_none()
+            })
+        };
+        while owed(self) && Instant::now() < deadline {
+            // In slices, so that a peer falling silent meanwhile is let go.
+            match self.wait(deadline.min(Instant::now() + CONTROL_CHECK)) {
                 Ok(_) => {}
                 Err(_) => break,
             }

@@ -26,6 +26,13 @@ use std::ops::Range;
 /// Forms a new mesh for this rank after a failure (the tracker's `recover`).
 pub(crate) type Rejoin = Box<dyn FnMut() -> Result<Box<dyn Engine>, CollectiveError> + Send>;
 
+/// Sends a line to the tracker's log (a `print`), where `switchyard launch` reads the
+/// reports of its watchdog ([`crate::launch::watchdog`]).
+pub(crate) type Report = Box<dyn Fn(&str) + Send>;
+
+/// A lazy allreduce's closure that writes the call's input.
+type Prepare<'r> = &'r mut dyn FnMut(&mut [u8]);
+
 /// The call this rank is in, as the agreement loop sees it.
 enum Pending<'r, 'a> {
     /// `load_checkpoint` of a process that has loaded nothing yet.
@@ -33,7 +40,7 @@ enum Pending<'r, 'a> {
     /// A collective; `prepare` fills its input first, when it runs for real.
     Call {
         request: &'r mut Collective<'a>,
-        prepare: Option<&'r mut dyn FnMut(&mut [u8])>,
+        prepare: Option<Prepare<'r>>,
     },
     /// A checkpoint: `replicated` once the local models went round.
     Checkpoint {
@@ -93,6 +100,12 @@ pub(crate) struct RobustEngine {
     seq: u64,
     /// Meshes formed after failures, for messages and tests.
     rejoins: u64,
+    /// Where to report a silent rank, so that it is killed and restarted.
+    report: Option<Report>,
+    /// Every rank's start number, as of the last agreement.
+    attempts: Vec<u64>,
+    /// Silent ranks reported already, with their start numbers.
+    reported: Vec<(usize, u64)>,
 }
 
 impl RobustEngine {
@@ -101,9 +114,10 @@ impl RobustEngine {
     pub(crate) fn new(
         inner: Box<dyn Engine>,
         rejoin: Rejoin,
+        report: Option<Report>,
         options: RobustOptions,
-        attempt: u64,
     ) -> RobustEngine {
+        let attempt = options.attempt;
         let (rank, world) = (inner.rank(), inner.world_size());
         RobustEngine {
             rules: Rules::new(world, options.global_replica, options.local_replica),
@@ -119,6 +133,9 @@ impl RobustEngine {
             results: Results::default(),
             seq: 0,
             rejoins: 0,
+            report,
+            attempts: vec![0; world],
+            reported: Vec::new(),
         }
     }
 
@@ -227,9 +244,31 @@ impl RobustEngine {
             if is_broken(e) {
                 tracing::warn!(rank = self.rank, error = %e, "robust: mesh broken, rejoining");
                 self.inner = None;
+                self.report_silent(e);
             }
         }
         result
+    }
+
+    /// Tells the launcher's watchdog about a peer that went silent: unlike a dead
+    /// one, it holds its rank until it is killed, and the new mesh cannot form.
+    fn report_silent(&mut self, e: &CollectiveError) {
+        let CollectiveError::PeerLost { rank, reason, .. } = e else {
+            return;
+        };
+        if !reason.starts_with(crate::collective::link::SILENT) {
+            return;
+        }
+        let attempt = self.attempts.get(*rank).copied().unwrap_or(0);
+        if self.reported.contains(&(*rank, attempt)) {
+            return;
+        }
+        self.reported.push((*rank, attempt));
+        if let Some(report) = &self.report {
+            report(&crate::launch::watchdog::silent_report(
+                *rank, attempt, reason,
+            ));
+        }
     }
 
     /// Agrees on a plan, rejoining as often as the mesh breaks under the agreement.
@@ -262,6 +301,7 @@ impl RobustEngine {
                     })
                 })
                 .collect::<Result<Vec<State>, _>>()?;
+            self.attempts = states.iter().map(|s| s.attempt).collect();
             return decide(&states, self.rules);
         }
     }
@@ -345,7 +385,7 @@ impl RobustEngine {
     fn run_for_real(
         &mut self,
         request: &mut Collective<'_>,
-        prepare: &mut Option<&mut dyn FnMut(&mut [u8])>,
+        prepare: &mut Option<Prepare<'_>>,
     ) -> Result<(), CollectiveError> {
         if let Some(prepare) = prepare.take() {
             prepare(request.result_buffer());

@@ -1,19 +1,57 @@
 //! Forming a robust communicator through a tracker, and forming its mesh again after
 //! each failure (the tracker's `recover`).
 
-use super::engine::{Rejoin, RobustEngine};
+use super::engine::{Rejoin, Report, RobustEngine};
 use super::RobustOptions;
 use crate::collective::error::{Call, CollectiveError};
-use crate::collective::tracked::{tracker_mesh, JoinAs};
-use crate::collective::{CommOptions, Communicator, TrackerJoin, TrackerProtocol};
+use crate::collective::tracked::{tracker_mesh, JoinAs, TrackerMesh};
+use crate::collective::{CommOptions, Communicator, TrackerJoin, TrackerProtocol, ENV_HEARTBEAT};
 use crate::launch::{Bootstrap, Rendezvous};
+use std::time::{Duration, Instant};
+use switchyard_tracker::client::classic::ClassicClient;
+use switchyard_tracker::client::ClientConfig;
 
-/// The heartbeat deadline robust mode uses when the options set none: a silent or
-/// cut-off rank is given up on (and the mesh formed again) after this long.
-pub const DEFAULT_ROBUST_HEARTBEAT: std::time::Duration = std::time::Duration::from_millis(800);
+/// The pause between two attempts to form a mesh.
+const REJOIN_PAUSE: Duration = Duration::from_millis(50);
 
-/// `options` with what robust mode needs that the caller left unset.
-fn robust_defaults(options: CommOptions) -> CommOptions {
+/// Forms this rank's mesh through the tracker (`how`: the first `start`, or a
+/// survivor's `recover`), in attempts, within [`CommOptions::timeout`] in all.
+///
+/// A rank that dies while a mesh forms fails everyone's attempt: the endpoint
+/// exchange breaks, a connection is refused, or (worst) a peer that got the dead
+/// rank's endpoint waits for it to answer. So each attempt waits for answers at most
+/// a quarter of the timeout (1 to 5 s); waits for peers to arrive (the tracker's
+/// batch, links to accept) may take all of it. A failed attempt is tried again: the
+/// launcher restarts the dead rank meanwhile, and the next attempt includes it.
+fn form(
+    spec: &TrackerJoin,
+    options: &CommOptions,
+    how: JoinAs,
+) -> Result<TrackerMesh, CollectiveError> {
+    let until = Instant::now() + options.timeout;
+    let mut attempt_options = options.clone();
+    attempt_options.setup_limit =
+        Some((options.timeout / 4).clamp(Duration::from_secs(1), Duration::from_secs(5)));
+    let keep_session = how == JoinAs::Start;
+    loop {
+        match tracker_mesh(spec, &attempt_options, how, keep_session) {
+            Ok(mesh) => return Ok(mesh),
+            Err(e) if Instant::now() + REJOIN_PAUSE < until => {
+                tracing::warn!(?how, error = %e, "robust: forming the mesh failed; trying again");
+                std::thread::sleep(REJOIN_PAUSE);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// `options` with what robust mode needs that the caller left unset: heartbeats
+/// ([`CommOptions::ROBUST_HEARTBEAT`]), so that a stopped or cut-off rank is given up
+/// on within a second, unless `SWITCHYARD_HEARTBEAT_MS` says otherwise (0: off).
+fn robust_defaults(mut options: CommOptions) -> CommOptions {
+    if options.heartbeat.is_none() && std::env::var_os(ENV_HEARTBEAT).is_none() {
+        options.heartbeat = Some(CommOptions::ROBUST_HEARTBEAT);
+    }
     options
 }
 
@@ -59,16 +97,33 @@ impl Communicator {
             ));
         }
         let options = robust_defaults(options);
-        let first = tracker_mesh(spec, &options, JoinAs::Start, true)?;
+        let first = form(spec, &options, JoinAs::Start)?;
         let rank = u32::try_from(first.rank).map_err(|_| setup("rank past u32".into()))?;
         let (again, again_options) = (spec.clone(), options.clone());
         let rejoin: Rejoin = Box::new(move || {
-            tracker_mesh(&again, &again_options, JoinAs::Recover { rank }, false).map(|m| m.engine)
+            form(&again, &again_options, JoinAs::Recover { rank }).map(|m| m.engine)
         });
-        let attempt = robust.attempt;
-        let engine = RobustEngine::new(first.engine, rejoin, robust, attempt);
+        let session = ClassicClient::new(
+            &spec.host,
+            spec.port,
+            spec.task_id.clone(),
+            ClientConfig::default().with_timeout(options.timeout),
+        )
+        .map(|client| client.session(rank, first.world as u32));
+        let report: Option<Report> = match session {
+            Ok(session) => Some(Box::new(move |text: &str| {
+                if let Err(e) = session.print(text) {
+                    tracing::warn!(error = %e, "robust: reporting a silent rank to the tracker failed");
+                }
+            })),
+            Err(_) => None,
+        };
+        let engine = RobustEngine::new(first.engine, rejoin, report, robust);
         let mut comm = Communicator::with_engine(Box::new(engine), options, first.processor_name);
-        comm.tracker = first.link;
+        comm.tracker = first.link.map(|mut link| {
+            link.keep_rank_on_drop();
+            link
+        });
         Ok(comm)
     }
 

@@ -35,7 +35,6 @@ mod state;
 mod store;
 
 pub(crate) use engine::RobustEngine;
-pub use join::DEFAULT_ROBUST_HEARTBEAT;
 pub use mock::{KillPoint, MockKill, ENV_MOCK, MOCK_EXIT_STATUS};
 
 use super::element::{ReduceOp, Reducible};

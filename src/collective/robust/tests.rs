@@ -87,7 +87,7 @@ fn robust(
     let first = gens.join(rank).expect("first mesh");
     let again = Arc::clone(gens);
     let rejoin = Box::new(move || again.join(rank));
-    let engine = RobustEngine::new(first, rejoin, options, attempt);
+    let engine = RobustEngine::new(first, rejoin, None, RobustOptions { attempt, ..options });
     Communicator::with_engine(Box::new(engine), CommOptions::default(), "test".into())
 }
 
@@ -115,16 +115,8 @@ fn f64s(bytes: &[u8]) -> Vec<f64> {
 }
 
 /// Rabit's test program: per iteration an allreduce (lazy), a broadcast, a
-/// checkpoint with a local model. Returns `None` where the rank dies.
-fn program(
-    comm: &mut Communicator,
-    iters: u64,
-    death: Option<Death>,
-) -> Result<Option<Outcome>, CollectiveError> {
-    program_as(comm, iters, death, false)
-}
-
-/// [`program`], with `lazy_checkpoint` (and no local model) when `lazy`.
+/// checkpoint with a local model (a lazy one without, when `lazy`). Returns `None`
+/// where the rank dies.
 fn program_as(
     comm: &mut Communicator,
     iters: u64,

@@ -1,5 +1,7 @@
 //! The plan for hand-made states: the cases of recovery without a network.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use super::{decide, Kind, Plan, Rules, State};
 use crate::collective::CollectiveError;
 
