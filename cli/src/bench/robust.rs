@@ -5,27 +5,37 @@
 //!   `Communicator::robust_from_tracker` beside `Communicator::from_tracker` (the plain
 //!   mesh), 4 ranks as threads of this process over tcp 127.0.0.1, each job with a
 //!   fresh in-process tracker and the same options. Both communicators live side by
-//!   side in the same threads and are timed in alternating blocks (which goes first
-//!   alternates too); figures are medians over blocks of rank 0's time per call.
+//!   side in the same threads and are timed in alternating blocks (the order rotates
+//!   from block to block); figures are medians over blocks of rank 0's time per call.
 //!   Ratio: plain / robust (1 = no overhead; the target is above 0.91 at 4 MiB).
 //!   Robust mode checkpoints an empty model between blocks (untimed) so that the
 //!   results it keeps stay within its budget, as an iterative program's checkpoints do.
+//!   Its options come from the environment (`RobustOptions::from_env`:
+//!   `SWITCHYARD_GLOBAL_REPLICA`, ...), the defaults without it.
+//! - `allreduce_overhead_procs`: the same with the ranks as 4 worker processes (this
+//!   executable, `bench robust-worker`), where page faults do not share one memory map.
 //! - `agreement_allgather` (48 B per rank): the piece robust mode adds to every call,
 //!   a plain-mesh allgather of 48 bytes per rank, beside the plain 8-byte allreduce.
-//! - `detect_sigkill_*`, `detect_sigstop_*`: 4 worker processes (this executable,
-//!   `bench robust-worker`) loop 8-byte allreduces 1 ms apart; the bench SIGKILLs (or
-//!   SIGSTOPs) one and times, on the unix clock, until the first and the last survivor
-//!   notice: in robust mode the `robust: mesh broken, rejoining` warning (its call does
-//!   not fail, it waits for the restart), in the baseline, the plain mesh, the call's
-//!   error. Silence timeout 5 s on both; a stopped process is seen only through it
-//!   (or through a heartbeat deadline when robust mode has one).
+//! - `--pieces` adds `pieces_*` rows: robust mode's per-call costs rebuilt one by one on
+//!   the plain mesh (agreement allgather; + copies of input and result; + keeping the
+//!   result until the block ends, as robust mode keeps it until the next checkpoint).
+//! - `detect_sigkill_*`, `detect_sigstop_*`: 4 worker processes loop 8-byte allreduces
+//!   1 ms apart; the bench SIGKILLs (or SIGSTOPs) one and times, on the unix clock,
+//!   until the first and the last survivor notice: in robust mode the `robust: mesh
+//!   broken, rejoining` warning (its call does not fail, it waits for the restart), in
+//!   the baseline, the plain mesh, the call's error. Both get the same options, a 5 s
+//!   silence timeout and no heartbeat: robust mode turns its own heartbeat on
+//!   (`CommOptions::ROBUST_HEARTBEAT`), the plain mesh sees a stopped process only at
+//!   the timeout.
 //! - `catchup_load`, `catchup_replay` (global checkpoints of 1, 10, 100 MB): 4 robust
 //!   worker processes load (nothing), checkpoint the model, make 5 small allreduces;
 //!   the survivors enter a sixth while the bench SIGKILLs rank 1 and starts it again
 //!   (attempt 1). Times from spawning the restarted process to its `load_checkpoint`
 //!   returning (the model received from a survivor), and to the end of its 5 replayed
 //!   calls; the baseline is the same rank's first start to the same points (join and
-//!   load nothing; then checkpoint and run the 5 calls for real).
+//!   load nothing; then checkpoint and run the 5 calls for real). Where the time goes
+//!   (the survivors' traces: when they noticed, when they held a new mesh) is printed
+//!   on stderr.
 
 mod worker;
 
