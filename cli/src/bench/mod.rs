@@ -69,7 +69,7 @@ pub(crate) enum Suite {
     /// bare Dealer/Router exchange of the same bytes.
     Ps(Common),
     /// Robust mode (rabit-style recovery) at 4 ranks: allreduce beside the plain mesh
-    /// at 8 B, 64 KiB and 4 MiB (threads); how soon survivors notice a SIGKILLed or
+    /// at 8 B, 64 KiB and 4 MiB (threads, then processes); how soon survivors notice a SIGKILLed or
     /// SIGSTOPped worker process; how soon a restarted worker loads a checkpoint of
     /// 1, 10, 100 MB and replays the calls since.
     Robust(robust::RobustArgs),

@@ -469,7 +469,9 @@ impl Job {
             // Robust mode's warnings (mesh broken) and notes (new mesh formed), which
             // the bench reads; the worker stamps them in unix ns.
             .env("RUST_LOG", "switchyard=info")
-            .stdin(Stdio::null())
+            // Held open by the bench: a worker ends itself when it closes, so that no
+            // worker outlives a bench that was killed before it could kill them.
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         self.spawned.push(unix_ns());

@@ -124,6 +124,12 @@ fn join(args: &WorkerArgs) -> Result<Communicator> {
 }
 
 pub(crate) fn run(args: WorkerArgs) -> Result<()> {
+    // The bench holds this process's stdin open; end of file means the bench is gone
+    // (killed before it could kill this worker), and a looping worker must not stay.
+    std::thread::spawn(|| {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        std::process::exit(3);
+    });
     if args.mode == Mode::Overhead {
         return super::overhead_worker(&args);
     }
