@@ -27,8 +27,12 @@ impl MeshBuilder {
     /// most [`CommOptions::timeout`] for all of them.
     pub fn connect(self, endpoints: &[String]) -> Result<Communicator, CollectiveError> {
         let tcp_host = tcp_host(self.link.endpoint());
-        let link = self
-            .link
+        let mut bound = self.link;
+        if self.options.setup_limit.is_some() {
+            // Robust mode's attempts: every endpoint was exchanged after binding.
+            bound.gone_if_refused();
+        }
+        let link = bound
             .connect(endpoints, self.options.setup_timeout())
             .map_err(|e| e.during(Call::Setup))?;
         let link: Box<dyn Link> = match tcp_host {

@@ -308,11 +308,10 @@ pub(crate) fn tracker_mesh(
         )));
     }
     let began = Instant::now();
-    // Waits for peers to arrive (the batch, the links to accept) may take the whole
-    // timeout; answers from peers that are there, the setup limit.
+    // The wait for the whole batch of workers to arrive may take the whole timeout;
+    // everything else, the setup limit (robust mode's attempts).
     let mut config = ClientConfig::default().with_timeout(options.setup_timeout());
     config.batch_timeout = options.timeout;
-    config.accept_timeout = options.timeout;
     let joined = join(spec, config, how).map_err(|e| setup_error(format!("joining {e}")))?;
     // Until the mesh stands, a failure must not look like a finished worker to the
     // tracker: the link sends its `shutdown` only once it is armed.

@@ -6,6 +6,8 @@ use super::{Clock, Link, Notice, Pending, Tag};
 use crate::collective::error::LinkError;
 use bytes::Bytes;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use switchyard_msg::{Addr, Kind, Msg};
 mod notices;
@@ -20,6 +22,11 @@ const ABORT_STEP: u32 = u32::MAX;
 const BYE_STEP: u32 = u32::MAX - 1;
 /// How long a closing [`SocketLink`] waits for its peers' goodbyes.
 const BYE_WAIT: Duration = Duration::from_secs(2);
+/// How long the wait for the other ranks to connect sleeps before it looks whether
+/// connecting to them failed.
+const AWAIT_SLICE: Duration = Duration::from_millis(50);
+/// How long [`refused_check`]'s probe may take to connect.
+const PROBE_CONNECT: Duration = Duration::from_millis(500);
 
 /// A [`Link`] over the transports: a Router bound at this rank's endpoint receives
 /// from everyone, and one Dealer per peer (identity `#RANK`) sends to that peer's
@@ -56,6 +63,9 @@ pub struct BoundLink {
     size: usize,
     router: RouterSocket,
     options: SocketOptions,
+    /// Every endpoint was bound before it was handed out, so a refused connection
+    /// means that rank left (see [`BoundLink::gone_if_refused`]).
+    refused_is_gone: bool,
 }
 
 impl BoundLink {
@@ -76,7 +86,16 @@ impl BoundLink {
             size,
             router,
             options,
+            refused_is_gone: false,
         })
+    }
+
+    /// Makes [`connect`](BoundLink::connect) take a refused tcp connection as the
+    /// end of that rank (its mesh attempt ended, or it died) and fail at once, where
+    /// by default it waits for the rank to bind. Only for endpoints that were bound
+    /// before they were exchanged, as in robust mode's attempts to form a mesh.
+    pub(crate) fn gone_if_refused(&mut self) {
+        self.refused_is_gone = true;
     }
 
     /// Where the other ranks reach this one.
@@ -110,6 +129,9 @@ impl BoundLink {
         options.connect_timeout = timeout;
         let targets = endpoints.to_vec();
         let deadline = Instant::now() + timeout;
+        let refused_is_gone = self.refused_is_gone;
+        let failed = Arc::new(AtomicBool::new(false));
+        let failed_flag = Arc::clone(&failed);
         // Connecting waits for the peer router's READY, which it sends only while its
         // owner receives: connect from another thread while this one answers HELLOs.
         let connector = std::thread::spawn(move || {
@@ -119,11 +141,30 @@ impl BoundLink {
                     dealers.push(None);
                     continue;
                 }
-                dealers.push(Some(connect_until(peer, endpoint, &options, deadline)?));
+                match connect_until(peer, endpoint, &options, deadline, refused_is_gone) {
+                    Ok(dealer) => dealers.push(Some(dealer)),
+                    Err(e) => {
+                        failed_flag.store(true, Ordering::SeqCst);
+                        return Err(e);
+                    }
+                }
             }
             Ok::<_, LinkError>(dealers)
         });
-        let awaited = self.router.await_peers(size - 1, timeout);
+        // Waits in slices, so that a connection that failed ends the wait at once
+        // instead of at the timeout.
+        let awaited = loop {
+            let slice = deadline
+                .saturating_duration_since(Instant::now())
+                .min(AWAIT_SLICE);
+            match self.router.await_peers(size - 1, slice) {
+                Ok(n) => break Ok(n),
+                Err(e) if failed.load(Ordering::SeqCst) || Instant::now() >= deadline => {
+                    break Err(e)
+                }
+                Err(_) => {}
+            }
+        };
         let dealers = connector.join().map_err(|_| LinkError::Transport {
             rank,
             reason: "the connecting thread panicked".into(),
@@ -159,7 +200,11 @@ fn connect_until(
     endpoint: &str,
     options: &SocketOptions,
     deadline: Instant,
+    refused_is_gone: bool,
 ) -> Result<DealerSocket, LinkError> {
+    if refused_is_gone {
+        refused_check(peer, endpoint)?;
+    }
     let mut pause = Duration::from_millis(1);
     loop {
         let mut attempt = options.clone();
@@ -178,6 +223,27 @@ fn connect_until(
                 pause = (pause * 2).min(Duration::from_millis(100));
             }
         }
+    }
+}
+
+/// Fails if a plain TCP connection to tcp `endpoint` is refused: nobody listens
+/// there any more. libzmq would retry a refused connection silently until the
+/// timeout. The probe connection closes before any greeting, which a router ignores.
+fn refused_check(peer: usize, endpoint: &str) -> Result<(), LinkError> {
+    let Some(addr) = endpoint
+        .strip_prefix("tcp://")
+        .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
+    else {
+        return Ok(());
+    };
+    match std::net::TcpStream::connect_timeout(&addr, PROBE_CONNECT) {
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Err(LinkError::Lost {
+            rank: peer,
+            endpoint: endpoint.to_string(),
+            reason: "connection refused: that rank no longer listens there (it left this mesh)"
+                .into(),
+        }),
+        _ => Ok(()),
     }
 }
 

@@ -20,9 +20,9 @@ const REJOIN_PAUSE: Duration = Duration::from_millis(50);
 /// A rank that dies while a mesh forms fails everyone's attempt: the endpoint
 /// exchange breaks, a connection is refused, or (worst) a peer that got the dead
 /// rank's endpoint waits for it to answer. So each attempt waits for answers at most
-/// a quarter of the timeout (1 to 5 s); waits for peers to arrive (the tracker's
-/// batch, links to accept) may take all of it. A failed attempt is tried again: the
-/// launcher restarts the dead rank meanwhile, and the next attempt includes it.
+/// a quarter of the timeout (1 to 5 s); only the wait for the tracker's first batch
+/// may take all of it. A failed attempt is tried again: the launcher restarts the
+/// dead rank meanwhile, and the next attempt includes it.
 fn form(
     spec: &TrackerJoin,
     options: &CommOptions,
