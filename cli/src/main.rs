@@ -79,11 +79,18 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    let traces = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr);
+    match &cli.command {
+        // `bench robust` reads when its workers' robust mode saw the mesh break from
+        // their traces: unix-ns stamps on the bench's clock, no colour codes.
+        Command::Bench { suite } if suite.stamps_traces() => {
+            traces.with_timer(bench::UnixNanos).with_ansi(false).init()
+        }
+        _ => traces.init(),
+    }
     let result: Result<(), Box<dyn std::error::Error>> = match cli.command {
         Command::Launch {
             processes,

@@ -13,6 +13,7 @@ mod mpi;
 #[cfg(feature = "zmq")]
 mod ps;
 mod report;
+mod robust;
 mod tracker;
 #[cfg(feature = "zmq")]
 mod transport;
@@ -67,7 +68,25 @@ pub(crate) enum Suite {
     /// push_pull beside push then pull at 1 KiB and 1 MiB values, and both beside a
     /// bare Dealer/Router exchange of the same bytes.
     Ps(Common),
+    /// Robust mode (rabit-style recovery) at 4 ranks: allreduce beside the plain mesh
+    /// at 8 B, 64 KiB and 4 MiB (threads, then processes); how soon survivors notice a SIGKILLed or
+    /// SIGSTOPped worker process; how soon a restarted worker loads a checkpoint of
+    /// 1, 10, 100 MB and replays the calls since.
+    Robust(robust::RobustArgs),
+    /// Internal: one worker process of `bench robust`.
+    #[command(hide = true)]
+    RobustWorker(robust::WorkerArgs),
 }
+
+impl Suite {
+    /// Whether this is a worker whose traces the bench reads, stamped in unix
+    /// nanoseconds (see [`UnixNanos`]).
+    pub(crate) fn stamps_traces(&self) -> bool {
+        matches!(self, Suite::RobustWorker(_))
+    }
+}
+
+pub(crate) use robust::UnixNanos;
 
 pub(crate) fn run(suite: Suite) -> Result<(), Box<dyn std::error::Error>> {
     match suite {
@@ -87,6 +106,8 @@ pub(crate) fn run(suite: Suite) -> Result<(), Box<dyn std::error::Error>> {
         Suite::Ps(common) => ps::run(common),
         #[cfg(not(feature = "zmq"))]
         Suite::Ps(_) => Err("bench ps runs over tcp and needs the `zmq` feature".into()),
+        Suite::Robust(args) => robust::run(args),
+        Suite::RobustWorker(args) => robust::worker(args),
     }
 }
 
