@@ -18,6 +18,7 @@ use super::mock::{self, KillPoint};
 use super::state::{decide, Kind, Plan, Rules, State, STATE_LEN};
 use super::store::{decode_local, encode_local, Global, Results, Saved};
 use super::{Checkpoint, RobustOptions};
+use crate::collective::element::{DType, ReduceOp};
 use crate::collective::engine::{Collective, Elem, Engine};
 use crate::collective::error::{Call, CollectiveError};
 use crate::collective::signature::Signature;
@@ -106,6 +107,9 @@ pub(crate) struct RobustEngine {
     attempts: Vec<u64>,
     /// Silent ranks reported already, with their start numbers.
     reported: Vec<(usize, u64)>,
+    /// The input of the call being run, kept to run it again (reused: a fresh
+    /// allocation per call costs page faults at every large call).
+    input: Vec<u8>,
 }
 
 impl RobustEngine {
@@ -136,6 +140,7 @@ impl RobustEngine {
             report,
             attempts: vec![0; world],
             reported: Vec::new(),
+            input: Vec::new(),
         }
     }
 
@@ -243,7 +248,14 @@ impl RobustEngine {
         if let Err(e) = &result {
             if is_broken(e) {
                 tracing::warn!(rank = self.rank, error = %e, "robust: mesh broken, rejoining");
-                self.inner = None;
+                // Closing a broken mesh waits for its peers' receipts of this rank's
+                // abort notices (up to 300 ms, for dead peers too): off the path of
+                // the recovery.
+                if let Some(broken) = self.inner.take() {
+                    let _ = std::thread::Builder::new()
+                        .name("switchyard-drop-mesh".into())
+                        .spawn(move || drop(broken));
+                }
                 self.report_silent(e);
             }
         }
@@ -278,6 +290,12 @@ impl RobustEngine {
             .map(|r| r * STATE_LEN..(r + 1) * STATE_LEN)
             .collect();
         loop {
+            match self.agree_quickly(&state) {
+                Ok(Some(plan)) => return Ok(plan),
+                Ok(None) => {}
+                Err(e) if is_broken(&e) => continue,
+                Err(e) => return Err(e),
+            }
             let mut all = vec![0u8; STATE_LEN * self.world];
             all[blocks[self.rank].clone()].copy_from_slice(&state.encode());
             let mut request = Collective::Allgather {
@@ -304,6 +322,37 @@ impl RobustEngine {
             self.attempts = states.iter().map(|s| s.attempt).collect();
             return decide(&states, self.rules);
         }
+    }
+
+    /// The agreement of a job without failures, where every rank is in the same call:
+    /// one allreduce (Max) of each field of the state and of its complement, which
+    /// shows whether every rank's field is the same (the largest value equals the
+    /// complement of the largest complement, i.e. the smallest value). Cheaper than
+    /// the allgather of every state; `None` when the ranks differ, and the full
+    /// agreement follows.
+    fn agree_quickly(&mut self, state: &State) -> Result<Option<Plan>, CollectiveError> {
+        let fields = [
+            u64::from(state.kind.code()) | u64::from(state.fresh) << 8,
+            state.version,
+            state.seq,
+            state.call[0],
+            state.call[1],
+        ];
+        let mut words = [0u64; 2 * 5];
+        for (i, field) in fields.iter().enumerate() {
+            words[2 * i] = *field;
+            words[2 * i + 1] = !*field;
+        }
+        self.inner_run(&mut Collective::Allreduce {
+            buf: bytemuck::cast_slice_mut(&mut words),
+            dtype: DType::U64,
+            op: ReduceOp::Max,
+        })?;
+        let uniform = (0..fields.len()).all(|i| words[2 * i] == !words[2 * i + 1]);
+        if !uniform {
+            return Ok(None);
+        }
+        decide(&vec![*state; self.world], self.rules).map(Some)
     }
 
     /// Agrees and acts until `pending` is done.
@@ -391,7 +440,9 @@ impl RobustEngine {
             prepare(request.result_buffer());
         }
         // The input, to run the call again if the mesh breaks half-way through it.
-        let input = snapshot(request);
+        let mut input = std::mem::take(&mut self.input);
+        input.clear();
+        input.extend_from_slice(request.result_buffer());
         let outcome = match &mut *request {
             // Every rank keeps the whole reduction, so that any keeper can replay any
             // rank's block: reduce-scatter runs as an allreduce in robust mode.
@@ -405,9 +456,11 @@ impl RobustEngine {
             other => self.inner_run(other),
         };
         if let Err(e) = outcome {
-            restore_input(request, input);
+            restore_input(request, &input);
+            self.input = input;
             return Err(e);
         }
+        self.input = input;
         if self.rules.keeps(self.rank, self.seq) {
             let call = request.call();
             let version = self.saved.version;
@@ -620,23 +673,21 @@ impl RobustEngine {
     }
 }
 
-/// A copy of a request's input.
-fn snapshot(request: &mut Collective<'_>) -> Vec<u8> {
-    request.result_buffer().to_vec()
-}
-
 /// Puts a request's input back after a failed attempt.
-fn restore_input(request: &mut Collective<'_>, input: Vec<u8>) {
+fn restore_input(request: &mut Collective<'_>, input: &[u8]) {
     match request {
         Collective::Fold {
             buf,
             elem: Elem::Bytes,
             ..
-        } => **buf = input,
+        } => {
+            buf.clear();
+            buf.extend_from_slice(input);
+        }
         other => {
             let out = other.result_buffer();
             if out.len() == input.len() {
-                out.copy_from_slice(&input);
+                out.copy_from_slice(input);
             }
         }
     }

@@ -30,7 +30,8 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    fn code(self) -> u8 {
+    /// The kind's byte in a [`State`].
+    pub(crate) fn code(self) -> u8 {
         match self {
             Kind::Load => 0,
             Kind::Call => 1,

@@ -46,6 +46,9 @@ pub(crate) struct Saved {
 pub(crate) struct Results {
     kept: BTreeMap<u64, Vec<u8>>,
     bytes: usize,
+    /// Buffers of results dropped at the last checkpoint, reused for the next ones
+    /// (fresh allocations of large results cost a page fault per page, every call).
+    spare: Vec<Vec<u8>>,
 }
 
 impl Results {
@@ -68,7 +71,16 @@ impl Results {
             });
         }
         self.bytes += result.len();
-        self.kept.insert(seq, result.to_vec());
+        let mut copy = match self.spare.iter().position(|b| b.capacity() >= result.len()) {
+            Some(i) => self.spare.swap_remove(i),
+            None => Vec::with_capacity(result.len()),
+        };
+        copy.clear();
+        copy.extend_from_slice(result);
+        if let Some(old) = self.kept.insert(seq, copy) {
+            self.bytes -= old.len();
+            self.spare.push(old);
+        }
         Ok(())
     }
 
@@ -77,9 +89,10 @@ impl Results {
         self.kept.get(&seq).map(Vec::as_slice)
     }
 
-    /// Forgets every result (a checkpoint was committed).
+    /// Forgets every result (a checkpoint was committed), keeping the buffers.
     pub(crate) fn clear(&mut self) {
-        self.kept.clear();
+        let kept = std::mem::take(&mut self.kept);
+        self.spare.extend(kept.into_values());
         self.bytes = 0;
     }
 }
