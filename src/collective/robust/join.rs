@@ -64,7 +64,7 @@ fn setup(reason: String) -> CollectiveError {
 
 impl Communicator {
     /// Joins the classic tracker `spec` in robust mode: collectives survive the death
-    /// of a rank that the launcher restarts (see [the module](self) for the program's
+    /// of a rank that the launcher restarts (see the README's "Surviving a dead worker" for the program's
     /// shape). `robust.attempt` tells a restarted process from a first start.
     ///
     /// The first mesh is formed as by [`from_tracker`](Communicator::from_tracker);
