@@ -41,8 +41,10 @@ use super::element::{ReduceOp, Reducible};
 use super::engine::Collective;
 use super::error::{Call, CollectiveError};
 use super::Communicator;
+use serde::{de::DeserializeOwned, Serialize};
 use std::sync::Arc;
 use store::Global;
+use switchyard_msg::payload;
 
 /// Environment variable: [`RobustOptions::local_replica`].
 pub const ENV_LOCAL_REPLICA: &str = "SWITCHYARD_LOCAL_REPLICA";
@@ -237,6 +239,58 @@ impl Communicator {
     ) -> Result<(), CollectiveError> {
         self.robust_engine(Call::Checkpoint)?
             .checkpoint(Global::Lazy(Arc::new(global)), None)
+    }
+
+    /// [`checkpoint`](Communicator::checkpoint) of serde values (bincode, as
+    /// [`broadcast_value`](Communicator::broadcast_value) encodes them).
+    ///
+    /// # Errors
+    ///
+    /// A value that cannot be encoded; otherwise as [`checkpoint`](Communicator::checkpoint).
+    pub fn checkpoint_value<G: Serialize, L: Serialize>(
+        &mut self,
+        global: &G,
+        local: Option<&L>,
+    ) -> Result<(), CollectiveError> {
+        let encode =
+            |what: &str, e: switchyard_msg::PayloadError| CollectiveError::InvalidArgument {
+                call: Call::Checkpoint,
+                reason: format!("cannot encode the {what} model: {e}"),
+            };
+        let global = payload::frame_from_value(global).map_err(|e| encode("global", e))?;
+        let local = match local {
+            Some(l) => Some(payload::frame_from_value(l).map_err(|e| encode("local", e))?),
+            None => None,
+        };
+        self.checkpoint(&global, local.as_deref())
+    }
+
+    /// [`load_checkpoint`](Communicator::load_checkpoint) of values that
+    /// [`checkpoint_value`](Communicator::checkpoint_value) stored: `None` on a fresh
+    /// start, else the version, the global model and this rank's local model.
+    ///
+    /// # Errors
+    ///
+    /// Bytes that do not decode as `G` (or `L`) are [`CollectiveError::Malformed`];
+    /// otherwise as [`load_checkpoint`](Communicator::load_checkpoint).
+    pub fn load_checkpoint_value<G: DeserializeOwned, L: DeserializeOwned>(
+        &mut self,
+    ) -> Result<Option<(u64, G, Option<L>)>, CollectiveError> {
+        let Some(c) = self.load_checkpoint()? else {
+            return Ok(None);
+        };
+        let (rank, limit) = (self.rank, usize::MAX);
+        let decode = |what: &str, e: switchyard_msg::PayloadError| CollectiveError::Malformed {
+            call: Call::LoadCheckpoint,
+            rank,
+            reason: format!("the checkpoint's {what} model does not decode: {e}"),
+        };
+        let global = payload::frame_to_value(&c.global, limit).map_err(|e| decode("global", e))?;
+        let local = match c.local {
+            Some(l) => Some(payload::frame_to_value(&l, limit).map_err(|e| decode("local", e))?),
+            None => None,
+        };
+        Ok(Some((c.version, global, local)))
     }
 
     /// Checkpoints committed so far (0 outside robust mode).

@@ -389,3 +389,47 @@ fn lazy_checkpoints_recover_the_same_model() {
     assert_same(&failed, &clean);
     assert_eq!(failed[2].1, 1);
 }
+
+#[test]
+fn serde_values_checkpoint_and_come_back_to_a_restarted_rank() {
+    #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq, Clone)]
+    struct Model {
+        weights: Vec<f32>,
+        name: String,
+    }
+    let gens = Generations::new(2);
+    let model = |v: u64| Model {
+        weights: vec![v as f32; 3],
+        name: format!("model {v}"),
+    };
+    let handles: Vec<_> = (0..2)
+        .map(|rank| {
+            let gens = Arc::clone(&gens);
+            std::thread::spawn(move || {
+                let mut comm = robust(&gens, rank, 0, RobustOptions::default());
+                let none: Option<(u64, Model, Option<u32>)> = comm.load_checkpoint_value().unwrap();
+                assert!(none.is_none());
+                comm.checkpoint_value(&model(1), Some(&(rank as u32 * 7)))
+                    .unwrap();
+                let mut one = [1u8];
+                comm.allreduce(&mut one, ReduceOp::Sum).unwrap();
+                if rank == 1 {
+                    // Dies; its successor loads the checkpoint from rank 0.
+                    drop(comm);
+                    let mut comm = robust(&gens, rank, 1, RobustOptions::default());
+                    let (version, global, local): (u64, Model, Option<u32>) =
+                        comm.load_checkpoint_value().unwrap().expect("a checkpoint");
+                    assert_eq!((version, global, local), (1, model(1), Some(7)));
+                    comm.allreduce(&mut one, ReduceOp::Sum).unwrap();
+                    comm.engine.as_mut().finish().unwrap();
+                } else {
+                    comm.engine.as_mut().finish().unwrap();
+                }
+                one[0]
+            })
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.join().expect("rank"), 2);
+    }
+}
