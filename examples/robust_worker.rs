@@ -16,7 +16,10 @@
 //! long enough to aim at), `--fail-at R,V` (rank `R`'s first process returns an
 //! error, dropping its communicator, on entering iteration `V`: a program that fails
 //! rather than crashes), `--slow R,MS` (rank `R` sleeps `MS` ms more before each
-//! iteration: slow but alive, which must never be taken for dead), and rabit's `mock=rank,version,seq,ndeath[,point]` (read by
+//! iteration: slow but alive, which must never be taken for dead), `--exit-before-join T`
+//! (the first process of task `T`, `DMLC_TASK_ID`, exits with status 1 before it
+//! reaches the tracker: RELIABILITY.md §3 scenario 1), and rabit's
+//! `mock=rank,version,seq,ndeath[,point]` (read by
 //! [`RobustOptions::with_args`], as is `SWITCHYARD_MOCK`).
 //!
 //! Iteration `it` (checkpoint version `it`) makes these calls, numbered as the mock
@@ -53,6 +56,7 @@ struct Args {
     pause_ms: u64,
     fail_at: Option<(usize, u64)>,
     slow: Option<(usize, u64)>,
+    exit_before_join: Option<u64>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -64,6 +68,7 @@ fn parse_args() -> Result<Args, String> {
         pause_ms: 0,
         fail_at: None,
         slow: None,
+        exit_before_join: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -80,6 +85,7 @@ fn parse_args() -> Result<Args, String> {
             "--pause-ms" => args.pause_ms = value("--pause-ms")?,
             "--fail-at" => args.fail_at = Some(pair(&arg, it.next())?),
             "--slow" => args.slow = Some(pair(&arg, it.next())?),
+            "--exit-before-join" => args.exit_before_join = Some(value("--exit-before-join")?),
             "--lazy" => args.lazy = true,
             "--local" => args.local = true,
             // rabit-style `name=value` arguments are RobustOptions' (mock=...).
@@ -186,6 +192,15 @@ impl std::fmt::Display for Wrong {
 impl std::error::Error for Wrong {}
 
 fn run(args: Args) -> Result<(), Error> {
+    let task = std::env::var("DMLC_TASK_ID")
+        .ok()
+        .and_then(|t| t.trim().parse::<u64>().ok());
+    let first_start = std::env::var("DMLC_NUM_ATTEMPT").map_or(true, |a| a.trim() == "0");
+    if first_start && task.is_some() && args.exit_before_join == task {
+        let task = task.unwrap_or_default();
+        eprintln!("task {task}: exiting before joining the tracker (--exit-before-join)");
+        std::process::exit(1);
+    }
     // Only `name=value` arguments go to RobustOptions: the flags are this program's.
     let robust = RobustOptions::from_env()?
         .with_args(std::env::args().skip(1).filter(|a| a.contains('=')))?;

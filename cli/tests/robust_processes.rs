@@ -372,6 +372,38 @@ fn a_worker_that_returns_an_error_is_restarted_and_catches_up() {
     );
 }
 
+/// RELIABILITY.md §3 scenario 1 in restart mode: a worker that dies before it
+/// reaches the tracker is started again and the job ends as without the failure
+/// (the others wait in the tracker's first batch, which it then completes).
+#[test]
+fn a_worker_that_dies_before_reaching_the_tracker_is_restarted() {
+    let _one = one_job_at_a_time();
+    let plain = words("--iters 4 --len 1000");
+    let want = baseline(4, &plain);
+    let mut args = plain.clone();
+    args.extend(words("--exit-before-join 3"));
+    let job = run_job("robust_worker", 4, 1, &args, Duration::from_secs(30));
+    assert!(job.status.success(), "{}", job.dump());
+    let got = job.results();
+    assert_eq!(got.len(), 4, "{}", job.dump());
+    for (rank, outcome) in &got {
+        assert_eq!(
+            outcome.model,
+            want[rank].model,
+            "rank {rank}\n{}",
+            job.dump()
+        );
+    }
+    // Task 3 (rank 3 on one host) ran once, from the start, on its second process.
+    let three = &got[&3];
+    assert_eq!(
+        (three.attempt, three.loaded, three.prepare_calls),
+        (1, 0, 4),
+        "{}",
+        job.dump()
+    );
+}
+
 /// rabit's die_hard past the restarts allowed: rank 2 dies at the same call on
 /// both of its starts with `--max-restarts 1`, and the job ends (not a loop) with the
 /// launcher naming the rank, every other process stopped.
