@@ -110,6 +110,11 @@ pub(crate) struct RobustEngine {
     /// The input of the call being run, kept to run it again (reused: a fresh
     /// allocation per call costs page faults at every large call).
     input: Vec<u8>,
+    /// Whether calls run without an agreement first: set on every rank of a mesh at
+    /// once, when an agreement finds every rank in the same collective; cleared when
+    /// the mesh breaks (a new mesh starts with agreements, so that a restarted rank
+    /// is heard).
+    direct: bool,
 }
 
 impl RobustEngine {
@@ -141,6 +146,7 @@ impl RobustEngine {
             attempts: vec![0; world],
             reported: Vec::new(),
             input: Vec::new(),
+            direct: false,
         }
     }
 
@@ -248,6 +254,7 @@ impl RobustEngine {
         if let Err(e) = &result {
             if is_broken(e) {
                 tracing::warn!(rank = self.rank, error = %e, "robust: mesh broken, rejoining");
+                self.direct = false;
                 // Closing a broken mesh waits for its peers' receipts of this rank's
                 // abort notices (up to 300 ms, for dead peers too): off the path of
                 // the recovery.
@@ -359,6 +366,9 @@ impl RobustEngine {
     fn drive(&mut self, pending: &mut Pending<'_, '_>) -> Result<(), CollectiveError> {
         loop {
             let plan = self.agree(pending)?;
+            // Every rank of the mesh derives the same plan, so all of them go direct
+            // together, and stay direct until the mesh breaks.
+            self.direct = plan == Plan::Run(Kind::Call);
             match self.act(plan, pending) {
                 Ok(true) => return Ok(()),
                 Ok(false) => {}
@@ -428,6 +438,27 @@ impl RobustEngine {
                 Ok(true)
             }
         }
+    }
+
+    /// A collective call: straight on the mesh while every rank is known to be in
+    /// step (no failure since the last agreement found them in the same call), else,
+    /// and after a failure in it, through the agreement.
+    fn collective<'r>(
+        &mut self,
+        request: &'r mut Collective<'_>,
+        mut prepare: Option<Prepare<'r>>,
+    ) -> Result<(), CollectiveError> {
+        self.strike(KillPoint::Call);
+        if self.direct && self.inner.is_some() {
+            match self.run_for_real(request, &mut prepare) {
+                Ok(()) => return Ok(()),
+                // The mesh broke: the input is back in the buffer (and `prepare`,
+                // run already, is gone); the agreement takes over.
+                Err(e) if is_broken(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.drive(&mut Pending::Call { request, prepare })
     }
 
     /// Runs a collective on the mesh, keeps its result, and moves to the next call.
@@ -707,11 +738,7 @@ impl Engine for RobustEngine {
     }
 
     fn run(&mut self, request: &mut Collective<'_>) -> Result<(), CollectiveError> {
-        self.strike(KillPoint::Call);
-        self.drive(&mut Pending::Call {
-            request,
-            prepare: None,
-        })
+        self.collective(request, None)
     }
 
     fn run_prepared(
@@ -719,11 +746,7 @@ impl Engine for RobustEngine {
         request: &mut Collective<'_>,
         prepare: &mut dyn FnMut(&mut [u8]),
     ) -> Result<(), CollectiveError> {
-        self.strike(KillPoint::Call);
-        self.drive(&mut Pending::Call {
-            request,
-            prepare: Some(prepare),
-        })
+        self.collective(request, Some(prepare))
     }
 
     fn robust(&mut self) -> Option<&mut RobustEngine> {
