@@ -1,10 +1,13 @@
 //! The recovery engine: a wrapper around the mesh engine that survives a rank's death.
 //!
-//! Every call begins with an agreement ([`state`](super::state)): the ranks
-//! allgather where each is, and each derives the same [`Plan`]. In a job without
-//! failures the plan is always "run it", and the cost of robust mode is that one
-//! small allgather per call, plus a copy of the input (to run the call again if it
-//! fails half-way) and, on [`Rules::keeps`] ranks, of the result.
+//! Ranks agree ([`state`](super::state)) on where each is, and each derives the same
+//! [`Plan`]: a quick allreduce shows whether every rank is in the same call, and only
+//! when they differ an allgather of every rank's state follows. Once an agreement
+//! finds every rank in the same collective, calls run directly, without agreeing,
+//! until the mesh breaks (every rank of a mesh switches at the same agreement). In a
+//! job without failures the cost of robust mode is a copy of each call's input (to
+//! run the call again if it fails half-way) and, on [`Rules::keeps`] ranks, of its
+//! result.
 //!
 //! When the inner engine fails because a peer is gone, this rank drops the whole
 //! mesh and forms a new one through the tracker (`recover`, same rank); the restarted

@@ -23,9 +23,10 @@
 //! Rabit's `mock=rank,version,seq,ndeath` kills ([`MockKill`], [`ENV_MOCK`]) make a
 //! chosen rank exit at a chosen call, for tests.
 //!
-//! What it costs: one allgather of 48 bytes per rank before every call, a copy of each
-//! call's input, and a copy of its result on [`RobustOptions::global_replica`] of the
-//! ranks until the next checkpoint (bounded by [`RobustOptions::result_budget`]).
+//! What it costs: a copy of each call's input, and a copy of its result on
+//! [`RobustOptions::global_replica`] of the ranks until the next checkpoint (bounded by
+//! [`RobustOptions::result_budget`]); an agreement (one small allreduce) before a call
+//! only after a failure, until every rank is in step again, and at checkpoints.
 //! Reduce-scatter runs as an allreduce, so that any keeper can replay any rank's block.
 
 mod engine;
