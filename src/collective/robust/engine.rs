@@ -225,6 +225,7 @@ impl RobustEngine {
             seq: self.seq,
             attempt: self.attempt,
             call,
+            held_from: self.results.held_from(),
         }
     }
 
@@ -362,6 +363,10 @@ impl RobustEngine {
         if !uniform {
             return Ok(None);
         }
+        // Every rank is at this call: all passed the calls before it.
+        if !state.fresh {
+            self.results.settle(state.seq);
+        }
         decide(&vec![*state; self.world], self.rules).map(Some)
     }
 
@@ -495,12 +500,20 @@ impl RobustEngine {
             return Err(e);
         }
         self.input = input;
-        if self.rules.keeps(self.rank, self.seq) {
-            let call = request.call();
-            let version = self.saved.version;
-            let budget = self.options.result_budget;
-            self.results
-                .keep(call, self.seq, &*request.result_buffer(), budget, version)?;
+        let call = request.call();
+        let (version, budget) = (self.saved.version, self.options.result_budget);
+        let for_good = self.rules.keeps(self.rank, self.seq);
+        self.results.keep(
+            call,
+            (self.seq, for_good),
+            &*request.result_buffer(),
+            budget,
+            version,
+        )?;
+        // A call that needs every rank's input (all but broadcast) shows that every
+        // rank passed the calls before it.
+        if !matches!(request, Collective::Broadcast { .. }) {
+            self.results.settle(self.seq);
         }
         self.seq += 1;
         self.fresh = false;
@@ -535,11 +548,15 @@ impl RobustEngine {
                 out.copy_from_slice(&result);
             }
         }
-        if self.rules.keeps(self.rank, self.seq) {
-            let (version, budget) = (self.saved.version, self.options.result_budget);
-            self.results
-                .keep(call, self.seq, &*request.result_buffer(), budget, version)?;
-        }
+        let (version, budget) = (self.saved.version, self.options.result_budget);
+        let for_good = self.rules.keeps(self.rank, self.seq);
+        self.results.keep(
+            call,
+            (self.seq, for_good),
+            &*request.result_buffer(),
+            budget,
+            version,
+        )?;
         tracing::debug!(
             rank = self.rank,
             seq = self.seq,

@@ -12,7 +12,7 @@ use crate::collective::error::{Call, CollectiveError};
 use crate::collective::signature::CallText;
 
 /// Bytes of one encoded [`State`].
-pub(crate) const STATE_LEN: usize = 48;
+pub(crate) const STATE_LEN: usize = 56;
 
 /// What a rank is doing when it enters the agreement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,7 +64,7 @@ impl Kind {
     }
 }
 
-/// One rank's place, as allgathered.
+/// One rank's place, as allgathered (56 bytes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct State {
     /// What it is doing.
@@ -82,6 +82,8 @@ pub(crate) struct State {
     /// The call's signature and element count ([`Kind::Call`]), so that ranks in
     /// different calls are found out before any data moves.
     pub call: [u64; 2],
+    /// It holds the results of every call from this one on, kept for good or not.
+    pub held_from: u64,
 }
 
 impl State {
@@ -95,6 +97,7 @@ impl State {
         out[24..32].copy_from_slice(&self.attempt.to_le_bytes());
         out[32..40].copy_from_slice(&self.call[0].to_le_bytes());
         out[40..48].copy_from_slice(&self.call[1].to_le_bytes());
+        out[48..56].copy_from_slice(&self.held_from.to_le_bytes());
         out
     }
 
@@ -117,6 +120,7 @@ impl State {
             seq: word(16),
             attempt: word(24),
             call: [word(32), word(40)],
+            held_from: word(48),
         })
     }
 
@@ -304,7 +308,8 @@ pub(crate) fn decide(states: &[State], rules: Rules) -> Result<Plan, CollectiveE
                 return Err(describe(states));
             }
             let keepers: Vec<usize> = (0..world).filter(|&q| rules.keeps(q, seq)).collect();
-            match passed.iter().copied().find(|&q| rules.keeps(q, seq)) {
+            let holds = |q: usize| rules.keeps(q, seq) || seq >= states[q].held_from;
+            match passed.iter().copied().find(|&q| holds(q)) {
                 Some(from) => Ok(Plan::Replay {
                     version,
                     seq,

@@ -41,22 +41,30 @@ pub(crate) struct Saved {
     pub locals: BTreeMap<usize, Option<Vec<u8>>>,
 }
 
-/// Results of the calls since the last checkpoint, by call number.
+/// Results of the calls since the last checkpoint, by call number: those this rank
+/// keeps for good ([`Rules::keeps`](super::state::Rules::keeps)), and every other one
+/// since the last call that every rank is known to have passed (rabit keeps the last
+/// result everywhere for the same reason: ranks that finished a broadcast may not be
+/// its keepers, and the keepers may not have finished it).
 #[derive(Default)]
 pub(crate) struct Results {
-    kept: BTreeMap<u64, Vec<u8>>,
+    /// Each result, and whether it is kept for good.
+    kept: BTreeMap<u64, (Vec<u8>, bool)>,
     bytes: usize,
+    /// Results of calls from this one on are held even where not kept for good.
+    held_from: u64,
     /// Buffers of results dropped at the last checkpoint, reused for the next ones
     /// (fresh allocations of large results cost a page fault per page, every call).
     spare: Vec<Vec<u8>>,
 }
 
 impl Results {
-    /// Keeps `result` of call `seq`, unless that passes `budget`.
+    /// Keeps `result` of call `seq` (for good when `for_good`), unless that passes
+    /// `budget`.
     pub(crate) fn keep(
         &mut self,
         call: Call,
-        seq: u64,
+        (seq, for_good): (u64, bool),
         result: &[u8],
         budget: usize,
         version: u64,
@@ -77,23 +85,50 @@ impl Results {
         };
         copy.clear();
         copy.extend_from_slice(result);
-        if let Some(old) = self.kept.insert(seq, copy) {
+        if let Some((old, _)) = self.kept.insert(seq, (copy, for_good)) {
             self.bytes -= old.len();
             self.spare.push(old);
         }
         Ok(())
     }
 
+    /// Every rank has passed the calls before `seq`: results of those not kept for
+    /// good are dropped.
+    pub(crate) fn settle(&mut self, seq: u64) {
+        if seq <= self.held_from {
+            return;
+        }
+        let passed: Vec<u64> = self
+            .kept
+            .range(..seq)
+            .filter(|(_, (_, for_good))| !for_good)
+            .map(|(s, _)| *s)
+            .collect();
+        for s in passed {
+            if let Some((old, _)) = self.kept.remove(&s) {
+                self.bytes -= old.len();
+                self.spare.push(old);
+            }
+        }
+        self.held_from = seq;
+    }
+
+    /// The first call whose result this rank holds even where not kept for good.
+    pub(crate) fn held_from(&self) -> u64 {
+        self.held_from
+    }
+
     /// The kept result of call `seq`.
     pub(crate) fn get(&self, seq: u64) -> Option<&[u8]> {
-        self.kept.get(&seq).map(Vec::as_slice)
+        self.kept.get(&seq).map(|(r, _)| r.as_slice())
     }
 
     /// Forgets every result (a checkpoint was committed), keeping the buffers.
     pub(crate) fn clear(&mut self) {
         let kept = std::mem::take(&mut self.kept);
-        self.spare.extend(kept.into_values());
+        self.spare.extend(kept.into_values().map(|(r, _)| r));
         self.bytes = 0;
+        self.held_from = 0;
     }
 }
 

@@ -14,6 +14,8 @@ fn at(kind: Kind, version: u64, seq: u64) -> State {
         seq,
         attempt: 0,
         call: [1, 4],
+        // Holds only what it keeps for good.
+        held_from: seq,
     }
 }
 
@@ -26,6 +28,7 @@ fn fresh_loading() -> State {
         seq: 0,
         attempt: 1,
         call: [0, 0],
+        held_from: 0,
     }
 }
 
@@ -41,8 +44,8 @@ fn states_round_trip_through_their_bytes() {
         ..at(Kind::Ack, 9, 12)
     };
     assert_eq!(State::decode(&s.encode()), Ok(s));
-    assert!(State::decode(&[9u8; 48]).is_err(), "kind 9 is no kind");
-    assert!(State::decode(&[0u8; 47]).is_err());
+    assert!(State::decode(&[9u8; 56]).is_err(), "kind 9 is no kind");
+    assert!(State::decode(&[0u8; 55]).is_err());
 }
 
 #[test]
@@ -187,4 +190,37 @@ fn a_restarted_rank_that_skips_load_checkpoint_is_refused() {
     };
     let err = decide(&states, rules(3)).unwrap_err();
     assert!(err.to_string().contains("before load_checkpoint"), "{err}");
+}
+
+#[test]
+fn a_rank_past_a_broadcast_that_is_no_keeper_replays_it_while_it_still_holds_it() {
+    // world 10, 5 replicas: call 3 is kept for good by odd ranks only; even ranks
+    // finished it (a broadcast) and hold it since the last call all ranks passed (2).
+    let mut states = vec![
+        State {
+            held_from: 2,
+            ..at(Kind::Call, 4, 5)
+        };
+        10
+    ];
+    for r in [1, 3, 5, 7, 9] {
+        states[r] = at(Kind::Call, 4, 3);
+    }
+    assert_eq!(
+        decide(&states, rules(10)).unwrap(),
+        Plan::Replay {
+            version: 4,
+            seq: 3,
+            from: 0,
+            to: vec![1, 3, 5, 7, 9]
+        }
+    );
+    // Had they dropped it (held from 4 on), it would be lost, and said so.
+    for r in [0, 2, 4, 6, 8] {
+        states[r].held_from = 4;
+    }
+    assert!(matches!(
+        decide(&states, rules(10)),
+        Err(CollectiveError::ResultLost { seq: 3, .. })
+    ));
 }
