@@ -1,5 +1,5 @@
 //! The agreement at the start of every robust call: each rank says where it is
-//! ([`State`], 48 bytes, allgathered), and every rank derives the same [`Plan`] from
+//! ([`State`], 56 bytes, allgathered), and every rank derives the same [`Plan`] from
 //! the same states, so that the collectives each plan needs are made by every rank in
 //! the same order. A pure function, tested without a network.
 //!
@@ -87,7 +87,7 @@ pub(crate) struct State {
 }
 
 impl State {
-    /// The 48 bytes that go round.
+    /// The 56 bytes that go round.
     pub(crate) fn encode(&self) -> [u8; STATE_LEN] {
         let mut out = [0u8; STATE_LEN];
         out[0] = self.kind.code();
