@@ -500,16 +500,7 @@ impl RobustEngine {
             return Err(e);
         }
         self.input = input;
-        let call = request.call();
-        let (version, budget) = (self.saved.version, self.options.result_budget);
-        let for_good = self.rules.keeps(self.rank, self.seq);
-        self.results.keep(
-            call,
-            (self.seq, for_good),
-            &*request.result_buffer(),
-            budget,
-            version,
-        )?;
+        self.keep_result(request)?;
         // A call that needs every rank's input (all but broadcast) shows that every
         // rank passed the calls before it.
         if !matches!(request, Collective::Broadcast { .. }) {
@@ -518,6 +509,19 @@ impl RobustEngine {
         self.seq += 1;
         self.fresh = false;
         Ok(())
+    }
+
+    /// Holds this call's result for replay (for good where [`Rules::keeps`] says so).
+    fn keep_result(&mut self, request: &mut Collective<'_>) -> Result<(), CollectiveError> {
+        let (version, budget) = (self.saved.version, self.options.result_budget);
+        let for_good = self.rules.keeps(self.rank, self.seq);
+        self.results.keep(
+            request.call(),
+            (self.seq, for_good),
+            &*request.result_buffer(),
+            budget,
+            version,
+        )
     }
 
     /// Takes a result replayed by a survivor as this call's.
@@ -548,15 +552,7 @@ impl RobustEngine {
                 out.copy_from_slice(&result);
             }
         }
-        let (version, budget) = (self.saved.version, self.options.result_budget);
-        let for_good = self.rules.keeps(self.rank, self.seq);
-        self.results.keep(
-            call,
-            (self.seq, for_good),
-            &*request.result_buffer(),
-            budget,
-            version,
-        )?;
+        self.keep_result(request)?;
         tracing::debug!(
             rank = self.rank,
             seq = self.seq,
