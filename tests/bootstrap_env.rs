@@ -111,12 +111,20 @@ impl OutputRef for Child {
     }
 }
 
+/// A root port for `MASTER_PORT`, free now and outside Linux's ephemeral range
+/// (32768-60999 by default). A port the OS handed out for `:0` and that was closed
+/// again may be handed to any other socket of the tests running beside this one
+/// before rank 0 binds it (CI saw exactly that: "Address already in use"); ports
+/// below the range are only ever taken by an explicit bind.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::hash::{BuildHasher, Hasher};
+    let mut seed = std::collections::hash_map::RandomState::new().build_hasher();
+    seed.write_u32(std::process::id());
+    let start = seed.finish();
+    (0..4000u64)
+        .map(|i| 20_000 + ((start + i * 7919) % 12_000) as u16)
+        .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        .expect("a free port in 20000-31999")
 }
 
 fn env_error(r: Result<Option<Bootstrap>, LaunchError>) -> &'static str {
