@@ -256,6 +256,15 @@ pub enum CollectiveError {
         /// The engine it runs on.
         engine: &'static str,
     },
+    /// The communicator's [`Interrupt`](super::Interrupt) was raised while the call
+    /// waited (Ctrl-C in the Python module); the other ranks were told.
+    #[error("{call}: interrupted on rank {rank}")]
+    Interrupted {
+        /// The call.
+        call: Call,
+        /// This rank.
+        rank: usize,
+    },
     /// The transport or MPI failed.
     #[error("{call}: transport error with rank {rank}: {reason}")]
     Transport {
@@ -296,6 +305,11 @@ pub enum LinkError {
         rank: usize,
         /// Its reason.
         reason: String,
+    },
+    /// This rank's [`Interrupt`](super::Interrupt) was raised while it waited.
+    Interrupted {
+        /// This rank.
+        rank: usize,
     },
     /// Any other transport failure.
     Transport {
@@ -339,6 +353,7 @@ impl LinkError {
             LinkError::Transport { rank, reason } => {
                 CollectiveError::Transport { call, rank, reason }
             }
+            LinkError::Interrupted { rank } => CollectiveError::Interrupted { call, rank },
             LinkError::Refused { rank, first } => CollectiveError::Malformed {
                 call,
                 rank,

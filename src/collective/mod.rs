@@ -60,6 +60,7 @@ mod calls;
 mod element;
 mod engine;
 mod error;
+mod interrupt;
 pub(crate) mod link;
 mod mesh;
 #[cfg(feature = "mpi")]
@@ -73,6 +74,7 @@ mod user;
 
 pub use element::{DType, ReduceOp, Reducible};
 pub use error::{Call, CollectiveError, LinkError};
+pub use interrupt::Interrupt;
 pub use link::{BoundLink, Link, MemoryLink, MemorySchedule, SocketLink, StreamLink, Tag};
 pub use link::{Clock, Notice};
 pub use options::{

@@ -1,5 +1,6 @@
 //! Tuning and deadlines of a [`Communicator`](super::Communicator).
 
+use super::interrupt::Interrupt;
 use std::time::Duration;
 use switchyard_transports::SocketOptions;
 
@@ -122,6 +123,9 @@ pub struct CommOptions {
     /// `timeout`: robust mode forms meshes in short attempts, since a peer that dies
     /// while the mesh forms is otherwise only noticed at the timeout.
     pub(crate) setup_limit: Option<Duration>,
+    /// A flag that, once raised, ends this communicator's waiting call with
+    /// `Interrupted` (default `None`). See [`Interrupt`].
+    pub interrupt: Option<Interrupt>,
 }
 
 /// Environment variable turning on [`CommOptions::check`]: `1` (or `true`) on, `0`
@@ -161,6 +165,7 @@ impl Default for CommOptions {
             spin: Duration::from_micros(50),
             heartbeat: None,
             setup_limit: None,
+            interrupt: None,
         }
     }
 }
@@ -310,6 +315,12 @@ impl CommOptions {
     /// Sets [`CommOptions::heartbeat`] (`None` or zero: off).
     pub fn with_heartbeat(mut self, deadline: Option<Duration>) -> Self {
         self.heartbeat = deadline.filter(|d| !d.is_zero());
+        self
+    }
+
+    /// Sets [`CommOptions::interrupt`].
+    pub fn with_interrupt(mut self, interrupt: Interrupt) -> Self {
+        self.interrupt = Some(interrupt);
         self
     }
 

@@ -36,8 +36,8 @@ impl MeshBuilder {
             .connect(endpoints, self.options.setup_timeout())
             .map_err(|e| e.during(Call::Setup))?;
         let link: Box<dyn Link> = match tcp_host {
-            Some(host) if self.options.data_path == DataPath::Tcp => Box::new(
-                StreamLink::connect_with_heartbeat(
+            Some(host) if self.options.data_path == DataPath::Tcp => {
+                let mut stream = StreamLink::connect_with_heartbeat(
                     link,
                     &host,
                     self.options.setup_timeout(),
@@ -45,8 +45,10 @@ impl MeshBuilder {
                     self.options.spin,
                     self.options.heartbeat,
                 )
-                .map_err(|e| e.during(Call::Setup))?,
-            ),
+                .map_err(|e| e.during(Call::Setup))?;
+                stream.watch_interrupt(self.options.interrupt.clone());
+                Box::new(stream)
+            }
             _ => Box::new(link),
         };
         let mut comm = Communicator::over_link(link, self.options);

@@ -28,6 +28,7 @@ use super::pool::Pool;
 use super::setup::{open_connections, Connection, Opened};
 use super::{Clock, Link, Notice, Pending, SocketLink, Tag};
 use crate::collective::error::LinkError;
+use crate::collective::interrupt::Interrupt;
 use bytes::Bytes;
 use std::collections::VecDeque;
 use std::net::TcpStream;
@@ -82,6 +83,8 @@ pub struct StreamLink {
     /// purpose: fields drop in order, so the peers see this rank's connections close
     /// (a departure) before its beats stop, never the other way round (a stop).
     liveness: Option<Liveness>,
+    /// Raised by the caller to end a wait ([`Interrupt`]).
+    interrupt: Option<Interrupt>,
 }
 
 impl std::fmt::Debug for StreamLink {
@@ -154,7 +157,15 @@ impl StreamLink {
             spin,
             pool: Pool::default(),
             liveness,
+            interrupt: None,
         })
+    }
+
+    /// Ends this link's waits with [`LinkError::Interrupted`] once `interrupt` is
+    /// raised: it is looked at whenever a wait would sleep, at least every
+    /// [`CONTROL_CHECK`].
+    pub(crate) fn watch_interrupt(&mut self, interrupt: Option<Interrupt>) {
+        self.interrupt = interrupt;
     }
 
     /// The error for waiting on `peer` when it has missed its heartbeats for longer

@@ -4,6 +4,7 @@
 
 use super::{Outbound, Peer, StreamLink, CONTROL_CHECK};
 use crate::collective::error::LinkError;
+use crate::collective::interrupt::Interrupt;
 use crate::collective::link::framing::encode_head;
 use crate::collective::link::setup::io_error;
 use crate::collective::link::Tag;
@@ -233,6 +234,9 @@ impl StreamLink {
                 continue;
             }
             self.control.check_aborts()?;
+            if self.interrupt.as_ref().is_some_and(Interrupt::is_raised) {
+                return Err(LinkError::Interrupted { rank: self.rank });
+            }
             self.sleep(deadline);
         }
     }

@@ -1,0 +1,50 @@
+//! Stopping a call that is waiting, from another thread or a signal handler.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// A flag that ends the waiting call of a communicator: once it is raised, a mesh
+/// call on the TCP data path ([`DataPath::Tcp`](super::DataPath::Tcp)) that waits
+/// for a peer returns [`CollectiveError::Interrupted`](super::CollectiveError)
+/// within about 20 ms, and the other ranks' calls fail with `Aborted` naming this
+/// rank instead of waiting for it until their timeout.
+///
+/// Raising is one atomic store, so it may be done from a signal handler (the Python
+/// module raises it on Ctrl-C). The flag stays raised until [`clear`](Interrupt::clear);
+/// the communicator is then broken, as after any error, and should be dropped.
+/// Meshes over ZeroMQ only, in-process links and MPI do not look at it.
+///
+/// # Examples
+///
+/// ```
+/// use switchyard::collective::{CommOptions, Interrupt};
+/// let stop = Interrupt::new();
+/// let options = CommOptions::default().with_interrupt(stop.clone());
+/// assert!(!stop.is_raised());
+/// stop.raise();
+/// assert!(options.interrupt.as_ref().is_some_and(Interrupt::is_raised));
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Interrupt(Arc<AtomicBool>);
+
+impl Interrupt {
+    /// A flag that is not raised.
+    pub fn new() -> Interrupt {
+        Interrupt::default()
+    }
+
+    /// Raises the flag: async-signal-safe.
+    pub fn raise(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// Whether the flag is raised.
+    pub fn is_raised(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Lowers the flag.
+    pub fn clear(&self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
