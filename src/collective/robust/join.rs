@@ -136,6 +136,14 @@ impl Communicator {
     /// No tracker in the environment, or a half-set one, named; then as
     /// [`robust_from_tracker`](Communicator::robust_from_tracker).
     pub fn robust_from_env(robust: RobustOptions) -> Result<Communicator, CollectiveError> {
+        Communicator::robust_from_env_with(CommOptions::from_env(), robust)
+    }
+
+    /// [`robust_from_env`](Communicator::robust_from_env) with the given options.
+    pub fn robust_from_env_with(
+        options: CommOptions,
+        robust: RobustOptions,
+    ) -> Result<Communicator, CollectiveError> {
         let found = Bootstrap::from_tracker_env().map_err(|e| setup(e.to_string()))?;
         let Some(Bootstrap {
             rendezvous:
@@ -156,6 +164,6 @@ impl Communicator {
         };
         let mut spec = TrackerJoin::new(host, port).with_protocol(protocol);
         spec.task_id = task_id;
-        Communicator::robust_from_tracker(&spec, CommOptions::from_env(), robust)
+        Communicator::robust_from_tracker(&spec, options, robust)
     }
 }

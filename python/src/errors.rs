@@ -1,0 +1,27 @@
+//! Rust errors as Python exceptions, with the Rust message unchanged (it names the
+//! call, this rank and the peer).
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use switchyard::collective::CollectiveError;
+
+pyo3::create_exception!(
+    _native,
+    SwitchyardError,
+    PyRuntimeError,
+    "A collective or the communicator's setup failed: a peer died, went silent or aborted, the ranks disagree, or the tracker could not be reached. The message names the call and the rank."
+);
+
+/// `e` as a Python exception: arguments that cannot work on any rank are a
+/// `ValueError`, the rest a [`SwitchyardError`].
+pub(crate) fn to_py(e: CollectiveError) -> PyErr {
+    match e {
+        CollectiveError::InvalidArgument { .. } => PyValueError::new_err(e.to_string()),
+        other => SwitchyardError::new_err(other.to_string()),
+    }
+}
+
+/// The error of a call on a finalized communicator.
+pub(crate) fn finalized() -> PyErr {
+    SwitchyardError::new_err("the communicator was finalized")
+}
