@@ -87,24 +87,31 @@ def _op_name(op):
 def _dumps(obj):
     """Pickles ``obj`` (protocol 5) with its large buffers out of band.
 
-    Returns the head (``[k][len_1]..[len_k]``, little-endian u64s, then the pickle)
-    and the ``k`` out-of-band buffers as memoryviews.
+    Returns the head (little-endian u64s ``[k][len(pickle)][len_1]..[len_k]``, then
+    the pickle) and the ``k`` out-of-band buffers as memoryviews.
     """
     buffers = []
     main = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
     raws = [b.raw() for b in buffers]
-    head = struct.pack("<%dQ" % (len(raws) + 1), len(raws), *(r.nbytes for r in raws))
+    head = struct.pack("<%dQ" % (len(raws) + 2), len(raws), len(main), *(r.nbytes for r in raws))
     return head + main, raws
 
 
-def _split(head):
-    """The out-of-band lengths of a head from :func:`_dumps`, and the pickle."""
-    view = memoryview(head)
-    (k,) = struct.unpack_from("<Q", view, 0)
-    if 8 + 8 * k > len(view):
-        raise SwitchyardError("a pickled object's head is truncated: %d buffers named" % k)
-    lens = struct.unpack_from("<%dQ" % k, view, 8)
-    return lens, view[8 + 8 * k :]
+def _split(data):
+    """The out-of-band buffers' lengths named by a head from :func:`_dumps`, the
+    pickle, and what follows it."""
+    view = memoryview(data)
+    if len(view) < 16:
+        raise SwitchyardError("a pickled object is truncated: %d bytes" % len(view))
+    k, main_len = struct.unpack_from("<2Q", view, 0)
+    start = 16 + 8 * k
+    if start + main_len > len(view):
+        raise SwitchyardError(
+            "a pickled object is truncated: its head names %d buffers and a %d-byte pickle, %d bytes arrived"
+            % (k, main_len, len(view))
+        )
+    lens = struct.unpack_from("<%dQ" % k, view, 16)
+    return lens, view[start : start + main_len], view[start + main_len :]
 
 
 def _pack(obj):
@@ -115,16 +122,16 @@ def _pack(obj):
 
 def _unpack(data):
     """The object :func:`_pack` packed; its arrays share ``data``'s memory."""
-    view = memoryview(data)
-    lens, rest = _split(view)
-    end = len(rest) - sum(lens)
-    if end < 0:
-        raise SwitchyardError("a pickled object is truncated: its buffers need %d more bytes" % -end)
-    buffers, at = [], end
+    lens, main, rest = _split(data)
+    if sum(lens) != len(rest):
+        raise SwitchyardError(
+            "a pickled object is truncated: its buffers need %d bytes, %d are there" % (sum(lens), len(rest))
+        )
+    buffers, at = [], 0
     for n in lens:
         buffers.append(rest[at : at + n])
         at += n
-    return pickle.loads(rest[:end], buffers=buffers)
+    return pickle.loads(main, buffers=buffers)
 
 
 class Communicator:
@@ -221,7 +228,7 @@ class Communicator:
                 self._c.broadcast_into(raw, root)
             return data
         head = self._c.broadcast_bytes(None, root)
-        lens, main = _split(head)
+        lens, main, _ = _split(head)
         buffers = [bytearray(n) for n in lens]
         for buf in buffers:
             self._c.broadcast_into(buf, root)

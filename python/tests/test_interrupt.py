@@ -1,0 +1,44 @@
+"""Ctrl-C during a collective: KeyboardInterrupt on that rank, an error naming it on
+the others, well before the silence timeout (30 s in the worker)."""
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+
+from conftest import WORKERS
+
+
+def test_ctrl_c_raises_keyboard_interrupt_and_the_peers_name_the_rank():
+    port = str(20000 + random.randrange(12000))
+    procs = []
+    try:
+        for rank in range(3):
+            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE="3")
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(WORKERS / "interrupt.py")],
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
+            )
+        assert procs[0].stdout.readline().strip() == "rank 0: waiting"
+        time.sleep(0.5)
+        procs[0].send_signal(signal.SIGINT)
+        outs = [p.communicate(timeout=20)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    first = re.search(r"rank 0: KeyboardInterrupt after ([0-9.]+) s", outs[0])
+    assert first, outs[0]
+    assert float(first.group(1)) < 2.5, outs[0]
+    second = re.search(r"rank 1: SwitchyardError after ([0-9.]+) s: (.*)", outs[1])
+    assert second, outs[1]
+    assert float(second.group(1)) < 2.5, outs[1]
+    assert "interrupted on rank 0" in second.group(2), outs[1]
