@@ -75,6 +75,12 @@ pub(crate) struct CollectiveArgs {
     /// Where to write the SVG chart of busbw against size.
     #[arg(long)]
     pub(crate) svg: Option<PathBuf>,
+    /// A Python interpreter with the switchyard package installed (`pip install
+    /// ./python`): `allreduce` then adds the same allreduce from Python on numpy arrays
+    /// (compared with the Rust mesh), and mpi4py's `Allreduce` under `mpirun` when that
+    /// interpreter has mpi4py. Also `SWITCHYARD_PYTHON`.
+    #[arg(long)]
+    pub(crate) python: Option<PathBuf>,
     /// Internal: run as one rank of a job with this engine.
     #[arg(long, hide = true)]
     pub(crate) worker: Option<Engine>,
@@ -198,6 +204,14 @@ pub(crate) fn run(op: Op, args: CollectiveArgs) -> Result<()> {
     } else {
         None
     };
+    let python_exe = args
+        .python
+        .clone()
+        .or_else(|| std::env::var_os("SWITCHYARD_PYTHON").map(PathBuf::from));
+    let python = match (&python_exe, op) {
+        (Some(python), Op::Allreduce) => run_python(python, n, &args.common, &scratch)?,
+        _ => Vec::new(),
+    };
     if !args.mesh_only {
         series.push(Series {
             name: "MPI shm",
@@ -209,8 +223,64 @@ pub(crate) fn run(op: Op, args: CollectiveArgs) -> Result<()> {
         });
     }
     let _ = std::fs::remove_dir_all(&scratch);
-    report(op, n, &args, &series, checked.as_ref())?;
+    report(op, n, &args, &series, checked.as_ref(), &python)?;
     Ok(())
+}
+
+/// The Python rows: the switchyard package's allreduce under `switchyard launch`, then
+/// mpi4py's under `mpirun` when `python` has mpi4py (skipped with a note otherwise).
+fn run_python(
+    python: &Path,
+    n: usize,
+    common: &super::Common,
+    scratch: &Path,
+) -> Result<Vec<Series>> {
+    let plan = worker::plan(common);
+    let worker_args = |out: &Path| {
+        vec![
+            "-m".to_string(),
+            "switchyard._bench".to_string(),
+            "--out".to_string(),
+            out.display().to_string(),
+            "--plan".to_string(),
+            plan.clone(),
+        ]
+    };
+    let out = scratch.join("python");
+    let options = LaunchOptions::new(n as u32, python.display().to_string())
+        .with_args(worker_args(&out))
+        .with_timeout(Duration::from_secs(1800));
+    run_local(&options)?;
+    let mut series = vec![Series {
+        name: "python switchyard",
+        times: read_times(&out)?,
+    }];
+    let has_mpi4py = std::process::Command::new(python)
+        .args(["-c", "import mpi4py.MPI"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_mpi4py {
+        eprintln!(
+            "bench allreduce: {} has no mpi4py: no mpi4py row",
+            python.display()
+        );
+        return Ok(series);
+    }
+    let out = scratch.join("mpi4py");
+    let status = switchyard_mpirun::command(n)
+        .arg(python)
+        .args(worker_args(&out))
+        .arg("--mpi4py")
+        .status()
+        .map_err(|e| format!("cannot start mpirun for mpi4py ({e})"))?;
+    if !status.success() {
+        return Err(format!("mpirun -np {n} (mpi4py) exited with {status}").into());
+    }
+    series.push(Series {
+        name: "mpi4py shm",
+        times: read_times(&out)?,
+    });
+    Ok(series)
 }
 
 /// Prints the table or the JSON rows and writes the chart. `series` holds the mesh
@@ -222,9 +292,13 @@ fn report(
     args: &CollectiveArgs,
     series: &[Series],
     checked: Option<&Series>,
+    python: &[Series],
 ) -> Result<()> {
     let suite = op.name();
     let mesh = &series[0];
+    if args.common.json {
+        emit_python_rows(suite, n, mesh, python);
+    }
     if let (Some(checked), true) = (checked, args.common.json) {
         for (&size, &ours) in &checked.times {
             let Some(&theirs) = mesh.times.get(&size) else {
@@ -247,6 +321,7 @@ fn report(
         .take(1)
         .chain(checked)
         .chain(&series[1..])
+        .chain(python)
         .collect();
     let series = &columns[..];
     if args.common.json {
@@ -331,6 +406,33 @@ fn report(
     )?;
     eprintln!("chart: {}", svg_path.display());
     Ok(())
+}
+
+/// The Python rows, case `nN-python`: the package's allreduce against the Rust mesh's
+/// (the price of calling from Python), and against mpi4py's when measured.
+fn emit_python_rows(suite: &str, n: usize, mesh: &Series, python: &[Series]) {
+    let Some((ours, rest)) = python.split_first() else {
+        return;
+    };
+    let case = format!("n{n}-python");
+    let baselines = std::iter::once((mesh, "Rust mesh allreduce"))
+        .chain(rest.iter().map(|s| (s, "mpi4py Allreduce (MPI shm)")));
+    for (base, name) in baselines {
+        for (&size, &t) in &ours.times {
+            if let Some(&theirs) = base.times.get(&size) {
+                Row::lower_better(
+                    suite,
+                    &case,
+                    size as u64,
+                    "time_us",
+                    t * 1e6,
+                    theirs * 1e6,
+                    name,
+                )
+                .emit(true);
+            }
+        }
+    }
 }
 
 fn series_points(op: Op, n: usize, series: &[&Series]) -> Vec<(String, Vec<(f64, f64)>)> {

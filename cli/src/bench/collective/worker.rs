@@ -45,6 +45,19 @@ fn repetitions(quick: bool) -> usize {
     }
 }
 
+/// The sizes `common` selects, each with its calls per repetition and repetitions,
+/// as the Python worker (`python -m switchyard._bench --plan`) reads them:
+/// `size:iters:reps,...`.
+pub(super) fn plan(common: &Common) -> String {
+    let quick = common.quick;
+    sizes(quick)
+        .into_iter()
+        .filter(|&size| common.selects(&human_size(size as u64)))
+        .map(|size| format!("{size}:{}:{}", iterations(size, quick), repetitions(quick)))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// One collective call of `size` bytes (f32 elements) on `comm`.
 fn call(comm: &mut Communicator, op: Op, buf: &mut [f32], out: &mut [f32]) -> Result<()> {
     match op {
