@@ -13,6 +13,11 @@
 //! the "mesh checked" column and as JSON rows of their own case, `nN-checked`, with
 //! the checked mesh as `ours` and the default mesh as `baseline`: the price of
 //! checked mode, while the `nN` rows stay comparable with earlier runs.
+//!
+//! `allreduce --python PYTHON` adds rows of case `nN-python`: the Python package's
+//! allreduce on numpy arrays (`python -m switchyard._bench`, the same loop) against
+//! the Rust worker, the two launched alternately three times each, and against
+//! mpi4py's `Allreduce` under `mpirun` when PYTHON has mpi4py.
 
 mod worker;
 
@@ -76,9 +81,9 @@ pub(crate) struct CollectiveArgs {
     #[arg(long)]
     pub(crate) svg: Option<PathBuf>,
     /// A Python interpreter with the switchyard package installed (`pip install
-    /// ./python`): `allreduce` then adds the same allreduce from Python on numpy arrays
-    /// (compared with the Rust mesh), and mpi4py's `Allreduce` under `mpirun` when that
-    /// interpreter has mpi4py. Also `SWITCHYARD_PYTHON`.
+    /// ./python`): `allreduce` then adds the same allreduce from Python on numpy arrays,
+    /// compared with the Rust worker in alternated launches, and mpi4py's `Allreduce`
+    /// under `mpirun` when that interpreter has mpi4py. Also `SWITCHYARD_PYTHON`.
     #[arg(long)]
     pub(crate) python: Option<PathBuf>,
     /// Internal: run as one rank of a job with this engine.
@@ -227,8 +232,22 @@ pub(crate) fn run(op: Op, args: CollectiveArgs) -> Result<()> {
     Ok(())
 }
 
-/// The Python rows: the switchyard package's allreduce under `switchyard launch`, then
-/// mpi4py's under `mpirun` when `python` has mpi4py (skipped with a note otherwise).
+/// Launches of the Rust job and the Python job, alternated, behind the Python rows:
+/// the two are compared per size as the medians of their launches, so that a slow
+/// spell of the machine (TCP on loopback is bimodal here) hits both alike.
+const PYTHON_PAIRS: usize = 3;
+
+/// Set for the Python jobs: numpy's OpenBLAS otherwise starts a thread pool in every
+/// Python process whose threads spin at import (4% of a Python job's CPU samples in a
+/// `perf record -e cpu-clock` profile), CPU that 4 ranks on 2 cores take from the
+/// collective. The benchmark calls no BLAS.
+const ONE_BLAS_THREAD: [(&str, &str); 2] =
+    [("OPENBLAS_NUM_THREADS", "1"), ("OMP_NUM_THREADS", "1")];
+
+/// The Python rows: the switchyard package's allreduce under `switchyard launch`,
+/// alternated with the Rust worker's ([`PYTHON_PAIRS`] launches each; the first
+/// series returned is the Rust one), then mpi4py's under `mpirun` when `python` has
+/// mpi4py (skipped with a note otherwise).
 fn run_python(
     python: &Path,
     n: usize,
@@ -246,15 +265,43 @@ fn run_python(
             plan.clone(),
         ]
     };
-    let out = scratch.join("python");
-    let options = LaunchOptions::new(n as u32, python.display().to_string())
-        .with_args(worker_args(&out))
-        .with_timeout(Duration::from_secs(1800));
-    run_local(&options)?;
-    let mut series = vec![Series {
-        name: "python switchyard",
-        times: read_times(&out)?,
-    }];
+    let (mut rust, mut py) = (Vec::new(), Vec::new());
+    for pair in 0..PYTHON_PAIRS {
+        let run_rust = || {
+            let out = scratch.join(format!("rust{pair}"));
+            run_mesh(Op::Allreduce, n, common, &out, false)
+        };
+        let run_py = || {
+            let out = scratch.join(format!("python{pair}"));
+            let mut options = LaunchOptions::new(n as u32, python.display().to_string())
+                .with_args(worker_args(&out))
+                .with_timeout(Duration::from_secs(1800));
+            for (key, value) in ONE_BLAS_THREAD {
+                options = options.with_env(key, value);
+            }
+            run_local(&options)?;
+            read_times(&out)
+        };
+        // Each goes first in every other pair: whichever runs second would otherwise
+        // always meet the machine as the first left it.
+        if pair % 2 == 0 {
+            rust.push(run_rust()?);
+            py.push(run_py()?);
+        } else {
+            py.push(run_py()?);
+            rust.push(run_rust()?);
+        }
+    }
+    let mut series = vec![
+        Series {
+            name: "rust paired",
+            times: medians(&rust),
+        },
+        Series {
+            name: "python switchyard",
+            times: medians(&py),
+        },
+    ];
     let has_mpi4py = std::process::Command::new(python)
         .args(["-c", "import mpi4py.MPI"])
         .status()
@@ -268,6 +315,7 @@ fn run_python(
     }
     let out = scratch.join("mpi4py");
     let status = switchyard_mpirun::command(n)
+        .envs(ONE_BLAS_THREAD)
         .arg(python)
         .args(worker_args(&out))
         .arg("--mpi4py")
@@ -281,6 +329,20 @@ fn run_python(
         times: read_times(&out)?,
     });
     Ok(series)
+}
+
+/// Per size, the median of the launches that measured it.
+fn medians(launches: &[BTreeMap<usize, f64>]) -> BTreeMap<usize, f64> {
+    let mut by_size: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+    for launch in launches {
+        for (&size, &t) in launch {
+            by_size.entry(size).or_default().push(t);
+        }
+    }
+    by_size
+        .into_iter()
+        .map(|(size, times)| (size, super::median(times)))
+        .collect()
 }
 
 /// Prints the table or the JSON rows and writes the chart. `series` holds the mesh
@@ -297,7 +359,7 @@ fn report(
     let suite = op.name();
     let mesh = &series[0];
     if args.common.json {
-        emit_python_rows(suite, n, mesh, python);
+        emit_python_rows(suite, n, python);
     }
     if let (Some(checked), true) = (checked, args.common.json) {
         for (&size, &ours) in &checked.times {
@@ -408,14 +470,15 @@ fn report(
     Ok(())
 }
 
-/// The Python rows, case `nN-python`: the package's allreduce against the Rust mesh's
-/// (the price of calling from Python), and against mpi4py's when measured.
-fn emit_python_rows(suite: &str, n: usize, mesh: &Series, python: &[Series]) {
-    let Some((ours, rest)) = python.split_first() else {
+/// The Python rows, case `nN-python`: the package's allreduce against the Rust
+/// worker's in the alternated launches (the price of calling from Python), and
+/// against mpi4py's when measured. `python` is as [`run_python`] returns it.
+fn emit_python_rows(suite: &str, n: usize, python: &[Series]) {
+    let [rust, ours, rest @ ..] = python else {
         return;
     };
     let case = format!("n{n}-python");
-    let baselines = std::iter::once((mesh, "Rust mesh allreduce"))
+    let baselines = std::iter::once((rust, "Rust mesh allreduce (alternated launches)"))
         .chain(rest.iter().map(|s| (s, "mpi4py Allreduce (MPI shm)")));
     for (base, name) in baselines {
         for (&size, &t) in &ours.times {
