@@ -467,10 +467,16 @@ impl Comm {
         result.map_err(to_py)
     }
 
-    /// Whether `finalize` was called.
+    /// Whether `finalize` was called. Never waits: a communicator inside a call on
+    /// another thread is not finalized (waiting for it with the GIL held could
+    /// deadlock a `prepare` that needs the GIL).
     #[getter]
     fn finalized(&self) -> bool {
-        self.inner.lock().map(|g| g.is_none()).unwrap_or(true)
+        match self.inner.try_lock() {
+            Ok(guard) => guard.is_none(),
+            Err(std::sync::TryLockError::WouldBlock) => false,
+            Err(std::sync::TryLockError::Poisoned(_)) => true,
+        }
     }
 
     fn __repr__(&self) -> String {

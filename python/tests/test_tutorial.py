@@ -53,3 +53,11 @@ def test_kmeans_with_a_killed_worker_ends_with_the_same_centroids(launch):
 def test_every_dtype_through_every_collective(launch):
     job = launch(3, "dtypes")
     assert len(job.lines("dtypes ok")) == 3, job.out
+
+
+def test_the_gil_is_released_and_a_second_thread_is_refused(launch):
+    job = launch(2, "threads")
+    found = re.search(r"rank 0: counted (\d+) while waiting; second call: \['(.*)'\]", job.out)
+    assert found, job.out
+    assert int(found.group(1)) > 1000, job.out
+    assert "inside a call on another thread" in found.group(2), job.out
