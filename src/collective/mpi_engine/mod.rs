@@ -87,6 +87,12 @@ fn datatype(dtype: DType) -> Datatype {
     }
 }
 
+/// Whether `op` on `dtype` runs widened (see [`split::widened_u8`]): sums and
+/// products of bytes, which OpenMPI's `op/avx` saturates.
+fn wraps_u8(dtype: DType, op: ReduceOp) -> bool {
+    dtype == DType::U8 && matches!(op, ReduceOp::Sum | ReduceOp::Prod)
+}
+
 /// MPI's built-in operation for `op`.
 fn operation(op: ReduceOp) -> Operation {
     match op {
@@ -283,15 +289,27 @@ impl Engine for MpiEngine {
             (self.rank, self.size, self.max_count, self.in_place);
         match request {
             Collective::Allreduce { buf, dtype, op } => {
-                let (ty, op) = (datatype(*dtype), operation(*op));
+                let (ty, wrap_u8, op) = (datatype(*dtype), wraps_u8(*dtype, *op), operation(*op));
                 self.call(sig, count, true, move |c, _| {
+                    if wrap_u8 {
+                        return split::widened_u8(buf, |wide| {
+                            split::allreduce(c, wide, Datatype::U32, op, max_count, in_place)
+                        })
+                        .map_err(failed);
+                    }
                     split::allreduce(c, buf, ty, op, max_count, in_place).map_err(failed)
                 })
             }
             Collective::ReduceScatter { buf, dtype, op } => {
-                let (ty, op) = (datatype(*dtype), operation(*op));
+                let (ty, wrap_u8, op) = (datatype(*dtype), wraps_u8(*dtype, *op), operation(*op));
                 self.call(sig, count, true, move |c, _| {
                     let plan = split::Scatter::even(buf.len() / ty.size(), rank, size, max_count);
+                    if wrap_u8 {
+                        return split::widened_u8(buf, |wide| {
+                            split::reduce_scatter(c, wide, &plan, Datatype::U32, op, in_place)
+                        })
+                        .map_err(failed);
+                    }
                     split::reduce_scatter(c, buf, &plan, ty, op, in_place).map_err(failed)
                 })
             }

@@ -33,6 +33,26 @@ pub(super) fn allreduce(
     Ok(())
 }
 
+/// Runs `body` on `buf`'s bytes widened to `u32` elements, then truncates them back:
+/// how sums and products of `u8` wrap under MPI as they do on the mesh. OpenMPI
+/// 4.1's `op/avx` component adds 8-bit integers with saturating instructions (ompi
+/// issue #8045, closed as won't fix), so `MPI_SUM` on `MPI_UINT8_T` gives 255 where
+/// the sum passes it. A `u32` sum of bytes cannot overflow below 2^24 ranks, and a
+/// `u32` product wraps modulo 2^32, whose low byte is the product modulo 256. Costs 4x
+/// the bytes; byte sums are rare and short.
+pub(super) fn widened_u8(
+    buf: &mut [u8],
+    body: impl FnOnce(&mut [u8]) -> Result<(), CallError>,
+) -> Result<(), CallError> {
+    let mut wide: Vec<u32> = buf.iter().map(|&b| u32::from(b)).collect();
+    body(bytemuck::cast_slice_mut(&mut wide))?;
+    for (b, w) in buf.iter_mut().zip(&wide) {
+        // The low byte: the result modulo 256.
+        *b = w.to_le_bytes()[0];
+    }
+    Ok(())
+}
+
 /// `MPI_Bcast` of `buf` from `root`, at most `max_count` bytes a call.
 pub(super) fn broadcast(
     c: &Collectives<'_>,
