@@ -33,6 +33,7 @@ pub(crate) struct Comm {
     world: usize,
     host: String,
     robust: bool,
+    engine: &'static str,
 }
 
 /// A reduction operation from its name.
@@ -88,6 +89,7 @@ fn form(
             Ok(result) => {
                 let comm = result.map_err(to_py)?;
                 return Ok(Comm {
+                    engine: comm.engine_name(),
                     rank: comm.rank(),
                     world: comm.world_size(),
                     host: comm.processor_name().to_string(),
@@ -234,6 +236,7 @@ impl Comm {
     fn solo() -> Comm {
         let comm = Communicator::solo();
         Comm {
+            engine: comm.engine_name(),
             rank: 0,
             world: 1,
             host: comm.processor_name().to_string(),
@@ -252,6 +255,12 @@ impl Comm {
     #[getter]
     fn world_size(&self) -> usize {
         self.world
+    }
+
+    /// The engine: "mesh", "mpi", "robust" or "solo".
+    #[getter]
+    fn engine(&self) -> &'static str {
+        self.engine
     }
 
     /// Whether this communicator is in robust mode (checkpoints, recovery).
@@ -481,10 +490,8 @@ impl Comm {
 
     fn __repr__(&self) -> String {
         format!(
-            "<switchyard Comm rank {} of {}{}>",
-            self.rank,
-            self.world,
-            if self.robust { ", robust" } else { "" }
+            "<switchyard Comm rank {} of {}, {} engine>",
+            self.rank, self.world, self.engine
         )
     }
 }

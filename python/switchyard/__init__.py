@@ -47,6 +47,7 @@ __all__ = [
     "barrier",
     "broadcast",
     "checkpoint",
+    "communicator",
     "finalize",
     "get_processor_name",
     "get_rank",
@@ -187,6 +188,13 @@ class Communicator:
     def world_size(self):
         """The number of ranks."""
         return self._c.world_size
+
+    @property
+    def engine(self):
+        """The engine that runs the calls: ``"mesh"`` (TCP), ``"mpi"`` (MPI's own
+        collectives, in a build with the ``mpi`` feature under ``mpirun``),
+        ``"robust"`` or ``"solo"`` (a world of one)."""
+        return self._c.engine
 
     @property
     def robust(self):
@@ -333,6 +341,12 @@ def finalize():
     comm, _comm = _comm, None
     if comm is not None:
         comm.finalize()
+
+
+def communicator():
+    """The module's :class:`Communicator` (after :func:`init`), for what the module
+    functions do not offer (its ``engine``, ``recoveries()``)."""
+    return _the()
 
 
 def get_rank():

@@ -16,6 +16,7 @@ def solo():
 
 def test_a_world_of_one_runs_every_call(solo):
     assert switchyard.get_rank() == 0 and switchyard.get_world_size() == 1
+    assert switchyard.communicator().engine == "solo"
     assert not switchyard.is_distributed()
     assert switchyard.get_processor_name()
     a = np.arange(4, dtype=np.float32)

@@ -1,6 +1,8 @@
-"""Under `mpirun`: the package (built without the `mpi` feature) takes its ranks from
-OpenMPI's variables and runs its collectives over TCP. Skipped without an `mpirun`,
-unless SWITCHYARD_REQUIRE_MPIRUN=1 (CI) makes that a failure."""
+"""Under `mpirun`. Built without the `mpi` feature, the package takes its ranks from
+OpenMPI's variables and runs its collectives on the mesh over TCP; built with it
+(`.ci/run` installs that build too and sets SWITCHYARD_EXPECT_ENGINE=mpi), on MPI's
+own collectives. Skipped without an `mpirun`, unless SWITCHYARD_REQUIRE_MPIRUN=1 (CI)
+makes that a failure."""
 
 import os
 import random
@@ -23,15 +25,31 @@ OPENMPI_ENV = {
 }
 
 
-def test_rabit_basic_under_mpirun():
+def _mpirun():
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         if os.environ.get("SWITCHYARD_REQUIRE_MPIRUN") == "1":
             pytest.fail("SWITCHYARD_REQUIRE_MPIRUN=1 and there is no mpirun")
         pytest.skip("no mpirun")
+    return mpirun
+
+
+def _run(worker):
     # A root port below Linux's ephemeral range, so no socket of another test holds it.
     env = dict(os.environ, MASTER_PORT=str(20000 + random.randrange(12000)), **OPENMPI_ENV)
-    job = run_bounded([mpirun, "-np", "3", sys.executable, str(WORKERS / "basic.py")], 120, env=env)
+    job = run_bounded([_mpirun(), "-np", "3", sys.executable, str(WORKERS / (worker + ".py"))], 120, env=env)
     assert job.returncode == 0, job.out
+    return job
+
+
+def test_rabit_basic_under_mpirun():
+    job = _run("basic")
+    engine = os.environ.get("SWITCHYARD_EXPECT_ENGINE", "mesh")
     for rank in range(3):
         assert "@node[%d] after-allreduce-sum: a=[6.0, 9.0, 12.0]" % rank in job.out, job.out
+        assert "@node[%d] engine %s" % (rank, engine) in job.out, job.out
+
+
+def test_every_dtype_under_mpirun():
+    job = _run("dtypes")
+    assert job.out.count("dtypes ok") == 3, job.out

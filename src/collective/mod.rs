@@ -150,6 +150,13 @@ impl Communicator {
         self.engine.is_distributed()
     }
 
+    /// The engine that runs the calls: `"mesh"` (the transports), `"mpi"` (MPI's own
+    /// collectives), `"robust"` (robust mode around a mesh) or `"solo"` (a world of
+    /// one).
+    pub fn engine_name(&self) -> &'static str {
+        self.engine.name()
+    }
+
     /// The host this rank runs on (MPI's processor name under MPI).
     pub fn processor_name(&self) -> &str {
         &self.processor_name

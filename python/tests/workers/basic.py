@@ -6,6 +6,7 @@ import switchyard
 switchyard.init()
 n = 3
 rank = switchyard.get_rank()
+print("@node[%d] engine %s" % (rank, switchyard.communicator().engine))
 a = np.zeros(n)
 for i in range(n):
     a[i] = rank + i

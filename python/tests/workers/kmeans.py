@@ -16,6 +16,7 @@ K, DIM, POINTS, ITERS = 4, 3, 500, 8
 
 switchyard.init(sys.argv, robust=True)
 rank, world = switchyard.get_rank(), switchyard.get_world_size()
+assert switchyard.communicator().engine == "robust", switchyard.communicator()
 points = np.random.default_rng(1000 + rank).normal(size=(POINTS, DIM))
 points += np.repeat(np.arange(K), POINTS // K)[:, None] * 3.0
 
