@@ -100,8 +100,20 @@ impl Scheduler {
                 .iter()
                 .position(|m| m.role == role && m.rank == rank)
         };
+        // Whether the last receive found the queue empty. Silence is judged only then:
+        // after this thread was kept from running for a while, the heartbeats that
+        // queued meanwhile must be counted before any node is taken for silent (judged
+        // after each message, a live server whose beat was still queued behind
+        // another's was failed over in CI, and the real failure later aborted the job).
+        let mut drained = true;
         loop {
-            match self.router.recv_from_timeout(SLICE) {
+            let received = if drained {
+                self.router.recv_from_timeout(SLICE)
+            } else {
+                self.router.try_recv_from()
+            };
+            drained = received.is_err();
+            match received {
                 Ok((peer, msg)) => {
                     let note = match wire::read_control(&msg, &peer.to_string()) {
                         Ok(note) => note,
@@ -165,6 +177,9 @@ impl Scheduler {
                 }
                 Err(RecvError::Timeout | RecvError::Empty) => {}
                 Err(e) => return Err(PsError::protocol("scheduler socket", e)),
+            }
+            if !drained {
+                continue;
             }
             let now = Instant::now();
             if let Some(i) = members
