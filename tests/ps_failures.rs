@@ -9,7 +9,7 @@ use ps_support::{config, endpoint, on_workers, Job};
 use std::time::{Duration, Instant};
 use switchyard::prelude::{Router, RouterSocket, Socket};
 use switchyard::ps::{
-    testing, Group, KvServer, KvWorker, Mode, NodeRole, PsError, Scheduler, Update,
+    testing, Group, KvServer, KvWorker, Mode, NodeRole, PsError, Scheduler, Sharding, Update,
 };
 
 /// How long after `dead_timeout` (1.5 s in these tests) an error may come: a
@@ -55,6 +55,120 @@ fn bad_requests_are_errors_and_the_job_goes_on() {
         [2.0, 3.0]
     );
     w.finish().unwrap();
+    job.end_ok();
+}
+
+/// A sync push of keys on two servers that one server refuses (key 1's length
+/// changed) is applied by neither: the next round of both workers sums only their
+/// good pushes (22, not 112 with the refused 100 in it), at once, and the error is
+/// the typed one naming the key and the server.
+#[test]
+fn a_push_refused_by_one_server_is_applied_by_none() {
+    let config = config(2, 2).with_sharding(Sharding::Range { key_space: Some(2) });
+    let job = Job::start(
+        &endpoint("tcp", "atomic"),
+        config.clone(),
+        Mode::Sync,
+        Update::Sum,
+    );
+    let e = job.endpoint.clone();
+    let results = on_workers(2, move |_| {
+        let mut w = KvWorker::<f32>::join(&e, &config)?;
+        assert_eq!(
+            w.push_pull(&[0, 1], &[1, 1], vec![1.0, 1.0])?.values(),
+            [2.0, 2.0]
+        );
+        let refused = if w.rank() == 0 {
+            Some(w.push(&[0, 1], &[1, 2], vec![100.0, 5.0, 5.0]).unwrap_err())
+        } else {
+            None
+        };
+        w.barrier(Group::Workers)?;
+        let started = Instant::now();
+        let sum = w.push_pull(&[0, 1], &[1, 1], vec![10.0, 10.0])?;
+        let took = started.elapsed();
+        w.finish()?;
+        Ok((refused, sum.into_values(), took))
+    });
+    for r in results {
+        let (refused, sum, took) = r.unwrap();
+        assert_eq!(sum, [22.0, 22.0], "the refused push was applied somewhere");
+        assert!(
+            took < Duration::from_secs(5),
+            "the good push waited {took:?}"
+        );
+        if let Some(err) = refused {
+            assert!(
+                matches!(&err, PsError::LengthChanged { key: 1, stored: 1, pushed: 2, server }
+                    if server.starts_with("server 1")),
+                "{err}"
+            );
+        }
+    }
+    job.end_ok();
+}
+
+/// An `i32` worker against `f32` servers is refused, naming both types, and stores
+/// nothing (the bits of an `i32` 1 read as `f32` are 1e-45).
+#[test]
+fn a_worker_of_another_element_type_is_refused() {
+    let config = config(2, 2);
+    let job = Job::start(
+        &endpoint("local", "elemtype"),
+        config.clone(),
+        Mode::Async,
+        Update::Sum,
+    );
+    let (e, c) = (job.endpoint.clone(), config.clone());
+    let ints = std::thread::spawn(move || KvWorker::<i32>::join(&e, &c));
+    let mut floats = KvWorker::<f32>::join(&job.endpoint, &config).unwrap();
+    let mut ints = ints.join().unwrap().unwrap();
+    for err in [
+        ints.push(&[3], &[2], vec![1, 1]).unwrap_err(),
+        ints.pull(&[3]).unwrap_err(),
+    ] {
+        assert!(
+            matches!(&err, PsError::TypeMismatch { stored, sent, .. } if stored == "f32" && sent == "i32"),
+            "{err}"
+        );
+    }
+    assert!(matches!(
+        floats.pull(&[3]).unwrap_err(),
+        PsError::NeverPushed { key: 3, .. }
+    ));
+    ints.finish().unwrap();
+    floats.finish().unwrap();
+    job.end_ok();
+}
+
+/// A sync key pushed by only one of two workers: the push fails at
+/// `request_timeout`, saying which workers never pushed it, not with a bare timeout.
+#[test]
+fn a_sync_round_missing_a_worker_says_which() {
+    let config = config(2, 1).with_request_timeout(Duration::from_millis(800));
+    let job = Job::start(
+        &endpoint("local", "partial"),
+        config.clone(),
+        Mode::Sync,
+        Update::Sum,
+    );
+    let e = job.endpoint.clone();
+    let results = on_workers(2, move |_| {
+        let mut w = KvWorker::<f32>::join(&e, &config)?;
+        let outcome = if w.rank() == 1 {
+            Some(w.push(&[9], &[1], vec![1.0]).unwrap_err())
+        } else {
+            None
+        };
+        w.finish()?;
+        Ok(outcome)
+    });
+    let err = results.into_iter().find_map(|r| r.unwrap()).unwrap();
+    assert!(
+        matches!(&err, PsError::RoundIncomplete { key: 9, pushed, missing, .. }
+            if pushed == &[1] && missing == &[0]),
+        "{err}"
+    );
     job.end_ok();
 }
 

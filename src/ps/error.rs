@@ -47,6 +47,33 @@ pub enum PsError {
         /// The server.
         server: String,
     },
+    /// A request's element type is not the one the server stores: an `i32` worker
+    /// against `f32` servers, say (same width, so the bytes alone would pass).
+    #[error("{server} stores {stored} values, the request carries {sent}")]
+    TypeMismatch {
+        /// The server.
+        server: String,
+        /// The server's element type.
+        stored: String,
+        /// The requester's element type.
+        sent: String,
+    },
+    /// A [`Mode::Sync`](super::Mode::Sync) round of a key did not complete within
+    /// [`PsConfig::request_timeout`](super::PsConfig::request_timeout): some workers
+    /// never pushed the key. The round's partial sum is dropped.
+    #[error("key {key}: its sync round at {server} waited {waited:.1?} for workers {missing:?} (only workers {pushed:?} pushed it); in Mode::Sync every worker must push every key of a round (PsConfig::request_timeout)")]
+    RoundIncomplete {
+        /// The key.
+        key: u64,
+        /// The server.
+        server: String,
+        /// Workers whose push of the key was in the round.
+        pushed: Vec<u32>,
+        /// Workers that never pushed it.
+        missing: Vec<u32>,
+        /// How long the round had been open.
+        waited: Duration,
+    },
     /// The arguments of a call do not agree with each other.
     #[error("bad arguments: {0}")]
     BadArguments(String),

@@ -33,7 +33,12 @@
 //! # Errors, not hangs
 //!
 //! A pull of a key nobody pushed fails with [`PsError::NeverPushed`]; a push whose
-//! length differs from the key's with [`PsError::LengthChanged`]; a server, worker
+//! length differs from the key's with [`PsError::LengthChanged`]; a request of another
+//! element type than the servers' with [`PsError::TypeMismatch`]; a sync round that
+//! some workers never join with [`PsError::RoundIncomplete`] at
+//! [`PsConfig::request_timeout`]. A push is applied by every server it reaches or by
+//! none: the first push of keys to several servers is checked by all of them before
+//! it is sent. A server, worker
 //! or scheduler that dies makes every waiting call fail within
 //! [`PsConfig::dead_timeout`] (plus a heartbeat) with [`PsError::Aborted`] or
 //! [`PsError::SchedulerSilent`] naming it, and the servers and scheduler return

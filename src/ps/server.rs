@@ -4,13 +4,18 @@ use super::node::{self, Node};
 use super::replica::{self, Backups, ReplicaLink};
 use super::store::{Op, Reply, Request, Store};
 use super::update::{Mode, Update};
-use super::wire::{self, Group, NodeRole};
+use super::wire::{self, Group, NodeRole, Refusal};
 use super::{PsConfig, PsError, Value};
 use std::collections::{BTreeMap, VecDeque};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 use switchyard_msg::Msg;
 use switchyard_transports::{PeerId, Pollable, Poller, RecvError, Router, RouterSocket, Socket};
+
+/// How often a server looks for sync rounds that have waited past
+/// [`PsConfig::request_timeout`] (their pushes are refused, naming the missing workers).
+const EXPIRY_SCAN: Duration = Duration::from_millis(100);
 
 /// A server of a parameter-server job, registered and ready to [`run`](KvServer::run).
 ///
@@ -141,6 +146,7 @@ impl<T: Value> KvServer<T> {
         });
         let mut requests = 0u64;
         let mut before_failover = Vec::new();
+        let mut next_expiry = Instant::now() + EXPIRY_SCAN;
         loop {
             if kill.load(Ordering::Relaxed) {
                 return Err(PsError::Aborted {
@@ -195,6 +201,21 @@ impl<T: Value> KvServer<T> {
                     self.answer(&name, reply);
                 }
             }
+            let now = Instant::now();
+            if now >= next_expiry {
+                next_expiry = now + EXPIRY_SCAN;
+                let timeout = self.node.config.request_timeout;
+                let expired: Vec<_> = stores
+                    .values_mut()
+                    .flat_map(|store| store.expire(now, timeout))
+                    .collect();
+                for reply in expired {
+                    if let Err(refusal) = &reply.body {
+                        tracing::warn!("ps {name}: {}", refusal.clone().into_error(&name));
+                    }
+                    self.answer(&name, reply);
+                }
+            }
             let got = match self.early.pop_front() {
                 Some(got) => Ok(got),
                 None => self.receive(link.as_ref()),
@@ -236,7 +257,7 @@ impl<T: Value> KvServer<T> {
                         peer,
                         id: msg.header.seq,
                         primary,
-                        body: Err(reason),
+                        body: Err(Refusal::Other(reason)),
                     },
                 );
                 continue;
@@ -249,7 +270,7 @@ impl<T: Value> KvServer<T> {
                         peer,
                         id: msg.header.seq,
                         primary,
-                        body: Err(e.to_string()),
+                        body: Err(Refusal::from_error(&e)),
                     }]
                 }
             };
@@ -306,9 +327,7 @@ impl<T: Value> KvServer<T> {
         let to = wire::addr(NodeRole::Worker, 0);
         let msg = match reply.body {
             Ok((meta, frames)) => wire::kv_msg(me, to, wire::REPLY, reply.id, &meta, frames),
-            Err(reason) => Ok(Msg::new(me, to, wire::REFUSE)
-                .with_seq(reply.id)
-                .with_frame(reason.into_bytes())),
+            Err(refusal) => Ok(refusal.msg(me, to, reply.id)),
         };
         match msg {
             Ok(msg) => {
@@ -328,10 +347,12 @@ fn decode<T: Value>(msg: &Msg, peer: &PeerId) -> Result<Request<T>, PsError> {
         k if k == wire::PUSH_PULL => Op::PushPull,
         k if k == wire::PULL => Op::Pull,
         k if k == wire::INIT => Op::Init,
+        k if k == wire::CHECK => Op::Check,
+        k if k == wire::RELEASE => Op::Release,
         other => return Err(PsError::protocol(from, format!("unexpected {other:?}"))),
     };
     let (meta, count) = wire::read_meta(msg, &from)?;
-    let values = if op == Op::Pull {
+    let values = if matches!(op, Op::Pull | Op::Check | Op::Release) {
         Vec::new()
     } else {
         wire::read_values::<T>(msg, count, &from)?

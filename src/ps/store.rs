@@ -7,10 +7,11 @@
 //! for the next round. In [`Mode::Async`] every push is applied and answered at once.
 
 use super::update::{Mode, Update};
-use super::wire::{KvMeta, Runs};
+use super::wire::{KvMeta, Refusal, Runs};
 use super::{PsError, Value};
 use bytes::Bytes;
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
 use switchyard_msg::payload;
 
 /// What a request asks.
@@ -20,6 +21,11 @@ pub(crate) enum Op {
     PushPull,
     Pull,
     Init,
+    /// Check a push's keys and hold the lengths of new ones (the first phase of a push
+    /// to several servers).
+    Check,
+    /// Let go of what a [`Op::Check`] of the same request held.
+    Release,
 }
 
 /// One request, decoded.
@@ -39,7 +45,7 @@ pub(crate) struct Reply<P> {
     pub(crate) id: u64,
     /// The server whose keys the reply is about.
     pub(crate) primary: u32,
-    pub(crate) body: Result<(KvMeta, Vec<Bytes>), String>,
+    pub(crate) body: Result<(KvMeta, Vec<Bytes>), Refusal>,
 }
 
 type ReqKey = (u32, u64);
@@ -66,6 +72,13 @@ struct Entry<T> {
     value: Vec<T>,
     offset: u64,
     total: u64,
+    /// False while the key is only held by a [`Op::Check`]: it has a length but no
+    /// value yet, and pulls do not see it.
+    pushed: bool,
+    /// The request whose check holds the key, while `pushed` is false.
+    held_by: Option<ReqKey>,
+    /// When the round in progress (sync) received its first push.
+    round_started: Option<Instant>,
     /// Per worker, the last request whose push is in `value`: a request sent again
     /// after a failover is answered, not added twice.
     included: HashMap<u32, u64>,
@@ -150,6 +163,9 @@ impl<T: Value, P: Clone> Store<T, P> {
                     value: b.value,
                     offset: b.offset,
                     total: b.total,
+                    pushed: true,
+                    held_by: None,
+                    round_started: None,
                     included: b.included.into_iter().collect(),
                     sum: Vec::new(),
                     from: HashSet::new(),
@@ -168,7 +184,7 @@ impl<T: Value, P: Clone> Store<T, P> {
         keys.dedup();
         keys.into_iter()
             .filter_map(|k| {
-                let e = self.keys.get(&k)?;
+                let e = self.keys.get(&k).filter(|e| e.pushed)?;
                 let included = e.included.iter().map(|(w, id)| (*w, *id)).collect();
                 Some((
                     k,
@@ -196,15 +212,34 @@ impl<T: Value, P: Clone> Store<T, P> {
 
     /// Handles one request from `peer` and returns the replies it makes possible.
     pub(crate) fn handle(&mut self, peer: P, req: Request<T>) -> Vec<Reply<P>> {
+        if req.op == Op::Release {
+            self.release(&req);
+            return Vec::new();
+        }
         if let Err(e) = self.validate(&req) {
             return vec![Reply {
                 peer,
                 id: req.id,
                 primary: self.primary,
-                body: Err(e.to_string()),
+                body: Err(Refusal::from_error(&e)),
             }];
         }
         match req.op {
+            Op::Check => {
+                for i in 0..req.meta.keys.len() {
+                    let entry = self.entry(&req.meta, i);
+                    if !entry.pushed && entry.held_by.is_none() {
+                        entry.held_by = Some((req.worker, req.id));
+                    }
+                }
+                vec![Reply {
+                    peer,
+                    id: req.id,
+                    primary: self.primary,
+                    body: Ok((KvMeta::default(), Vec::new())),
+                }]
+            }
+            Op::Release => Vec::new(),
             Op::Pull => vec![Reply {
                 peer,
                 id: req.id,
@@ -217,6 +252,7 @@ impl<T: Value, P: Clone> Store<T, P> {
                     let len = req.meta.lens[i] as usize;
                     let entry = self.entry(&req.meta, i);
                     entry.value.copy_from_slice(&req.values[at..at + len]);
+                    entry.pushed = true;
                     at += len;
                     self.note_change(req.meta.keys[i]);
                 }
@@ -234,6 +270,7 @@ impl<T: Value, P: Clone> Store<T, P> {
                     let key = req.meta.keys[i];
                     let update = self.update.clone();
                     let entry = self.entry(&req.meta, i);
+                    entry.pushed = true;
                     let piece = &req.values[at..at + len];
                     at += len;
                     let last = entry.included.entry(req.worker).or_insert(0);
@@ -264,6 +301,18 @@ impl<T: Value, P: Clone> Store<T, P> {
 
     fn validate(&self, req: &Request<T>) -> Result<(), PsError> {
         let meta = &req.meta;
+        let stored = std::any::type_name::<T>();
+        if meta.elem != stored {
+            return Err(PsError::TypeMismatch {
+                server: self.name.clone(),
+                stored: stored.to_string(),
+                sent: if meta.elem.is_empty() {
+                    "no element type".to_string()
+                } else {
+                    meta.elem.clone()
+                },
+            });
+        }
         let mut seen = HashSet::with_capacity(meta.keys.len());
         for (i, &key) in meta.keys.iter().enumerate() {
             if !seen.insert(key) {
@@ -271,30 +320,106 @@ impl<T: Value, P: Clone> Store<T, P> {
                     "key {key} appears twice in one request"
                 )));
             }
-            match self.keys.get(&key) {
-                Some(e) if req.op != Op::Pull || meta.must_have => {
-                    let same = e.value.len() as u64 == meta.lens[i]
-                        && e.offset == meta.offsets[i]
-                        && e.total == meta.totals[i];
-                    if !same && req.op != Op::Pull {
-                        return Err(PsError::LengthChanged {
-                            key,
-                            stored: e.value.len() as u64,
-                            pushed: meta.lens[i],
-                            server: self.name.clone(),
-                        });
-                    }
-                }
-                None if req.op == Op::Pull && meta.must_have => {
+            let entry = self.keys.get(&key);
+            if req.op == Op::Pull {
+                if meta.must_have && !entry.is_some_and(|e| e.pushed) {
                     return Err(PsError::NeverPushed {
                         key,
                         server: self.name.clone(),
                     });
                 }
-                _ => {}
+                continue;
+            }
+            if let Some(e) = entry {
+                let same = e.value.len() as u64 == meta.lens[i]
+                    && e.offset == meta.offsets[i]
+                    && e.total == meta.totals[i];
+                if !same {
+                    return Err(PsError::LengthChanged {
+                        key,
+                        stored: e.value.len() as u64,
+                        pushed: meta.lens[i],
+                        server: self.name.clone(),
+                    });
+                }
             }
         }
         Ok(())
+    }
+
+    /// Drops the keys that the check of `req` held and nothing pushed since.
+    fn release(&mut self, req: &Request<T>) {
+        let by = Some((req.worker, req.id));
+        for key in &req.meta.keys {
+            if self
+                .keys
+                .get(key)
+                .is_some_and(|e| !e.pushed && e.held_by == by)
+            {
+                self.keys.remove(key);
+            }
+        }
+    }
+
+    /// Refuses the sync rounds that have waited longer than `timeout` at `now` for
+    /// workers that never pushed: every push of such a round gets
+    /// [`Refusal::RoundIncomplete`] naming the missing workers, and the round starts
+    /// afresh (with the pushes that were waiting for the next one).
+    pub(crate) fn expire(&mut self, now: Instant, timeout: Duration) -> Vec<Reply<P>> {
+        let mut refused: Vec<(ReqKey, Refusal)> = Vec::new();
+        let stale: Vec<u64> = self
+            .keys
+            .iter()
+            .filter(|(_, e)| {
+                e.round_started
+                    .is_some_and(|t| now.saturating_duration_since(t) > timeout)
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        let mut done = Vec::new();
+        for key in stale {
+            let Some(e) = self.keys.get_mut(&key) else {
+                continue;
+            };
+            let waited = e
+                .round_started
+                .map(|t| now.saturating_duration_since(t))
+                .unwrap_or_default();
+            let mut pushed: Vec<u32> = e.from.iter().copied().collect();
+            pushed.sort_unstable();
+            let missing = (0..self.workers as u32)
+                .filter(|w| !e.from.contains(w))
+                .collect();
+            let refusal = Refusal::RoundIncomplete {
+                key,
+                pushed,
+                missing,
+                waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+            };
+            for (req, _, _) in e.waiters.drain(..) {
+                refused.push((req, refusal.clone()));
+            }
+            e.from.clear();
+            e.sum.clear();
+            e.round_started = None;
+            let deferred: Vec<_> = e.deferred.drain(..).collect();
+            for c in deferred {
+                self.feed(key, c, &mut done);
+            }
+        }
+        let mut replies = Vec::new();
+        for (req, refusal) in refused {
+            if let Some(p) = self.pending.remove(&req) {
+                replies.push(Reply {
+                    peer: p.peer,
+                    id: req.1,
+                    primary: self.primary,
+                    body: Err(refusal),
+                });
+            }
+        }
+        replies.extend(self.complete(done));
+        replies
     }
 
     fn entry(&mut self, meta: &KvMeta, i: usize) -> &mut Entry<T> {
@@ -302,6 +427,9 @@ impl<T: Value, P: Clone> Store<T, P> {
             value: vec![T::default(); meta.lens[i] as usize],
             offset: meta.offsets[i],
             total: meta.totals[i],
+            pushed: false,
+            held_by: None,
+            round_started: None,
             included: HashMap::new(),
             sum: Vec::new(),
             from: HashSet::new(),
@@ -315,7 +443,7 @@ impl<T: Value, P: Clone> Store<T, P> {
         let mut out = KvMeta::default();
         let mut frames = Vec::new();
         for &key in &meta.keys {
-            if let Some(e) = self.keys.get(&key) {
+            if let Some(e) = self.keys.get(&key).filter(|e| e.pushed) {
                 out.keys.push(key);
                 out.lens.push(e.value.len() as u64);
                 out.offsets.push(e.offset);
@@ -351,6 +479,7 @@ impl<T: Value, P: Clone> Store<T, P> {
         );
         for (i, piece) in pieces.into_iter().enumerate() {
             let entry = self.entry(&req.meta, i);
+            entry.pushed = true;
             if entry
                 .included
                 .get(&req.worker)
@@ -381,6 +510,13 @@ impl<T: Value, P: Clone> Store<T, P> {
                 replies.push(finish(key_of.1, self.primary, p));
             }
         }
+        replies.extend(self.complete(done));
+        replies
+    }
+
+    /// The replies of the requests whose last piece is among `done`.
+    fn complete(&mut self, done: Vec<(ReqKey, usize, Bytes)>) -> Vec<Reply<P>> {
+        let mut replies = Vec::new();
         for (req, index, frame) in done {
             let Some(p) = self.pending.get_mut(&req) else {
                 continue;
@@ -412,6 +548,7 @@ impl<T: Value, P: Clone> Store<T, P> {
             }
             if e.from.is_empty() {
                 e.sum = c.values;
+                e.round_started = Some(Instant::now());
             } else {
                 e.sum
                     .iter_mut()
@@ -439,6 +576,7 @@ impl<T: Value, P: Clone> Store<T, P> {
                     done.push((req, index, snapshot.clone()));
                 }
                 e.from.clear();
+                e.round_started = None;
                 queue.extend(e.deferred.drain(..));
             }
         }

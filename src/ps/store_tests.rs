@@ -2,13 +2,23 @@
 use super::*;
 
 fn meta(keys: &[u64], lens: &[u64]) -> KvMeta {
+    meta_of::<f32>(keys, lens)
+}
+
+fn meta_of<T>(keys: &[u64], lens: &[u64]) -> KvMeta {
     KvMeta {
         keys: keys.to_vec(),
         lens: lens.to_vec(),
         offsets: vec![0; keys.len()],
         totals: lens.to_vec(),
         must_have: true,
+        elem: std::any::type_name::<T>().to_string(),
     }
+}
+
+/// The error a worker makes of a refusal from `server`.
+fn refused(reply: &Reply<u32>, server: &str) -> PsError {
+    reply.body.as_ref().unwrap_err().clone().into_error(server)
 }
 
 fn req(worker: u32, id: u64, op: Op, keys: &[u64], lens: &[u64], values: Vec<f32>) -> Request<f32> {
@@ -99,7 +109,7 @@ fn async_applies_each_push_at_once() {
             worker: 0,
             id: 1,
             op: Op::PushPull,
-            meta: meta(&[3], &[1]),
+            meta: meta_of::<f64>(&[3], &[1]),
             values: vec![1.5],
         },
     );
@@ -110,7 +120,7 @@ fn async_applies_each_push_at_once() {
             worker: 1,
             id: 1,
             op: Op::PushPull,
-            meta: meta(&[3], &[1]),
+            meta: meta_of::<f64>(&[3], &[1]),
             values: vec![1.5],
         },
     );
@@ -122,8 +132,11 @@ fn async_applies_each_push_at_once() {
 fn pull_of_a_never_pushed_key_is_refused_with_the_key() {
     let mut store = Store::<f32, u32>::new("server 1".into(), Mode::Sync, 1, Update::Sum);
     let r = store.handle(0, req(0, 1, Op::Pull, &[42], &[0], vec![]));
-    let err = r[0].body.as_ref().unwrap_err();
-    assert!(err.contains("key 42") && err.contains("server 1"), "{err}");
+    let err = refused(&r[0], "server 1");
+    assert!(
+        matches!(&err, PsError::NeverPushed { key: 42, server } if server == "server 1"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -131,9 +144,17 @@ fn a_changed_length_is_refused_and_the_key_kept() {
     let mut store = Store::<f32, u32>::new("server 0".into(), Mode::Async, 1, Update::Sum);
     store.handle(0, req(0, 1, Op::Push, &[5], &[2], vec![1.0, 1.0]));
     let r = store.handle(0, req(0, 2, Op::Push, &[5], &[3], vec![1.0, 1.0, 1.0]));
-    let err = r[0].body.as_ref().unwrap_err();
+    let err = refused(&r[0], "server 0");
     assert!(
-        err.contains("key 5") && err.contains("pushed 3") && err.contains("holds 2"),
+        matches!(
+            err,
+            PsError::LengthChanged {
+                key: 5,
+                stored: 2,
+                pushed: 3,
+                ..
+            }
+        ),
         "{err}"
     );
     let r = store.handle(0, req(0, 3, Op::Pull, &[5], &[0], vec![]));
@@ -157,7 +178,7 @@ fn init_sets_and_custom_update_runs() {
 fn duplicate_keys_are_refused() {
     let mut store = Store::<f32, u32>::new("s".into(), Mode::Sync, 1, Update::Sum);
     let r = store.handle(0, req(0, 1, Op::Push, &[1, 1], &[1, 1], vec![1.0, 1.0]));
-    assert!(r[0].body.as_ref().unwrap_err().contains("twice"));
+    assert!(refused(&r[0], "s").to_string().contains("twice"));
 }
 
 #[test]
@@ -197,4 +218,88 @@ fn an_adopted_store_carries_on_from_the_copy() {
     let r = replica.handle(1, req(1, 2, Op::PushPull, &[4], &[2], vec![1.0, 1.0]));
     assert_eq!(r.len(), 2);
     assert_eq!(values(&r[0]), [5.0, 5.0]);
+}
+
+#[test]
+fn a_request_of_another_element_type_is_refused_naming_both() {
+    let mut store = Store::<f32, u32>::new("s".into(), Mode::Async, 1, Update::Sum);
+    for op in [Op::Push, Op::Pull, Op::Check, Op::Init] {
+        let r = store.handle(
+            0,
+            Request {
+                worker: 0,
+                id: 1,
+                op,
+                meta: meta_of::<i32>(&[1], &[1]),
+                values: vec![1.0],
+            },
+        );
+        let err = refused(&r[0], "s");
+        assert!(
+            matches!(&err, PsError::TypeMismatch { stored, sent, .. } if stored == "f32" && sent == "i32"),
+            "{op:?}: {err}"
+        );
+    }
+    let r = store.handle(0, req(0, 2, Op::Pull, &[1], &[0], vec![]));
+    assert!(r[0].body.is_err(), "the refused push stored nothing");
+}
+
+#[test]
+fn a_check_holds_new_lengths_until_released_and_pulls_do_not_see_them() {
+    let mut store = Store::<f32, u32>::new("s".into(), Mode::Sync, 2, Update::Sum);
+    let r = store.handle(0, req(0, 1, Op::Check, &[7], &[3], vec![]));
+    assert!(r[0].body.is_ok());
+    // Held, not pushed: a pull does not see it, a push of another length is refused.
+    let r = store.handle(1, req(1, 1, Op::Pull, &[7], &[0], vec![]));
+    assert!(matches!(
+        refused(&r[0], "s"),
+        PsError::NeverPushed { key: 7, .. }
+    ));
+    let r = store.handle(1, req(1, 2, Op::Push, &[7], &[2], vec![1.0; 2]));
+    assert!(matches!(
+        refused(&r[0], "s"),
+        PsError::LengthChanged { key: 7, .. }
+    ));
+    // Released by its own request only: then any length may come first.
+    assert!(store
+        .handle(0, req(1, 9, Op::Release, &[7], &[3], vec![]))
+        .is_empty());
+    let r = store.handle(1, req(1, 3, Op::Push, &[7], &[2], vec![1.0; 2]));
+    assert!(matches!(refused(&r[0], "s"), PsError::LengthChanged { .. }));
+    store.handle(0, req(0, 1, Op::Release, &[7], &[3], vec![]));
+    assert!(store
+        .handle(1, req(1, 4, Op::Push, &[7], &[2], vec![1.0; 2]))
+        .is_empty());
+}
+
+#[test]
+fn a_sync_round_that_some_workers_never_join_is_refused_naming_them() {
+    let mut store = Store::<f32, u32>::new("s".into(), Mode::Sync, 3, Update::Sum);
+    assert!(store
+        .handle(0, req(2, 1, Op::Push, &[4], &[1], vec![1.0]))
+        .is_empty());
+    assert!(store
+        .expire(Instant::now(), Duration::from_secs(60))
+        .is_empty());
+    let r = store.expire(
+        Instant::now() + Duration::from_millis(5),
+        Duration::from_millis(1),
+    );
+    assert_eq!(r.len(), 1);
+    let err = refused(&r[0], "s");
+    assert!(
+        matches!(&err, PsError::RoundIncomplete { key: 4, pushed, missing, .. }
+            if pushed == &[2] && missing == &[0, 1]),
+        "{err}"
+    );
+    assert!(err.to_string().contains("every worker must push"), "{err}");
+    assert_eq!(store.waiting(), 0);
+    // The next round starts afresh: the refused push is not in it.
+    for w in 0..3 {
+        let r = store.handle(0, req(w, 2, Op::PushPull, &[4], &[1], vec![1.0]));
+        if w == 2 {
+            assert_eq!(r.len(), 3);
+            assert_eq!(values(&r[0]), [3.0]);
+        }
+    }
 }

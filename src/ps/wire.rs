@@ -24,7 +24,7 @@ pub(crate) const PUSH_PULL: Kind = Kind::User(BASE + 2);
 pub(crate) const INIT: Kind = Kind::User(BASE + 3);
 /// A server's answer to a request.
 pub(crate) const REPLY: Kind = Kind::User(BASE + 4);
-/// A server's refusal of a request; frame 0 is the reason (UTF-8).
+/// A server's refusal of a request; frame 0 is a [`Refusal`] (bincode).
 pub(crate) const REFUSE: Kind = Kind::User(BASE + 5);
 /// A control note, [`Control`] in frame 0.
 pub(crate) const CONTROL: Kind = Kind::User(BASE + 6);
@@ -32,6 +32,12 @@ pub(crate) const CONTROL: Kind = Kind::User(BASE + 6);
 pub(crate) const REPLICA: Kind = Kind::User(BASE + 7);
 /// The replica has stored a [`REPLICA`] message (same sequence number).
 pub(crate) const REPLICA_ACK: Kind = Kind::User(BASE + 8);
+/// The first phase of a push or init that reaches more than one server: check the
+/// keys' lengths and element type and hold the lengths of keys not yet stored, so that
+/// the push itself is either accepted by every server or sent to none.
+pub(crate) const CHECK: Kind = Kind::User(BASE + 9);
+/// Lets go of what a [`CHECK`] held (same sequence number): another server refused.
+pub(crate) const RELEASE: Kind = Kind::User(BASE + 10);
 
 /// Most bytes a metadata or control frame may have.
 const META_LIMIT: usize = 64 << 20;
@@ -196,6 +202,108 @@ pub(crate) struct KvMeta {
     /// Pull only: refuse keys this server does not hold (the worker knows the
     /// layout); otherwise answer with the pieces it has.
     pub(crate) must_have: bool,
+    /// Requests only: the sender's element type (`f32`, `i32`, ...). Types of the
+    /// same width would otherwise pass for each other, bit patterns and all.
+    pub(crate) elem: String,
+}
+
+/// Why a server refused a request: the frame of a [`REFUSE`] message, so that the
+/// worker reports the same typed [`PsError`] the server found.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Refusal {
+    /// A push carried another length for a key than its first push fixed.
+    LengthChanged { key: u64, stored: u64, pushed: u64 },
+    /// The request's element type is not the server's.
+    TypeMismatch { stored: String, sent: String },
+    /// A pull asked for a key nobody pushed.
+    NeverPushed { key: u64 },
+    /// A keyed round did not complete in time; `missing` workers never pushed.
+    RoundIncomplete {
+        key: u64,
+        pushed: Vec<u32>,
+        missing: Vec<u32>,
+        waited_ms: u64,
+    },
+    /// Anything else, as text.
+    Other(String),
+}
+
+impl Refusal {
+    /// The refusal that carries `error` to the worker.
+    pub(crate) fn from_error(error: &PsError) -> Refusal {
+        match error {
+            PsError::LengthChanged {
+                key,
+                stored,
+                pushed,
+                ..
+            } => Refusal::LengthChanged {
+                key: *key,
+                stored: *stored,
+                pushed: *pushed,
+            },
+            PsError::TypeMismatch { stored, sent, .. } => Refusal::TypeMismatch {
+                stored: stored.clone(),
+                sent: sent.clone(),
+            },
+            PsError::NeverPushed { key, .. } => Refusal::NeverPushed { key: *key },
+            other => Refusal::Other(other.to_string()),
+        }
+    }
+
+    /// The error this refusal from `server` stands for.
+    pub(crate) fn into_error(self, server: &str) -> PsError {
+        let server = server.to_string();
+        match self {
+            Refusal::LengthChanged {
+                key,
+                stored,
+                pushed,
+            } => PsError::LengthChanged {
+                key,
+                stored,
+                pushed,
+                server,
+            },
+            Refusal::TypeMismatch { stored, sent } => PsError::TypeMismatch {
+                server,
+                stored,
+                sent,
+            },
+            Refusal::NeverPushed { key } => PsError::NeverPushed { key, server },
+            Refusal::RoundIncomplete {
+                key,
+                pushed,
+                missing,
+                waited_ms,
+            } => PsError::RoundIncomplete {
+                key,
+                server,
+                pushed,
+                missing,
+                waited: std::time::Duration::from_millis(waited_ms),
+            },
+            Refusal::Other(reason) => PsError::Remote {
+                node: server,
+                reason,
+            },
+        }
+    }
+
+    /// A [`REFUSE`] message from `src` to `dst` answering request `id`.
+    pub(crate) fn msg(&self, src: Addr, dst: Addr, id: u64) -> Msg {
+        let frame = payload::frame_from_value(self).unwrap_or_default();
+        Msg::new(src, dst, REFUSE).with_seq(id).with_frame(frame)
+    }
+
+    /// The refusal in a [`REFUSE`] message; one that does not parse is kept as text.
+    pub(crate) fn read(msg: &Msg) -> Refusal {
+        let Some(frame) = msg.frames().first() else {
+            return Refusal::Other("refused without a reason".into());
+        };
+        payload::frame_to_value(frame, META_LIMIT)
+            .unwrap_or_else(|_| Refusal::Other(String::from_utf8_lossy(frame).into_owned()))
+    }
 }
 
 impl KvMeta {
@@ -352,6 +460,7 @@ mod tests {
             offsets: vec![3],
             totals: vec![6],
             must_have: true,
+            ..KvMeta::default()
         };
         assert!(meta.check("test").is_err());
         let meta = KvMeta {
@@ -360,6 +469,7 @@ mod tests {
             offsets: vec![1, 0],
             totals: vec![6, 1],
             must_have: true,
+            ..KvMeta::default()
         };
         assert_eq!(meta.check("test").unwrap(), 6);
     }

@@ -3,12 +3,16 @@
 use super::node::{self, Node};
 use super::shard::Placement;
 use super::split::{self, KvValues};
-use super::wire::{self, Group, KvMeta, NodeRole};
+use super::wire::{self, Group, KvMeta, NodeRole, Refusal};
 use super::{PsConfig, PsError, Value};
 use bytes::Bytes;
 use std::collections::{HashMap, HashSet};
 use std::marker::PhantomData;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How much longer than [`PsConfig::request_timeout`] a push waits, so that a server
+/// that refuses an incomplete sync round at that timeout is heard saying why.
+const EXPLAIN_GRACE: Duration = Duration::from_secs(1);
 use switchyard_msg::{Kind, Msg};
 use switchyard_transports::{Dealer, DealerSocket, Pollable, Poller, Socket};
 
@@ -25,12 +29,15 @@ enum Op {
     PushPull,
     Pull,
     Init,
+    Check,
 }
 
 #[derive(Debug)]
 struct Pending {
     op: Op,
     keys: Vec<u64>,
+    /// Push and init: each key's whole length, confirmed once every server took it.
+    totals: Vec<u64>,
     /// The servers (by the rank whose keys they are about) yet to answer.
     owed: HashSet<usize>,
     /// With replication on: each server's request, to send again to its replica if
@@ -64,6 +71,10 @@ pub struct KvWorker<T: Value> {
     next_id: u64,
     pending: HashMap<u64, Pending>,
     totals: HashMap<u64, u64>,
+    /// Keys whose length every server holding them accepted: a push of these
+    /// lengths cannot be refused by one server and taken by another, so it needs no
+    /// check first.
+    confirmed: HashMap<u64, u64>,
     /// Which connection reaches each server's keys: itself, or after a failover the
     /// server that took them over.
     route: Vec<usize>,
@@ -101,6 +112,7 @@ impl<T: Value> KvWorker<T> {
             next_id: 1,
             pending: HashMap::new(),
             totals: HashMap::new(),
+            confirmed: HashMap::new(),
             route: (0..names_len).collect(),
             _values: PhantomData,
         })
@@ -175,7 +187,7 @@ impl<T: Value> KvWorker<T> {
     pub fn start_pull(&mut self, keys: &[u64]) -> Result<Ticket, PsError> {
         let known: Option<Vec<u64>> = keys.iter().map(|k| self.totals.get(k).copied()).collect();
         let requests = split::pull_requests(&self.placement, keys, known.as_deref())?;
-        self.send_all(Op::Pull, keys, requests)
+        self.send_all(Op::Pull, keys, Vec::new(), requests)
     }
 
     fn start_send(
@@ -186,10 +198,54 @@ impl<T: Value> KvWorker<T> {
         values: Vec<T>,
     ) -> Result<Ticket, PsError> {
         let requests = split::push_requests(&self.placement, keys, lens, values)?;
-        for (&key, &len) in keys.iter().zip(lens) {
-            self.totals.insert(key, len as u64);
+        let totals: Vec<u64> = lens.iter().map(|&l| l as u64).collect();
+        let servers = requests.iter().filter(|(m, _)| !m.keys.is_empty()).count();
+        let known = keys
+            .iter()
+            .zip(&totals)
+            .all(|(k, t)| self.confirmed.get(k) == Some(t));
+        if servers > 1 && !known {
+            self.check_first(keys, &totals, &requests)?;
         }
-        self.send_all(op, keys, requests)
+        for (&key, &total) in keys.iter().zip(&totals) {
+            self.totals.insert(key, total);
+        }
+        self.send_all(op, keys, totals, requests)
+    }
+
+    /// The first phase of a push or init that reaches several servers with keys
+    /// whose lengths are not confirmed yet: every server checks its part (lengths,
+    /// element type) and holds the lengths of new keys; if any refuses, the others
+    /// let go and nothing is sent, so that a push is applied everywhere or nowhere.
+    fn check_first(
+        &mut self,
+        keys: &[u64],
+        totals: &[u64],
+        requests: &[(KvMeta, Vec<Bytes>)],
+    ) -> Result<(), PsError> {
+        let checks: Vec<(KvMeta, Vec<Bytes>)> = requests
+            .iter()
+            .map(|(meta, _)| (meta.clone(), Vec::new()))
+            .collect();
+        let ticket = self.send_all(Op::Check, keys, totals.to_vec(), checks.clone())?;
+        let id = ticket.id;
+        let Err(error) = self.wait(ticket) else {
+            return Ok(());
+        };
+        let me = self.node.addr();
+        for (s, (meta, _)) in checks.into_iter().enumerate() {
+            if meta.keys.is_empty() {
+                continue;
+            }
+            let to = wire::addr(NodeRole::Server, s as u32);
+            let release = wire::kv_msg(me, to, wire::RELEASE, id, &meta, Vec::new());
+            // A release that does not arrive leaves only a held length behind,
+            // which the key's next correct push takes over.
+            if let Ok(msg) = release {
+                let _ = node::send_to(&mut self.servers[self.route[s]], msg, &self.names[s]);
+            }
+        }
+        Err(error)
     }
 
     /// Sends each server its request (servers with no key are skipped, except by a
@@ -198,6 +254,7 @@ impl<T: Value> KvWorker<T> {
         &mut self,
         op: Op,
         keys: &[u64],
+        totals: Vec<u64>,
         requests: Vec<(KvMeta, Vec<Bytes>)>,
     ) -> Result<Ticket, PsError> {
         let id = self.next_id;
@@ -207,16 +264,18 @@ impl<T: Value> KvWorker<T> {
             Op::PushPull => wire::PUSH_PULL,
             Op::Pull => wire::PULL,
             Op::Init => wire::INIT,
+            Op::Check => wire::CHECK,
         };
         self.node.check()?;
         self.follow_failovers()?;
         let me = self.node.addr();
         let mut owed = HashSet::new();
         let mut sent = Vec::new();
-        for (s, (meta, frames)) in requests.into_iter().enumerate() {
+        for (s, (mut meta, frames)) in requests.into_iter().enumerate() {
             if meta.keys.is_empty() {
                 continue;
             }
+            meta.elem = std::any::type_name::<T>().to_string();
             let msg = wire::kv_msg(
                 me,
                 wire::addr(NodeRole::Server, s as u32),
@@ -234,6 +293,7 @@ impl<T: Value> KvWorker<T> {
         let pending = Pending {
             op,
             keys: keys.to_vec(),
+            totals,
             owed,
             sent,
             pieces: Vec::new(),
@@ -258,7 +318,11 @@ impl<T: Value> KvWorker<T> {
                 let p = self.pending.remove(&ticket.id).ok_or(PsError::Finished)?;
                 return self.complete(p);
             }
-            if p.started.elapsed() > self.node.config.request_timeout {
+            let limit = match p.op {
+                Op::Push | Op::PushPull => self.node.config.request_timeout + EXPLAIN_GRACE,
+                _ => self.node.config.request_timeout,
+            };
+            if p.started.elapsed() > limit {
                 let owed: Vec<&str> = p.owed.iter().map(|&s| self.names[s].as_str()).collect();
                 let err = PsError::Timeout {
                     what: format!(
@@ -348,15 +412,8 @@ impl<T: Value> KvWorker<T> {
         };
         p.owed.remove(&s);
         if msg.header.kind == wire::REFUSE {
-            let reason = msg
-                .frames()
-                .first()
-                .map(|f| String::from_utf8_lossy(f).into_owned())
-                .unwrap_or_default();
-            p.error.get_or_insert(PsError::Remote {
-                node: name.clone(),
-                reason,
-            });
+            p.error
+                .get_or_insert(Refusal::read(&msg).into_error(name.as_str()));
             return;
         }
         let parsed = wire::read_meta(&msg, name).and_then(|(meta, count)| {
@@ -401,7 +458,12 @@ impl<T: Value> KvWorker<T> {
         if let Some(e) = p.error {
             return Err(e);
         }
-        if matches!(p.op, Op::Push | Op::Init) {
+        if matches!(p.op, Op::Push | Op::PushPull | Op::Init) {
+            for (&key, &total) in p.keys.iter().zip(&p.totals) {
+                self.confirmed.insert(key, total);
+            }
+        }
+        if matches!(p.op, Op::Push | Op::Init | Op::Check) {
             return Ok(KvValues::default());
         }
         let n = p.keys.len();
@@ -437,6 +499,7 @@ impl<T: Value> KvWorker<T> {
                 });
             }
             self.totals.insert(key, total);
+            self.confirmed.insert(key, total);
             lens.push(total as usize);
         }
         Ok(KvValues::assemble(p.keys, lens, &p.pieces))
