@@ -157,10 +157,12 @@ fn beat(
                 match wire::read_control(&msg, "scheduler") {
                     Ok(Control::Shutdown) => {
                         let _ = tx.send(Note::End(Outcome::Shutdown));
+                        say_ended(&mut dealer, role, rank);
                         return;
                     }
                     Ok(Control::Abort { reason }) => {
                         let _ = tx.send(Note::End(Outcome::Aborted(reason)));
+                        say_ended(&mut dealer, role, rank);
                         return;
                     }
                     Ok(Control::Failover { dead, by }) => {
@@ -177,4 +179,12 @@ fn beat(
             }
         }
     }
+}
+
+/// Tells the scheduler that this node heard the end of the job, so that it may exit.
+fn say_ended(dealer: &mut DealerSocket, role: NodeRole, rank: u32) {
+    let me = wire::addr(role, rank);
+    let note = wire::control(me, wire::SCHEDULER, &Control::Ended { role, rank });
+    // Lost, it only makes the scheduler wait out its bound before it returns.
+    let _ = dealer.try_send(note);
 }

@@ -156,7 +156,7 @@ impl Scheduler {
                             members[i].done = true;
                             self.send(&peer, &Control::Ack);
                             if members.iter().all(|m| m.role != NodeRole::Worker || m.done) {
-                                self.broadcast(&members, &Control::Shutdown);
+                                self.end_job(&members, &Control::Shutdown, None);
                                 return Ok(JobReport {
                                     workers: self.config.num_workers,
                                     servers: self.config.num_servers,
@@ -202,7 +202,7 @@ impl Scheduler {
                 }
                 let reason = format!("{node} silent for {silent:.1?}");
                 tracing::error!("ps scheduler: {reason}; aborting the job");
-                self.broadcast(&members, &Control::Abort { reason });
+                self.end_job(&members, &Control::Abort { reason }, Some(i));
                 return Err(PsError::NodeSilent { node, silent });
             }
         }
@@ -314,6 +314,34 @@ impl Scheduler {
             .send_to_deadline(peer, msg, Instant::now() + SEND_WAIT)
         {
             tracing::warn!("ps scheduler: {note:?} to {peer} not sent: {}", e.kind);
+        }
+    }
+
+    /// Sends the job's last word to every node still running and waits until each
+    /// (but member `silent`, taken for dead) has said it heard it, for
+    /// [`PsConfig::dead_timeout`] at most. Returning at once would let a scheduler
+    /// process exit with the note still queued in ZeroMQ: its servers would then
+    /// report the scheduler silent instead of a clean end, or instead of the node
+    /// whose death aborted the job.
+    fn end_job(&mut self, members: &[Member], note: &Control, silent: Option<usize>) {
+        self.broadcast(members, note);
+        let mut owed: HashSet<(NodeRole, u32)> = members
+            .iter()
+            .enumerate()
+            .filter(|(i, m)| !m.done && Some(*i) != silent)
+            .map(|(_, m)| (m.role, m.rank))
+            .collect();
+        let deadline = Instant::now() + self.config.dead_timeout;
+        while !owed.is_empty() {
+            let Ok((_, msg)) = self.router.recv_from_deadline(Some(deadline)) else {
+                break;
+            };
+            if let Ok(Control::Ended { role, rank }) = wire::read_control(&msg, "a node") {
+                owed.remove(&(role, rank));
+            }
+        }
+        if !owed.is_empty() {
+            tracing::debug!("ps scheduler: no word that the end was heard from {owed:?}");
         }
     }
 

@@ -113,6 +113,10 @@ pub(crate) enum Control {
     Abort { reason: String },
     /// Server `dead` is gone; server `by` serves its keys from its replica.
     Failover { dead: u32, by: u32 },
+    /// A node heard the job's end ([`Control::Shutdown`] or [`Control::Abort`]): the
+    /// scheduler waits for this before it returns, since a process that exits right
+    /// after sending loses what ZeroMQ had not yet written.
+    Ended { role: NodeRole, rank: u32 },
 }
 
 /// What a [`REPLICA`] message carries besides the values: the keys (as [`KvMeta`])
