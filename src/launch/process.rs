@@ -83,15 +83,19 @@ pub fn run_local(options: &LaunchOptions) -> Result<(), LaunchError> {
         })
         .unwrap_or_default();
     let mut tracker_env = tracker_env;
+    let mut replicated = false;
     if options.servers > 0 {
-        let port = start_ps_scheduler(options, &bind)?;
+        let config = ps_config(options)?;
+        replicated = config.replicate && config.num_servers > 1;
+        let port = start_ps_scheduler(options, config, &bind)?;
         tracker_env.push(("DMLC_PS_ROOT_URI".into(), told.clone()));
         tracker_env.push(("DMLC_PS_ROOT_PORT".into(), port.to_string()));
     }
     let procs = processes(options, &hosts, &tracker_env, &rendezvous_addr, &secret_env);
 
     let (output_done, output_closed) = unbounded();
-    let mut supervisor = Supervisor::new(options, procs, console.clone(), notices, output_done);
+    let mut supervisor = Supervisor::new(options, procs, console.clone(), notices, output_done)
+        .with_replicated_servers(replicated);
     let result = supervisor.run();
     supervisor.stop_all("stopped");
     done.store(true, Ordering::SeqCst);
@@ -107,8 +111,11 @@ pub fn run_local(options: &LaunchOptions) -> Result<(), LaunchError> {
 /// scheduler (here on a thread of the launcher) and return its port, which processes
 /// learn as `DMLC_PS_ROOT_PORT`. Its verdict is logged; the processes' exit statuses
 /// decide the job's.
-fn start_ps_scheduler(options: &LaunchOptions, bind: &str) -> Result<u16, LaunchError> {
-    let config = crate::ps::PsConfig::new(options.processes, options.servers);
+fn start_ps_scheduler(
+    options: &LaunchOptions,
+    config: crate::ps::PsConfig,
+    bind: &str,
+) -> Result<u16, LaunchError> {
     let endpoint = format!("tcp://{bind}:0");
     let failed = |reason: String| LaunchError::InvalidOption {
         option: "servers",
@@ -135,6 +142,39 @@ fn start_ps_scheduler(options: &LaunchOptions, bind: &str) -> Result<u16, Launch
         })
         .map_err(|e| failed(e.to_string()))?;
     Ok(port)
+}
+
+/// The parameter-server settings of the job, read from the environment its processes
+/// get (the launcher's, then `--env`): the scheduler must run with the liveness and
+/// replication settings the servers and workers run with, or a server's death that
+/// replication would survive aborts the job.
+fn ps_config(options: &LaunchOptions) -> Result<crate::ps::PsConfig, LaunchError> {
+    let (workers, servers) = (options.processes.to_string(), options.servers.to_string());
+    let lookup = |var: &str| -> Option<String> {
+        match var {
+            "DMLC_ROLE" => Some("scheduler".into()),
+            "DMLC_NUM_WORKER" => Some(workers.clone()),
+            "DMLC_NUM_SERVER" => Some(servers.clone()),
+            "DMLC_PS_ROOT_URI" => Some("127.0.0.1".into()),
+            "DMLC_PS_ROOT_PORT" => Some("0".into()),
+            _ => options
+                .env
+                .iter()
+                .rev()
+                .find(|(k, _)| k == var)
+                .map(|(_, v)| v.clone())
+                .or_else(|| std::env::var(var).ok()),
+        }
+    };
+    let refuse = |reason: String| LaunchError::InvalidOption {
+        option: "servers",
+        value: options.servers.to_string(),
+        reason,
+    };
+    crate::ps::PsEnv::from_lookup(lookup)
+        .map_err(|e| refuse(e.to_string()))?
+        .map(|env| env.config)
+        .ok_or_else(|| refuse("no parameter-server role".into()))
 }
 
 /// Refuses options that cannot work, naming the option.

@@ -122,6 +122,12 @@ pub(crate) struct Supervisor<'a> {
     pub(crate) streams: usize,
     cwd: PathBuf,
     restarts: u32,
+    /// A parameter-server job with replication: one server may die, its keys served
+    /// by its replica, without ending the job (and it is not restarted: the scheduler
+    /// has already handed its keys over and refuses a late server).
+    replicated_servers: bool,
+    /// Servers lost that way.
+    servers_lost: u32,
 }
 
 impl std::fmt::Debug for Supervisor<'_> {
@@ -150,7 +156,16 @@ impl<'a> Supervisor<'a> {
             streams: 0,
             cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
             restarts: 0,
+            replicated_servers: false,
+            servers_lost: 0,
         }
+    }
+
+    /// Marks the job as a parameter-server job whose servers replicate each other:
+    /// the first server that dies is left to the scheduler's failover.
+    pub(crate) fn with_replicated_servers(mut self, on: bool) -> Self {
+        self.replicated_servers = on;
+        self
     }
 
     /// Starts every process and supervises the job until it ends.
@@ -333,6 +348,19 @@ impl<'a> Supervisor<'a> {
             if status.success() {
                 proc.end = Some((status.to_string(), Instant::now()));
                 let text = format!("{} finished ({status})", proc.name());
+                self.console.event(&text);
+                continue;
+            }
+            if proc.role == Role::Server && self.replicated_servers && self.servers_lost == 0 {
+                self.servers_lost += 1;
+                let text = format!(
+                    "{} exited with {status}; its keys are served by its replica (one server may be lost per job; not restarted)",
+                    proc.name()
+                );
+                proc.end = Some((
+                    format!("lost ({status}), replaced by its replica"),
+                    Instant::now(),
+                ));
                 self.console.event(&text);
                 continue;
             }
