@@ -222,3 +222,61 @@ fn a_failed_job_exits_non_zero_with_the_reason() {
     assert!(!status.success());
     assert!(err.contains("disk full"), "{err}");
 }
+
+/// A job script with a fixed `--state` path runs its next job on the finished job's
+/// file: the tracker refuses it before listening, naming the file and the way out, and
+/// exits non-zero, instead of printing `job finished` and exiting 0.
+#[test]
+fn a_finished_jobs_state_file_is_refused_with_a_non_zero_exit() {
+    let state: PathBuf =
+        std::env::temp_dir().join(format!("sy-tracker-finished-{}.jsonl", std::process::id()));
+    std::fs::write(
+        &state,
+        concat!(
+            "{\"kind\":\"job\",\"workers\":2}\n",
+            "{\"kind\":\"shut_down\",\"protocol\":\"classic\",\"rank\":0}\n",
+            "{\"kind\":\"shut_down\",\"protocol\":\"classic\",\"rank\":1}\n",
+        ),
+    )
+    .unwrap();
+    let mut command = switchyard();
+    command
+        .args(["tracker", "-n", "2", "--state"])
+        .arg(&state)
+        .env_remove("SWITCHYARD_JOB_SECRET")
+        .env_remove("SWITCHYARD_JOB_SECRET_FILE");
+    let (out, _) = support::run_bounded(command, WAIT);
+    let _ = std::fs::remove_file(&state);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "exit {:?}; stdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    assert!(!stdout.contains("DMLC_TRACKER_PORT"), "{stdout}");
+    assert!(!stderr.contains("job finished"), "{stderr}");
+    for needle in [state.to_str().unwrap(), "already finished", "delete"] {
+        assert!(stderr.contains(needle), "no {needle:?} in {stderr}");
+    }
+}
+
+/// `SWITCHYARD_JOB_SECRET` shorter than the minimum: `switchyard tracker` refuses to
+/// start, naming the variable and the minimum length, instead of listening and then
+/// dropping every connection.
+#[test]
+fn a_too_short_job_secret_stops_the_tracker_command_at_start() {
+    let mut command = switchyard();
+    command
+        .args(["tracker", "-n", "2"])
+        .env("SWITCHYARD_JOB_SECRET", "short")
+        .env_remove("SWITCHYARD_JOB_SECRET_FILE");
+    let (out, _) = support::run_bounded(command, WAIT);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "exit {:?}; {stderr}", out.status);
+    assert!(!stdout.contains("DMLC_TRACKER_PORT"), "{stdout}");
+    for needle in ["SWITCHYARD_JOB_SECRET", "at least 16"] {
+        assert!(stderr.contains(needle), "no {needle:?} in {stderr}");
+    }
+}

@@ -140,3 +140,57 @@ fn with_a_job_secret_strangers_are_refused_and_jobs_finish() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+const SHORT_CHILD: &str = "SWITCHYARD_TRACKER_SHORT_SECRET_TEST_CHILD";
+
+/// A secret shorter than `MIN_SECRET_LEN` stops the tracker at start, with an error
+/// naming the variable and the minimum, instead of a tracker that listens and then
+/// drops every connection.
+#[test]
+fn a_too_short_job_secret_stops_the_tracker_at_start() {
+    if std::env::var_os(SHORT_CHILD).is_some() {
+        match Tracker::start(TrackerConfig::new(1)) {
+            Err(e @ switchyard_tracker::TrackerError::Secret(_)) => {
+                println!("refused: {e}");
+            }
+            Err(e) => panic!("refused for another reason: {e}"),
+            Ok(t) => panic!("the tracker started on {} with a short secret", t.addr()),
+        }
+        return;
+    }
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_too_short_job_secret_stops_the_tracker_at_start",
+            "--nocapture",
+        ])
+        .env(SHORT_CHILD, "1")
+        .env("SWITCHYARD_JOB_SECRET", "short")
+        .env_remove("SWITCHYARD_JOB_SECRET_FILE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the child ran over {LIMIT:?}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let refusal = stdout.lines().find(|l| l.starts_with("refused: "));
+    assert!(
+        out.status.success() && refusal.is_some(),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let refusal = refusal.unwrap_or_default();
+    for needle in ["SWITCHYARD_JOB_SECRET", "5 bytes", "at least 16"] {
+        assert!(refusal.contains(needle), "no {needle:?} in {refusal}");
+    }
+}

@@ -81,7 +81,7 @@ fn serve(shared: &Shared, stream: &TcpStream, peer: SocketAddr) {
 
 fn session(shared: &Shared, conn: ConnId, stream: &TcpStream, host: &str) -> Result<(), Bad> {
     let timeout = shared.config.read_timeout;
-    super::auth::check(stream, timeout)?;
+    super::auth::check(stream, shared.secret.as_ref(), timeout)?;
     let mut r = Deadline::new(stream, timeout);
     r.magic()?;
     write_all_within(stream, &MAGIC.to_le_bytes(), timeout, "magic")?;

@@ -11,6 +11,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use switchyard_secret::JobSecret;
 
 /// Locks, ignoring poisoning: a panicking connection thread must not stop the others
 /// (the machines never leave a half-made change behind a panic point).
@@ -46,6 +47,8 @@ pub(crate) struct Machines {
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) config: TrackerConfig,
+    /// The job secret every connection must prove, read once at start.
+    pub(crate) secret: Option<JobSecret>,
     pub(crate) machines: Mutex<Machines>,
     /// Notified whenever the classic machine's holders change.
     pub(crate) changed: Condvar,
@@ -59,7 +62,11 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(config: TrackerConfig, journal: Option<(Journal, Vec<Record>)>) -> Shared {
+    pub(crate) fn new(
+        config: TrackerConfig,
+        journal: Option<(Journal, Vec<Record>)>,
+        secret: Option<JobSecret>,
+    ) -> Shared {
         let mut classic = Classic::new(config.workers, config.sort_by);
         let mut json = Json::new(config.workers, config.sort_by);
         let journal = journal.map(|(j, records)| {
@@ -74,6 +81,7 @@ impl Shared {
         });
         let shared = Shared {
             config,
+            secret,
             machines: Mutex::new(Machines {
                 classic,
                 json,
