@@ -32,10 +32,13 @@ pub(crate) fn session(
     match command {
         Command::Print => {
             let text = r.str("print text", max)?;
+            sh.await_turn(conn, host);
             sh.print(rank, text.trim());
             Ok(())
         }
         Command::Shutdown => {
+            // After this worker's earlier prints, which may end the job's log.
+            sh.await_turn(conn, host);
             // A worker may finish and shut down before the tracker has read the port it
             // reported on its `start` connection: wait for that negotiation to end.
             let m = lock(&sh.machines);
@@ -50,7 +53,11 @@ pub(crate) fn session(
             sh.classic_actions(&mut m, actions);
             Ok(())
         }
-        Command::Start | Command::Recover => start(sh, conn, stream, host, &hello),
+        Command::Start | Command::Recover => {
+            // Its wait for the batch must not hold back the prints after it.
+            sh.sequence.settle(conn);
+            start(sh, conn, stream, host, &hello)
+        }
     }
 }
 

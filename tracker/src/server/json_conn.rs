@@ -40,7 +40,15 @@ pub(crate) fn session(
     body.extend(r.exact("hello frame", len - head.len())?);
     let hello: Hello = serde_json::from_slice(&body).map_err(|e| bad_json("hello frame", e))?;
     let cmd: Value = r.json("command frame", cap)?;
-    match int(&cmd, "cmd")? {
+    let command = int(&cmd, "cmd")?;
+    if command == 1 {
+        // Its wait for the batch must not hold back the prints after it.
+        sh.sequence.settle(conn);
+    } else {
+        // A print, shutdown or error comes after this worker's earlier commands.
+        sh.await_turn(conn, host);
+    }
+    match command {
         1 => start(sh, conn, stream, host, &hello, &cmd),
         2 => {
             let mut m = lock(&sh.machines);

@@ -11,6 +11,7 @@ mod accept;
 pub(crate) mod auth;
 mod classic_conn;
 mod json_conn;
+mod sequence;
 mod shared;
 
 use crate::journal::{Journal, JournalError};

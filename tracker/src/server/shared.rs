@@ -2,6 +2,7 @@
 //! through which a machine's decision reaches another connection's thread, event
 //! subscribers, and the job's ending.
 
+use super::sequence::Sequence;
 use super::{Event, JobOutcome, TrackerConfig};
 use crate::classic::{self, Classic, ConnId};
 use crate::journal::Journal;
@@ -53,6 +54,8 @@ pub(crate) struct Shared {
     /// Notified whenever the classic machine's holders change.
     pub(crate) changed: Condvar,
     inboxes: Mutex<HashMap<ConnId, Sender<Go>>>,
+    /// Keeps each host's `print`s and `shutdown`s in accept order.
+    pub(crate) sequence: Sequence,
     subscribers: Mutex<Vec<Sender<Event>>>,
     pub(crate) end: Mutex<Option<Ending>>,
     pub(crate) ended: Condvar,
@@ -89,6 +92,7 @@ impl Shared {
             }),
             changed: Condvar::new(),
             inboxes: Mutex::new(HashMap::new()),
+            sequence: Sequence::default(),
             subscribers: Mutex::new(Vec::new()),
             end: Mutex::new(None),
             ended: Condvar::new(),
@@ -142,6 +146,22 @@ impl Shared {
             peer: peer.to_string(),
             reason,
         });
+    }
+
+    /// Waits until the connections from `host` accepted before `conn` have settled
+    /// (see `sequence`), at most the read timeout: past it, the command is carried out
+    /// anyway, possibly out of order, rather than lost.
+    pub(crate) fn await_turn(&self, conn: ConnId, host: &str) {
+        if !self
+            .sequence
+            .await_turn(conn, host, self.config.read_timeout)
+        {
+            tracing::debug!(
+                conn,
+                %host,
+                "an earlier connection from this host is still open; going on out of order"
+            );
+        }
     }
 
     pub(crate) fn print(&self, rank: i32, text: &str) {
