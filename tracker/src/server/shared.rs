@@ -288,7 +288,10 @@ impl Shared {
         if end.is_none() {
             match &ending {
                 Ending::Done(o) => tracing::info!(ranks = ?o.shut_down, "job finished"),
-                Ending::Failed(r) => tracing::error!(reason = %r, "job failed"),
+                // A warning, not an error: the caller of `wait` gets the reason and
+                // reports it (`switchyard tracker` exits with it); at the default
+                // error level the reason would be printed twice.
+                Ending::Failed(r) => tracing::warn!(reason = %r, "job failed"),
                 Ending::Stopped => tracing::info!("tracker stopped"),
             }
             *end = Some(ending);
