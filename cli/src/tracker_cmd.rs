@@ -64,6 +64,12 @@ pub(crate) struct TrackerArgs {
     /// Seconds a worker may wait for the rest of its batch.
     #[arg(long, default_value_t = 3600)]
     batch_timeout: u64,
+    /// Fail the job (exit 1, naming the ranks that never shut down) if it has not ended
+    /// this many seconds after the tracker started. Default: no limit. A worker that
+    /// dies after bootstrap never sends `shutdown`, so without it the tracker waits
+    /// for that worker forever.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    job_timeout: Option<u64>,
 }
 
 /// Runs the tracker until the job ends.
@@ -78,6 +84,7 @@ pub(crate) fn run(args: TrackerArgs) -> Result<(), Box<dyn Error>> {
     config.state_file = args.state;
     config.read_timeout = Duration::from_secs(args.read_timeout.max(1));
     config.batch_timeout = Duration::from_secs(args.batch_timeout.max(1));
+    config.job_timeout = args.job_timeout.map(Duration::from_secs);
     let tracker = Tracker::start(config)?;
     let events = tracker.events();
     let mut out = std::io::stdout().lock();

@@ -313,3 +313,16 @@ fn log_lines_that_do_not_go_to_a_terminal_carry_no_colour_codes() {
         assert!(!err.contains('\x1b'), "{env:?}: colour codes in {err:?}");
     }
 }
+
+/// `--job-timeout`: a job that has not ended in time (here no worker ever comes, as
+/// after a restart that came when the workers had given up, or a worker that died
+/// mid-job) fails with a non-zero exit naming the ranks that never shut down.
+#[test]
+fn a_job_that_runs_past_the_job_timeout_exits_non_zero() {
+    let mut t = spawn_tracker(&["-n", "2", "--job-timeout", "1"]);
+    let status = t.exit();
+    let err = t.stderr_text();
+    assert!(!status.success(), "exit {status:?}; {err}");
+    assert!(err.contains("job timeout"), "{err}");
+    assert!(err.contains("ranks [0, 1] never shut down"), "{err}");
+}

@@ -55,6 +55,11 @@ pub struct TrackerConfig {
     pub batch_timeout: Duration,
     /// Append-only state file, so that a restarted tracker picks up the job.
     pub state_file: Option<PathBuf>,
+    /// How long the job may run, from the tracker's start, before it fails (default
+    /// `None`: no limit). The protocols cannot tell a worker that died mid-job from a
+    /// slow one, so without it a tracker whose worker died after bootstrap waits for
+    /// that worker's `shutdown` forever.
+    pub job_timeout: Option<Duration>,
 }
 
 impl TrackerConfig {
@@ -69,6 +74,7 @@ impl TrackerConfig {
             read_timeout: Duration::from_secs(30),
             batch_timeout: Duration::from_secs(3600),
             state_file: None,
+            job_timeout: None,
         }
     }
 }
@@ -241,6 +247,13 @@ impl Tracker {
                 .spawn(move || accept::run(&shared, &listener))
                 .map_err(TrackerError::Thread)?
         };
+        if let Some(limit) = shared.config.job_timeout {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("tracker-job-timeout".into())
+                .spawn(move || shared.fail_after(limit))
+                .map_err(TrackerError::Thread)?;
+        }
         tracing::info!(%addr, workers = shared.config.workers, "tracker listening");
         Ok(Tracker {
             addr,

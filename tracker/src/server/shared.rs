@@ -282,6 +282,31 @@ impl Shared {
         }
     }
 
+    /// Fails the job if it has not ended `limit` from now ([`TrackerConfig::job_timeout`]);
+    /// returns as soon as it ends otherwise.
+    pub(crate) fn fail_after(&self, limit: std::time::Duration) {
+        let end = lock(&self.end);
+        let (end, waited) = self
+            .ended
+            .wait_timeout_while(end, limit, |end| end.is_none())
+            .unwrap_or_else(PoisonError::into_inner);
+        drop(end);
+        if !waited.timed_out() {
+            return;
+        }
+        let missing: Vec<u32> = {
+            let m = lock(&self.machines);
+            let (classic, json) = (m.classic.shut_down(), m.json.shut_down());
+            (0..self.config.workers)
+                .filter(|r| !classic.contains(r) && !json.contains(r))
+                .collect()
+        };
+        self.end_with(Ending::Failed(format!(
+            "the job did not end within the job timeout of {limit:?}: ranks {missing:?} \
+             never shut down (a worker that died mid-job never does)"
+        )));
+    }
+
     /// Ends the job (the first ending wins).
     pub(crate) fn end_with(&self, ending: Ending) {
         let mut end = lock(&self.end);
