@@ -53,11 +53,7 @@ pub(crate) fn session(
             sh.classic_actions(&mut m, actions);
             Ok(())
         }
-        Command::Start | Command::Recover => {
-            // Its wait for the batch must not hold back the prints after it.
-            sh.sequence.settle(conn);
-            start(sh, conn, stream, host, &hello)
-        }
+        Command::Start | Command::Recover => start(sh, conn, stream, host, &hello),
     }
 }
 
@@ -71,10 +67,17 @@ fn start(
     let inbox = sh.inbox(conn);
     let decided = {
         let mut m = lock(&sh.machines);
-        m.classic
-            .start(conn, host, hello)
-            .map(|actions| sh.classic_actions(&mut m, actions))
+        if m.json.in_use() {
+            Err(MIXED_CLASSIC.to_string())
+        } else {
+            m.classic
+                .start(conn, host, hello)
+                .map(|actions| sh.classic_actions(&mut m, actions))
+        }
     };
+    // Taken in (or refused): its wait for the batch must not hold back the worker's
+    // later prints.
+    sh.sequence.settle(conn);
     if let Err(reason) = decided {
         refuse(sh, stream);
         return Err(Bad::Refused(reason));
@@ -117,6 +120,12 @@ fn start(
     };
     turn.negotiate(stream)
 }
+
+/// Why a classic `start` is refused in a job of JSON workers: both batches would wait,
+/// silently, for workers that never come.
+const MIXED_CLASSIC: &str = "a classic-protocol worker (rabit, XGBoost 2.0 or \
+     older) cannot join this job: its workers speak the JSON protocol (XGBoost 2.1 or \
+     newer); a job must use one protocol, i.e. one XGBoost generation";
 
 /// Rank −1: the protocol's only polite refusal (§5.2).
 fn refuse(sh: &Shared, stream: &TcpStream) {
