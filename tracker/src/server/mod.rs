@@ -53,7 +53,8 @@ pub struct TrackerConfig {
     pub read_timeout: Duration,
     /// How long a `start` may wait for the rest of its batch.
     pub batch_timeout: Duration,
-    /// Append-only state file, so that a restarted tracker picks up the job.
+    /// Append-only state file, so that a restarted tracker picks up the job. One file
+    /// per job: a file whose job finished is refused at start.
     pub state_file: Option<PathBuf>,
     /// How long the job may run, from the tracker's start, before it fails (default
     /// `None`: no limit). The protocols cannot tell a worker that died mid-job from a
@@ -209,8 +210,11 @@ pub struct Tracker {
 }
 
 impl Tracker {
-    /// Binds, replays the state file if there is one, and starts serving on background
-    /// threads.
+    /// Reads the job secret from the environment, replays the state file if there is
+    /// one, binds, and starts serving on background threads.
+    ///
+    /// Refused before binding: an unusable job secret ([`TrackerError::Secret`]) and a
+    /// state file whose job already finished ([`TrackerError::FinishedState`]).
     pub fn start(config: TrackerConfig) -> Result<Tracker, TrackerError> {
         let bind_addr = format!("{}:{}", config.host, config.port);
         let bind_err = |source| TrackerError::Bind {
