@@ -78,11 +78,20 @@ enum Command {
     },
 }
 
+/// Whether log lines on standard error may carry colour codes: only on a terminal (a
+/// log redirected to a file must stay plain text), and never with `NO_COLOR` set to
+/// anything but the empty string (<https://no-color.org>).
+fn colour_on_stderr() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let traces = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(colour_on_stderr());
     match &cli.command {
         // `bench robust` reads when its workers' robust mode saw the mesh break from
         // their traces: unix-ns stamps on the bench's clock, no colour codes.

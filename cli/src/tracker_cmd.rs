@@ -33,8 +33,9 @@ pub(crate) const SECRET_HELP: &str = "\
 Job secret: with SWITCHYARD_JOB_SECRET (the secret) or SWITCHYARD_JOB_SECRET_FILE (a file
 holding it) set, the tracker honours the job secret: every connection must first prove it
 (HMAC challenge-response), and strangers are dropped and logged. Switchyard workers with the
-same variable answer it. XGBoost's own workers (rabit, collective) cannot: for XGBoost jobs
-leave both variables unset.";
+same variable answer it. A secret shorter than 16 bytes, both variables set or an unreadable
+file stops the tracker at start (exit 1). XGBoost's own workers (rabit, collective) cannot
+answer the challenge: for XGBoost jobs leave both variables unset.";
 
 /// The arguments of `switchyard tracker`.
 #[derive(clap::Args, Debug)]
@@ -52,7 +53,9 @@ pub(crate) struct TrackerArgs {
     /// Rank order within a batch.
     #[arg(long, value_enum, default_value = "host")]
     sort_by: SortArg,
-    /// Append-only state file: replayed at start, so a restarted tracker resumes the job.
+    /// Append-only state file: replayed at start, so that a tracker restarted on the same
+    /// port resumes the job. One file per job: a file whose job finished is refused (exit
+    /// 1, naming the file); delete it or pass a new path for the next job.
     #[arg(long)]
     state: Option<PathBuf>,
     /// Seconds a worker may take for each message.
@@ -61,6 +64,12 @@ pub(crate) struct TrackerArgs {
     /// Seconds a worker may wait for the rest of its batch.
     #[arg(long, default_value_t = 3600)]
     batch_timeout: u64,
+    /// Fail the job (exit 1, naming the ranks that never shut down) if it has not ended
+    /// this many seconds after the tracker started. Default: no limit. A worker that
+    /// dies after bootstrap never sends `shutdown`, so without it the tracker waits
+    /// for that worker forever.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    job_timeout: Option<u64>,
 }
 
 /// Runs the tracker until the job ends.
@@ -75,6 +84,7 @@ pub(crate) fn run(args: TrackerArgs) -> Result<(), Box<dyn Error>> {
     config.state_file = args.state;
     config.read_timeout = Duration::from_secs(args.read_timeout.max(1));
     config.batch_timeout = Duration::from_secs(args.batch_timeout.max(1));
+    config.job_timeout = args.job_timeout.map(Duration::from_secs);
     let tracker = Tracker::start(config)?;
     let events = tracker.events();
     let mut out = std::io::stdout().lock();

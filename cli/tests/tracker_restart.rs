@@ -23,9 +23,15 @@ struct Running {
 }
 
 fn spawn_tracker(args: &[&str]) -> Running {
+    spawn_tracker_with(args, &[])
+}
+
+/// [`spawn_tracker`] with `env` added to its environment.
+fn spawn_tracker_with(args: &[&str], env: &[(&str, &str)]) -> Running {
     let child = switchyard()
         .arg("tracker")
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -206,9 +212,8 @@ fn a_sigkilled_tracker_restarted_with_its_state_file_finishes_the_job() {
     let _ = std::fs::remove_file(&state);
 }
 
-#[test]
-fn a_failed_job_exits_non_zero_with_the_reason() {
-    let mut t = spawn_tracker(&["-n", "1", "--sort-by", "task", "--read-timeout", "5"]);
+/// A JSON worker's `error`: the job fails with "disk full".
+fn fail_the_job(t: &Running) {
     let mut st = TcpStream::connect_timeout(&t.addr(), WAIT).unwrap();
     st.set_read_timeout(Some(WAIT)).unwrap();
     let frame = |s: &str| [&i32le(s.len() as i32)[..], s.as_bytes()].concat();
@@ -217,8 +222,107 @@ fn a_failed_job_exits_non_zero_with_the_reason() {
         .unwrap();
     st.write_all(&frame(r#"{"cmd":3,"code":1,"msg":"disk full"}"#))
         .unwrap();
+}
+
+#[test]
+fn a_failed_job_exits_non_zero_with_the_reason() {
+    let mut t = spawn_tracker(&["-n", "1", "--sort-by", "task", "--read-timeout", "5"]);
+    fail_the_job(&t);
     let status = t.exit();
     let err = t.stderr_text();
     assert!(!status.success());
-    assert!(err.contains("disk full"), "{err}");
+    // Once, and as plain text: standard error is a pipe here, as when it goes to a file.
+    assert_eq!(err.matches("disk full").count(), 1, "{err}");
+    assert!(
+        !err.contains('\x1b'),
+        "colour codes in a log that is not a terminal: {err:?}"
+    );
+}
+
+/// A job script with a fixed `--state` path runs its next job on the finished job's
+/// file: the tracker refuses it before listening, naming the file and the way out, and
+/// exits non-zero, instead of printing `job finished` and exiting 0.
+#[test]
+fn a_finished_jobs_state_file_is_refused_with_a_non_zero_exit() {
+    let state: PathBuf =
+        std::env::temp_dir().join(format!("sy-tracker-finished-{}.jsonl", std::process::id()));
+    std::fs::write(
+        &state,
+        concat!(
+            "{\"kind\":\"job\",\"workers\":2}\n",
+            "{\"kind\":\"shut_down\",\"protocol\":\"classic\",\"rank\":0}\n",
+            "{\"kind\":\"shut_down\",\"protocol\":\"classic\",\"rank\":1}\n",
+        ),
+    )
+    .unwrap();
+    let mut command = switchyard();
+    command
+        .args(["tracker", "-n", "2", "--state"])
+        .arg(&state)
+        .env_remove("SWITCHYARD_JOB_SECRET")
+        .env_remove("SWITCHYARD_JOB_SECRET_FILE");
+    let (out, _) = support::run_bounded(command, WAIT);
+    let _ = std::fs::remove_file(&state);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "exit {:?}; stdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    assert!(!stdout.contains("DMLC_TRACKER_PORT"), "{stdout}");
+    assert!(!stderr.contains("job finished"), "{stderr}");
+    for needle in [state.to_str().unwrap(), "already finished", "delete"] {
+        assert!(stderr.contains(needle), "no {needle:?} in {stderr}");
+    }
+}
+
+/// `SWITCHYARD_JOB_SECRET` shorter than the minimum: `switchyard tracker` refuses to
+/// start, naming the variable and the minimum length, instead of listening and then
+/// dropping every connection.
+#[test]
+fn a_too_short_job_secret_stops_the_tracker_command_at_start() {
+    let mut command = switchyard();
+    command
+        .args(["tracker", "-n", "2"])
+        .env("SWITCHYARD_JOB_SECRET", "short")
+        .env_remove("SWITCHYARD_JOB_SECRET_FILE");
+    let (out, _) = support::run_bounded(command, WAIT);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "exit {:?}; {stderr}", out.status);
+    assert!(!stdout.contains("DMLC_TRACKER_PORT"), "{stdout}");
+    for needle in ["SWITCHYARD_JOB_SECRET", "at least 16"] {
+        assert!(stderr.contains(needle), "no {needle:?} in {stderr}");
+    }
+}
+
+/// Log lines (here the tracker's warning that the job failed) written to a pipe or a
+/// file carry no colour codes, nor with `NO_COLOR` set.
+#[test]
+fn log_lines_that_do_not_go_to_a_terminal_carry_no_colour_codes() {
+    for env in [
+        &[("RUST_LOG", "warn")][..],
+        &[("RUST_LOG", "warn"), ("NO_COLOR", "1")][..],
+    ] {
+        let mut t = spawn_tracker_with(&["-n", "1", "--read-timeout", "5"], env);
+        fail_the_job(&t);
+        assert!(!t.exit().success());
+        let err = t.stderr_text();
+        assert!(err.contains("WARN"), "{env:?}: no warning in {err}");
+        assert!(!err.contains('\x1b'), "{env:?}: colour codes in {err:?}");
+    }
+}
+
+/// `--job-timeout`: a job that has not ended in time (here no worker ever comes, as
+/// after a restart that came when the workers had given up, or a worker that died
+/// mid-job) fails with a non-zero exit naming the ranks that never shut down.
+#[test]
+fn a_job_that_runs_past_the_job_timeout_exits_non_zero() {
+    let mut t = spawn_tracker(&["-n", "2", "--job-timeout", "1"]);
+    let status = t.exit();
+    let err = t.stderr_text();
+    assert!(!status.success(), "exit {status:?}; {err}");
+    assert!(err.contains("job timeout"), "{err}");
+    assert!(err.contains("ranks [0, 1] never shut down"), "{err}");
 }

@@ -35,7 +35,9 @@
 //! stopped. A tracker given a [`TrackerConfig::state_file`] appends every durable fact
 //! (finished negotiations, ports, shutdowns, the JSON batch) to it and replays it at
 //! start, so that a tracker killed after bootstrap and restarted on the same port
-//! finishes the job: workers only come back for `print`, `shutdown` and `recover`.
+//! finishes the job: workers only come back for `print`, `shutdown` and `recover`. A
+//! state file whose job finished is refused ([`TrackerError::FinishedState`]): a new
+//! job needs a file of its own.
 //!
 //! Layers: [`wire`] (bytes, deadlines, caps), [`maps`] (link maps), the sans-IO state
 //! machines ([`classic`], [`json`], fed by [`order`] and reporting [`record`]s, which

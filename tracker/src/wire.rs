@@ -61,6 +61,13 @@ pub enum WireError {
         /// What came instead.
         got: i32,
     },
+    /// A tracker opened with the job secret's challenge where its magic belongs: it
+    /// requires the job secret, and this process has none.
+    #[error(
+        "the tracker requires the job secret (it sent the secret's challenge instead of its \
+         magic): set SWITCHYARD_JOB_SECRET or SWITCHYARD_JOB_SECRET_FILE as for the tracker"
+    )]
+    SecretRequired,
     /// A length prefix below zero.
     #[error("negative length {len} for {what}")]
     NegativeLength {

@@ -257,3 +257,40 @@ fn a_world_of_64_finishes() {
     assert_eq!(t.wait(Some(WAIT)).unwrap().shut_down.len(), 64);
     eprintln!("64 workers in {:?}", started.elapsed());
 }
+
+/// A worker that dies after bootstrap never sends `shutdown`, and nothing in the
+/// protocol tells the tracker: with a job timeout the job fails, naming the rank that
+/// never shut down, instead of waiting forever.
+#[test]
+fn a_job_whose_worker_died_fails_at_the_job_timeout() {
+    let mut config = TrackerConfig::new(2);
+    config.job_timeout = Some(Duration::from_millis(800));
+    let t = Tracker::start(config).unwrap();
+    let addr = t.addr();
+    let events = t.events();
+    let handles: Vec<_> = (0..2)
+        .map(|i| std::thread::spawn(move || start_worker(addr, -1, &format!("t{i}"))))
+        .collect();
+    let workers: Vec<Worker> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    for _ in 0..2 {
+        expect_event(&events, |e| matches!(e, Event::Linked { .. }));
+    }
+    // Rank 0 finishes; rank 1 "dies" (its links close, it never says `shutdown`).
+    shutdown(addr, 0, 2);
+    drop(workers);
+    let started = std::time::Instant::now();
+    match t.wait(Some(WAIT)) {
+        Err(switchyard_tracker::TrackerError::JobFailed { reason }) => {
+            assert!(reason.contains("job timeout"), "{reason}");
+            assert!(reason.contains("ranks [1] never shut down"), "{reason}");
+        }
+        other => panic!("expected the job to fail at its timeout, got {other:?}"),
+    }
+    assert!(started.elapsed() < WAIT);
+    // Without a timeout (the default) the job is still waiting for rank 1.
+    let t = tracker(1);
+    assert!(matches!(
+        t.wait(Some(Duration::from_millis(900))),
+        Err(switchyard_tracker::TrackerError::WaitTimedOut { .. })
+    ));
+}

@@ -140,3 +140,135 @@ fn with_a_job_secret_strangers_are_refused_and_jobs_finish() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+const SHORT_CHILD: &str = "SWITCHYARD_TRACKER_SHORT_SECRET_TEST_CHILD";
+
+/// A secret shorter than `MIN_SECRET_LEN` stops the tracker at start, with an error
+/// naming the variable and the minimum, instead of a tracker that listens and then
+/// drops every connection.
+#[test]
+fn a_too_short_job_secret_stops_the_tracker_at_start() {
+    if std::env::var_os(SHORT_CHILD).is_some() {
+        match Tracker::start(TrackerConfig::new(1)) {
+            Err(e @ switchyard_tracker::TrackerError::Secret(_)) => {
+                println!("refused: {e}");
+            }
+            Err(e) => panic!("refused for another reason: {e}"),
+            Ok(t) => panic!("the tracker started on {} with a short secret", t.addr()),
+        }
+        return;
+    }
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_too_short_job_secret_stops_the_tracker_at_start",
+            "--nocapture",
+        ])
+        .env(SHORT_CHILD, "1")
+        .env("SWITCHYARD_JOB_SECRET", "short")
+        .env_remove("SWITCHYARD_JOB_SECRET_FILE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the child ran over {LIMIT:?}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let refusal = stdout.lines().find(|l| l.starts_with("refused: "));
+    assert!(
+        out.status.success() && refusal.is_some(),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let refusal = refusal.unwrap_or_default();
+    for needle in ["SWITCHYARD_JOB_SECRET", "5 bytes", "at least 16"] {
+        assert!(refusal.contains(needle), "no {needle:?} in {refusal}");
+    }
+}
+
+const SERVE_CHILD: &str = "SWITCHYARD_TRACKER_SECRET_SERVE_CHILD";
+
+/// A worker without the secret against a tracker with one is told that the tracker
+/// requires the job secret, naming the variable, instead of "wrong magic 0x55415953"
+/// (the first bytes of the challenge read as a magic). The tracker runs in a child
+/// process with the secret; the clients run here, without it.
+#[test]
+fn a_worker_without_the_secret_is_told_that_the_tracker_requires_it() {
+    if std::env::var_os(SERVE_CHILD).is_some() {
+        let tracker = Tracker::start(TrackerConfig::new(1)).unwrap();
+        println!("port={}", tracker.addr().port());
+        // Serve until the parent closes standard input (or kills this process).
+        let _ = std::io::stdin().read_to_end(&mut Vec::new());
+        return;
+    }
+    assert!(
+        std::env::var_os("SWITCHYARD_JOB_SECRET").is_none()
+            && std::env::var_os("SWITCHYARD_JOB_SECRET_FILE").is_none(),
+        "this test needs an environment without a job secret"
+    );
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_worker_without_the_secret_is_told_that_the_tracker_requires_it",
+            "--nocapture",
+        ])
+        .env(SERVE_CHILD, "1")
+        .env("SWITCHYARD_JOB_SECRET", SECRET)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut guard = Guard(child);
+    let stdout = guard.0.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let _ = tx.send(line.unwrap_or_default());
+        }
+    });
+    let port: u16 = loop {
+        let line = rx.recv_timeout(LIMIT).expect("the child printed no port");
+        if let Some(p) = line.strip_prefix("port=") {
+            break p.parse().unwrap();
+        }
+    };
+    let mut quick = ClientConfig::default().with_timeout(LIMIT);
+    quick.connect_attempts = 1;
+    let classic = ClassicClient::new("127.0.0.1", port, Some("c0".into()), quick.clone())
+        .unwrap()
+        .start(None, None)
+        .unwrap_err()
+        .to_string();
+    let json = JsonClient::new("127.0.0.1", port, Some("j0".into()), quick)
+        .unwrap()
+        .start()
+        .unwrap_err()
+        .to_string();
+    for err in [classic, json] {
+        assert!(err.contains("requires the job secret"), "{err}");
+        assert!(err.contains("SWITCHYARD_JOB_SECRET"), "{err}");
+        assert!(!err.contains("wrong magic"), "{err}");
+    }
+    drop(guard.0.stdin.take());
+}
+
+/// Kills and reaps the child if the test fails before it ends.
+struct Guard(std::process::Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -106,10 +106,15 @@ fn a_classic_job_finishes_on_a_restarted_tracker() {
     shutdown(addr, 2, 3);
     assert_eq!(t.wait(Some(WAIT)).unwrap().shut_down, [0, 1, 2]);
 
-    // A third tracker on the file knows the job is over.
+    // A third tracker on the file knows the job is over, and refuses to start on it
+    // (see `a_state_file_of_a_finished_job_is_refused`).
     drop(t);
-    let t = with_state(3, 0, &file);
-    assert_eq!(t.wait(Some(WAIT)).unwrap().shut_down, [0, 1, 2]);
+    let mut config = TrackerConfig::new(3);
+    config.state_file = Some(file.0.clone());
+    assert!(matches!(
+        Tracker::start(config),
+        Err(TrackerError::FinishedState { shut_down, .. }) if shut_down == [0, 1, 2]
+    ));
 }
 
 #[test]
@@ -152,5 +157,38 @@ fn a_state_file_of_another_job_size_is_refused() {
     match Tracker::start(config) {
         Err(TrackerError::StateFile(e)) => assert!(e.to_string().contains("for 2 workers"), "{e}"),
         other => panic!("expected a state file error, got {other:?}"),
+    }
+}
+
+/// A job script with a fixed state path starts the next job on the old job's file: the
+/// tracker must refuse it, naming the file, instead of replaying the old job's shutdowns
+/// and reporting success before any worker connects.
+#[test]
+fn a_state_file_of_a_finished_job_is_refused() {
+    let file = TempFile::new("finished");
+    let t = with_state(1, 0, &file);
+    let addr = t.addr();
+    let events = t.events();
+    let w = start_worker(addr, -1, "t0");
+    assert_eq!(w.assignment.rank, 0);
+    expect_event(&events, |e| matches!(e, Event::Linked { rank: 0 }));
+    shutdown(addr, 0, 1);
+    assert_eq!(t.wait(Some(WAIT)).unwrap().shut_down, [0]);
+    drop(t);
+
+    let mut config = TrackerConfig::new(1);
+    config.state_file = Some(file.0.clone());
+    match Tracker::start(config) {
+        Err(e @ TrackerError::FinishedState { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains(&file.0.display().to_string()), "{text}");
+            assert!(text.contains("already finished"), "{text}");
+            assert!(text.contains("delete"), "{text}");
+        }
+        Ok(t) => panic!(
+            "a finished job's state file was accepted; wait says {:?}",
+            t.wait(Some(std::time::Duration::ZERO))
+        ),
+        Err(other) => panic!("expected FinishedState, got {other}"),
     }
 }

@@ -78,6 +78,7 @@ pub(crate) fn run(args: TrackerArgs) -> Result<()> {
             theirs * 1e3,
             "xgboost-1.7.6 RabitTracker",
         )
+        .in_ranks()
         .emit(common.json);
     }
     if common.selects("launch_first_collective") {
@@ -95,6 +96,7 @@ pub(crate) fn run(args: TrackerArgs) -> Result<()> {
             floor * 1e3,
             "launch -n 4 -- /bin/true",
         )
+        .in_ranks()
         .emit(common.json);
     }
     Ok(())

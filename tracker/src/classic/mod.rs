@@ -182,6 +182,15 @@ impl Classic {
         self.pending.len()
     }
 
+    /// Whether any classic worker has joined the job (waiting, negotiating, linked or
+    /// shut down): a job has one protocol, so a JSON `start` is then refused.
+    pub fn in_use(&self) -> bool {
+        !self.pending.is_empty()
+            || !self.held.is_empty()
+            || !self.linked.is_empty()
+            || !self.shut_down.is_empty()
+    }
+
     /// A `start` or `recover` from `conn` at `host`. `Ok` with actions, the caller's
     /// connection either gets a [`Action::Turn`] now or later, or waits in the batch;
     /// `Err` with the reason to refuse it (assignment rank −1).

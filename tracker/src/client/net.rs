@@ -165,10 +165,19 @@ pub(crate) fn accept_until(
     }
 }
 
-/// Sends the magic and checks the tracker's.
+/// Sends the magic and checks the tracker's. A tracker that opens with the job secret's
+/// challenge instead requires a secret this process does not have: say that, rather
+/// than report the challenge's first bytes as a wrong magic.
 pub(crate) fn magic(stream: &TcpStream, limit: Duration) -> Result<(), WireError> {
     let mut buf = Vec::with_capacity(4);
     wire::put_i32(&mut buf, wire::MAGIC);
     wire::write_all_within(stream, &buf, limit, "magic")?;
-    Deadline::new(stream, limit).magic()
+    match Deadline::new(stream, limit).magic() {
+        Err(WireError::BadMagic { got })
+            if switchyard_secret::looks_like_challenge(&got.to_le_bytes()) =>
+        {
+            Err(WireError::SecretRequired)
+        }
+        other => other,
+    }
 }

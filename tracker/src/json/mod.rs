@@ -100,6 +100,12 @@ impl Json {
         self.pending.len()
     }
 
+    /// Whether any JSON worker has joined the job (waiting, in the batch, or shut
+    /// down): a job has one protocol, so a classic `start` is then refused.
+    pub fn in_use(&self) -> bool {
+        !self.pending.is_empty() || self.batch.is_some() || !self.shut_down.is_empty()
+    }
+
     /// A `start` (§4.2) with its ports. `Ok`: answer `{"world_size": n}` and wait for a
     /// peer frame (maybe among the actions). `Err`: close the connection, for that reason.
     pub fn start(

@@ -7,7 +7,7 @@ use crate::classic::ConnId;
 use crate::wire::{write_all_within, Deadline, WireError, MAGIC};
 use crossbeam_channel::RecvTimeoutError;
 use std::io;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -56,32 +56,34 @@ pub(crate) fn run(shared: &Arc<Shared>, listener: &TcpListener) {
             continue;
         }
         shared.open_conns.fetch_add(1, Ordering::SeqCst);
+        // An IPv4 peer of a dual-stack listener shows as ::ffff:a.b.c.d; workers want
+        // a.b.c.d.
+        let host = peer.ip().to_canonical().to_string();
+        // Here, on the one accept thread, so that a worker's connections are numbered
+        // and placed in the order it opened them (see `sequence`).
+        let conn = shared.next_conn();
+        shared.sequence.enter(conn, &host);
         let sh = Arc::clone(shared);
         let spawned = std::thread::Builder::new()
             .name(format!("tracker-{peer}"))
             .spawn(move || {
-                serve(&sh, &stream, peer);
+                if let Err(e) = session(&sh, conn, &stream, &host) {
+                    sh.dropped(&peer.to_string(), e.to_string());
+                }
+                sh.sequence.settle(conn);
                 sh.open_conns.fetch_sub(1, Ordering::SeqCst);
             });
         if let Err(e) = spawned {
+            shared.sequence.settle(conn);
             shared.open_conns.fetch_sub(1, Ordering::SeqCst);
             shared.dropped(&peer.to_string(), format!("cannot start a thread: {e}"));
         }
     }
 }
 
-fn serve(shared: &Shared, stream: &TcpStream, peer: SocketAddr) {
-    // An IPv4 peer of a dual-stack listener shows as ::ffff:a.b.c.d; workers want a.b.c.d.
-    let host = peer.ip().to_canonical().to_string();
-    let conn = shared.next_conn();
-    if let Err(e) = session(shared, conn, stream, &host) {
-        shared.dropped(&peer.to_string(), e.to_string());
-    }
-}
-
 fn session(shared: &Shared, conn: ConnId, stream: &TcpStream, host: &str) -> Result<(), Bad> {
     let timeout = shared.config.read_timeout;
-    super::auth::check(stream, timeout)?;
+    super::auth::check(stream, shared.secret.as_ref(), timeout)?;
     let mut r = Deadline::new(stream, timeout);
     r.magic()?;
     write_all_within(stream, &MAGIC.to_le_bytes(), timeout, "magic")?;

@@ -14,17 +14,20 @@ pub(crate) const TRACKER_PURPOSE: &str = "tracker";
 /// negotiates.
 pub(crate) const PEER_PURPOSE: &str = "tracker-peer";
 
-/// Runs the acceptor's side when the environment holds a secret; an unusable secret
-/// refuses every connection (fail closed).
-pub(super) fn check(stream: &TcpStream, timeout: Duration) -> Result<(), Bad> {
-    let secret = JobSecret::from_env().map_err(|e| Bad::Protocol(e.to_string()))?;
+/// Runs the acceptor's side when the tracker has a secret (read once at start, where
+/// an unusable one stops the start).
+pub(super) fn check(
+    stream: &TcpStream,
+    secret: Option<&JobSecret>,
+    timeout: Duration,
+) -> Result<(), Bad> {
     let Some(secret) = secret else {
         return Ok(());
     };
     let mut own = stream
         .try_clone()
         .map_err(|e| Bad::Protocol(format!("authentication: {e}")))?;
-    switchyard_secret::accept(&mut own, &secret, TRACKER_PURPOSE, Instant::now() + timeout)
+    switchyard_secret::accept(&mut own, secret, TRACKER_PURPOSE, Instant::now() + timeout)
         .map(|_| ())
         .map_err(|e| Bad::Protocol(format!("authentication failed: {}", e.reason)))
 }

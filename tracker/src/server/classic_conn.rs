@@ -32,10 +32,13 @@ pub(crate) fn session(
     match command {
         Command::Print => {
             let text = r.str("print text", max)?;
+            sh.await_turn(conn, host);
             sh.print(rank, text.trim());
             Ok(())
         }
         Command::Shutdown => {
+            // After this worker's earlier prints, which may end the job's log.
+            sh.await_turn(conn, host);
             // A worker may finish and shut down before the tracker has read the port it
             // reported on its `start` connection: wait for that negotiation to end.
             let m = lock(&sh.machines);
@@ -64,10 +67,17 @@ fn start(
     let inbox = sh.inbox(conn);
     let decided = {
         let mut m = lock(&sh.machines);
-        m.classic
-            .start(conn, host, hello)
-            .map(|actions| sh.classic_actions(&mut m, actions))
+        if m.json.in_use() {
+            Err(MIXED_CLASSIC.to_string())
+        } else {
+            m.classic
+                .start(conn, host, hello)
+                .map(|actions| sh.classic_actions(&mut m, actions))
+        }
     };
+    // Taken in (or refused): its wait for the batch must not hold back the worker's
+    // later prints.
+    sh.sequence.settle(conn);
     if let Err(reason) = decided {
         refuse(sh, stream);
         return Err(Bad::Refused(reason));
@@ -110,6 +120,12 @@ fn start(
     };
     turn.negotiate(stream)
 }
+
+/// Why a classic `start` is refused in a job of JSON workers: both batches would wait,
+/// silently, for workers that never come.
+const MIXED_CLASSIC: &str = "a classic-protocol worker (rabit, XGBoost 2.0 or \
+     older) cannot join this job: its workers speak the JSON protocol (XGBoost 2.1 or \
+     newer); a job must use one protocol, i.e. one XGBoost generation";
 
 /// Rank −1: the protocol's only polite refusal (§5.2).
 fn refuse(sh: &Shared, stream: &TcpStream) {

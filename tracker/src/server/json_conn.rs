@@ -40,7 +40,12 @@ pub(crate) fn session(
     body.extend(r.exact("hello frame", len - head.len())?);
     let hello: Hello = serde_json::from_slice(&body).map_err(|e| bad_json("hello frame", e))?;
     let cmd: Value = r.json("command frame", cap)?;
-    match int(&cmd, "cmd")? {
+    let command = int(&cmd, "cmd")?;
+    if command != 1 {
+        // A print, shutdown or error comes after this worker's earlier commands.
+        sh.await_turn(conn, host);
+    }
+    match command {
         1 => start(sh, conn, stream, host, &hello, &cmd),
         2 => {
             let mut m = lock(&sh.machines);
@@ -102,14 +107,22 @@ fn start(
     let error_port = int(cmd, "error_port")?;
     let timeout = sh.config.read_timeout;
     let inbox = sh.inbox(conn);
-    {
+    let taken = {
         let mut m = lock(&sh.machines);
-        let actions = m
-            .json
-            .start(conn, host, hello, port, error_port)
-            .map_err(Bad::Refused)?;
-        sh.json_actions(&mut m, actions);
-    }
+        if m.classic.in_use() {
+            Err(MIXED_JSON.to_string())
+        } else {
+            m.json
+                .start(conn, host, hello, port, error_port)
+                .map(|actions| {
+                    sh.json_actions(&mut m, actions);
+                })
+        }
+    };
+    // Taken in (or refused): its wait for the batch must not hold back the worker's
+    // later prints.
+    sh.sequence.settle(conn);
+    taken.map_err(Bad::Refused)?;
     let mut reply = Vec::new();
     put_json(
         &mut reply,
@@ -155,6 +168,12 @@ fn start(
     }
     Ok(())
 }
+
+/// Why a JSON `start` is refused in a job of classic workers: both batches would wait,
+/// silently, for workers that never come.
+const MIXED_JSON: &str = "a JSON-protocol worker (XGBoost 2.1 or newer) cannot join this \
+     job: its workers speak the classic protocol (rabit, XGBoost 2.0 or older); a job \
+     must use one protocol, i.e. one XGBoost generation";
 
 /// Tells each worker's error listener that the job failed: i32 `1` (JSON doc §8).
 fn signal_error(targets: &[(String, u16)]) {

@@ -11,6 +11,7 @@ mod accept;
 pub(crate) mod auth;
 mod classic_conn;
 mod json_conn;
+mod sequence;
 mod shared;
 
 use crate::journal::{Journal, JournalError};
@@ -52,8 +53,14 @@ pub struct TrackerConfig {
     pub read_timeout: Duration,
     /// How long a `start` may wait for the rest of its batch.
     pub batch_timeout: Duration,
-    /// Append-only state file, so that a restarted tracker picks up the job.
+    /// Append-only state file, so that a restarted tracker picks up the job. One file
+    /// per job: a file whose job finished is refused at start.
     pub state_file: Option<PathBuf>,
+    /// How long the job may run, from the tracker's start, before it fails (default
+    /// `None`: no limit). The protocols cannot tell a worker that died mid-job from a
+    /// slow one, so without it a tracker whose worker died after bootstrap waits for
+    /// that worker's `shutdown` forever.
+    pub job_timeout: Option<Duration>,
 }
 
 impl TrackerConfig {
@@ -68,6 +75,7 @@ impl TrackerConfig {
             read_timeout: Duration::from_secs(30),
             batch_timeout: Duration::from_secs(3600),
             state_file: None,
+            job_timeout: None,
         }
     }
 }
@@ -133,6 +141,26 @@ pub enum TrackerError {
     /// The state file could not be read or written (see [`TrackerConfig::state_file`]).
     #[error(transparent)]
     StateFile(#[from] JournalError),
+    /// The state file holds a job that already finished. Replaying it would end the new
+    /// tracker at once, before any worker connects, and report a success that belongs
+    /// to the old job: a job script with a fixed state path would call every later run
+    /// a success while its workers are refused.
+    #[error(
+        "state file {path} holds a job that already finished (ranks {shut_down:?} shut \
+         down); a new job needs a state file of its own: delete this one or give another path"
+    )]
+    FinishedState {
+        /// The file.
+        path: PathBuf,
+        /// The ranks that shut down in that job.
+        shut_down: Vec<u32>,
+    },
+    /// The job secret in the environment (`SWITCHYARD_JOB_SECRET` or
+    /// `SWITCHYARD_JOB_SECRET_FILE`) cannot be used: too short, both variables set, or an
+    /// unreadable file. Refused at start, since a tracker that served on would drop
+    /// every connection.
+    #[error(transparent)]
+    Secret(#[from] switchyard_secret::SecretError),
     /// The serving thread could not be started.
     #[error("cannot start the tracker's thread: {0}")]
     Thread(std::io::Error),
@@ -182,23 +210,40 @@ pub struct Tracker {
 }
 
 impl Tracker {
-    /// Binds, replays the state file if there is one, and starts serving on background
-    /// threads.
+    /// Reads the job secret from the environment, replays the state file if there is
+    /// one, binds, and starts serving on background threads.
+    ///
+    /// Refused before binding: an unusable job secret ([`TrackerError::Secret`]) and a
+    /// state file whose job already finished ([`TrackerError::FinishedState`]).
     pub fn start(config: TrackerConfig) -> Result<Tracker, TrackerError> {
         let bind_addr = format!("{}:{}", config.host, config.port);
         let bind_err = |source| TrackerError::Bind {
             addr: bind_addr.clone(),
             source,
         };
+        // Read once, here, so that an unusable secret stops the start instead of every
+        // connection later (fail closed either way).
+        let secret = switchyard_secret::JobSecret::from_env()?;
         let journal = match &config.state_file {
             Some(path) => Some(Journal::open(path, config.workers)?),
             None => None,
         };
+        let host = config.host.clone();
+        let port = config.port;
+        let shared = Arc::new(Shared::new(config, journal, secret));
+        // Refused before binding, so that nothing listens for workers it cannot serve.
+        if let (Some(Ending::Done(outcome)), Some(path)) =
+            (&*lock(&shared.end), &shared.config.state_file)
+        {
+            return Err(TrackerError::FinishedState {
+                path: path.clone(),
+                shut_down: outcome.shut_down.clone(),
+            });
+        }
         // A (host, port) pair, not "host:port" text, so that IPv6 literals and host
         // names both work.
-        let listener = TcpListener::bind((config.host.as_str(), config.port)).map_err(bind_err)?;
+        let listener = TcpListener::bind((host.as_str(), port)).map_err(bind_err)?;
         let addr = listener.local_addr().map_err(bind_err)?;
-        let shared = Arc::new(Shared::new(config, journal));
         let accept = {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()
@@ -206,6 +251,13 @@ impl Tracker {
                 .spawn(move || accept::run(&shared, &listener))
                 .map_err(TrackerError::Thread)?
         };
+        if let Some(limit) = shared.config.job_timeout {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("tracker-job-timeout".into())
+                .spawn(move || shared.fail_after(limit))
+                .map_err(TrackerError::Thread)?;
+        }
         tracing::info!(%addr, workers = shared.config.workers, "tracker listening");
         Ok(Tracker {
             addr,

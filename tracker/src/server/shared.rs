@@ -2,6 +2,7 @@
 //! through which a machine's decision reaches another connection's thread, event
 //! subscribers, and the job's ending.
 
+use super::sequence::Sequence;
 use super::{Event, JobOutcome, TrackerConfig};
 use crate::classic::{self, Classic, ConnId};
 use crate::journal::Journal;
@@ -11,6 +12,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use switchyard_secret::JobSecret;
 
 /// Locks, ignoring poisoning: a panicking connection thread must not stop the others
 /// (the machines never leave a half-made change behind a panic point).
@@ -46,10 +48,14 @@ pub(crate) struct Machines {
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) config: TrackerConfig,
+    /// The job secret every connection must prove, read once at start.
+    pub(crate) secret: Option<JobSecret>,
     pub(crate) machines: Mutex<Machines>,
     /// Notified whenever the classic machine's holders change.
     pub(crate) changed: Condvar,
     inboxes: Mutex<HashMap<ConnId, Sender<Go>>>,
+    /// Keeps each host's `print`s and `shutdown`s in accept order.
+    pub(crate) sequence: Sequence,
     subscribers: Mutex<Vec<Sender<Event>>>,
     pub(crate) end: Mutex<Option<Ending>>,
     pub(crate) ended: Condvar,
@@ -59,7 +65,11 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(config: TrackerConfig, journal: Option<(Journal, Vec<Record>)>) -> Shared {
+    pub(crate) fn new(
+        config: TrackerConfig,
+        journal: Option<(Journal, Vec<Record>)>,
+        secret: Option<JobSecret>,
+    ) -> Shared {
         let mut classic = Classic::new(config.workers, config.sort_by);
         let mut json = Json::new(config.workers, config.sort_by);
         let journal = journal.map(|(j, records)| {
@@ -74,6 +84,7 @@ impl Shared {
         });
         let shared = Shared {
             config,
+            secret,
             machines: Mutex::new(Machines {
                 classic,
                 json,
@@ -81,6 +92,7 @@ impl Shared {
             }),
             changed: Condvar::new(),
             inboxes: Mutex::new(HashMap::new()),
+            sequence: Sequence::default(),
             subscribers: Mutex::new(Vec::new()),
             end: Mutex::new(None),
             ended: Condvar::new(),
@@ -134,6 +146,22 @@ impl Shared {
             peer: peer.to_string(),
             reason,
         });
+    }
+
+    /// Waits until the connections from `host` accepted before `conn` have settled
+    /// (see `sequence`), at most the read timeout: past it, the command is carried out
+    /// anyway, possibly out of order, rather than lost.
+    pub(crate) fn await_turn(&self, conn: ConnId, host: &str) {
+        if !self
+            .sequence
+            .await_turn(conn, host, self.config.read_timeout)
+        {
+            tracing::debug!(
+                conn,
+                %host,
+                "an earlier connection from this host is still open; going on out of order"
+            );
+        }
     }
 
     pub(crate) fn print(&self, rank: i32, text: &str) {
@@ -254,13 +282,41 @@ impl Shared {
         }
     }
 
+    /// Fails the job if it has not ended `limit` from now ([`TrackerConfig::job_timeout`]);
+    /// returns as soon as it ends otherwise.
+    pub(crate) fn fail_after(&self, limit: std::time::Duration) {
+        let end = lock(&self.end);
+        let (end, waited) = self
+            .ended
+            .wait_timeout_while(end, limit, |end| end.is_none())
+            .unwrap_or_else(PoisonError::into_inner);
+        drop(end);
+        if !waited.timed_out() {
+            return;
+        }
+        let missing: Vec<u32> = {
+            let m = lock(&self.machines);
+            let (classic, json) = (m.classic.shut_down(), m.json.shut_down());
+            (0..self.config.workers)
+                .filter(|r| !classic.contains(r) && !json.contains(r))
+                .collect()
+        };
+        self.end_with(Ending::Failed(format!(
+            "the job did not end within the job timeout of {limit:?}: ranks {missing:?} \
+             never shut down (a worker that died mid-job never does)"
+        )));
+    }
+
     /// Ends the job (the first ending wins).
     pub(crate) fn end_with(&self, ending: Ending) {
         let mut end = lock(&self.end);
         if end.is_none() {
             match &ending {
                 Ending::Done(o) => tracing::info!(ranks = ?o.shut_down, "job finished"),
-                Ending::Failed(r) => tracing::error!(reason = %r, "job failed"),
+                // A warning, not an error: the caller of `wait` gets the reason and
+                // reports it (`switchyard tracker` exits with it); at the default
+                // error level the reason would be printed twice.
+                Ending::Failed(r) => tracing::warn!(reason = %r, "job failed"),
                 Ending::Stopped => tracing::info!("tracker stopped"),
             }
             *end = Some(ending);

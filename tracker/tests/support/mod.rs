@@ -157,7 +157,17 @@ pub fn join(
     kept: Vec<(i32, TcpStream)>,
 ) -> Worker {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let mut st = hello(addr, rank, world, task, cmd);
+    let st = hello(addr, rank, world, task, cmd);
+    finish_join(st, &listener, kept)
+}
+
+/// The rest of [`join`] after the hello was sent on `st`: the assignment, the
+/// negotiation, and the peers' connections on `listener`.
+pub fn finish_join(
+    mut st: TcpStream,
+    listener: &TcpListener,
+    kept: Vec<(i32, TcpStream)>,
+) -> Worker {
     let assignment = read_assignment(&mut st);
     assert!(assignment.rank >= 0, "refused: {assignment:?}");
     let me = assignment.rank;
@@ -195,7 +205,7 @@ pub fn join(
     st.write_all(&le(i32::from(port))).unwrap();
     drop(st);
     for _ in 0..accept {
-        let mut p = accept_within(&listener);
+        let mut p = accept_within(listener);
         p.write_all(&le(me)).unwrap();
         let r = read_i32(&mut p);
         peers.push((r, p));
