@@ -15,7 +15,8 @@
 
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::VecDeque;
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::io::ErrorKind;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
 /// How many handshakes run at once by default.
@@ -104,6 +105,28 @@ impl<T: Send + 'static> Handshakes<T> {
     #[cfg(test)]
     pub(crate) fn running(&self) -> usize {
         self.running.len()
+    }
+}
+
+/// Accepts every connection pending on the non-blocking `listener` and starts its
+/// handshake (`work`) in `handshakes`.
+pub(crate) fn accept_all<T: Send + 'static>(
+    listener: &TcpListener,
+    handshakes: &mut Handshakes<T>,
+    work: impl Fn(TcpStream, SocketAddr) -> Result<T, String> + Clone + Send + 'static,
+) {
+    loop {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                let work = work.clone();
+                handshakes.start(stream, peer, move |s| work(s, peer));
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "bootstrap accept failed");
+                return;
+            }
+        }
     }
 }
 

@@ -69,7 +69,7 @@ use thiserror::Error;
 mod root;
 mod wire;
 
-use super::handshakes::{self, Handshakes};
+use super::handshakes::{self, accept_all, Handshakes};
 
 pub use root::{RootState, Verdict};
 use wire::{put_text, Wire};
@@ -377,28 +377,6 @@ fn gone(rank: u32, addr: SocketAddr) -> IdError {
              rank checked in, so the process died, was interrupted, or gave up as a rank \
              does whose own ring neighbour left)"
         ),
-    }
-}
-
-/// Accepts every connection pending on the non-blocking `listener` and starts its
-/// handshake (`work`) in `handshakes`.
-fn accept_all<T: Send + 'static>(
-    listener: &TcpListener,
-    handshakes: &mut Handshakes<T>,
-    work: impl Fn(TcpStream, SocketAddr) -> Result<T, String> + Clone + Send + 'static,
-) {
-    loop {
-        match listener.accept() {
-            Ok((stream, peer)) => {
-                let work = work.clone();
-                handshakes.start(stream, peer, move |s| work(s, peer));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
-            Err(e) => {
-                tracing::warn!(error = %e, "bootstrap accept failed");
-                return;
-            }
-        }
     }
 }
 

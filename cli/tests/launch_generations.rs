@@ -1,0 +1,58 @@
+//! One process, several communicators, under `switchyard launch`: each
+//! `Communicator::from_env` after the first is gathered with the other ranks' of the
+//! same number (issue 20 item 12: the second one waited out its timeout, answered with
+//! the first ones' endpoints). The ranks are this test binary again.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::Duration;
+use support::{run_bounded, switchyard};
+use switchyard::collective::{Communicator, ReduceOp};
+
+/// Set in the launched ranks: they run [`rank_case`]'s body.
+const CHILD: &str = "SWITCHYARD_TEST_GENERATIONS_CHILD";
+/// Communicators each rank forms, one after another.
+const ROUNDS: u64 = 3;
+
+/// The body of a launched rank; outside one it has nothing to check.
+#[test]
+fn rank_case() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    for round in 0..ROUNDS {
+        let mut comm = Communicator::from_env().unwrap();
+        let n = comm.world_size() as u64;
+        let mut x = [comm.rank() as u64 + round];
+        comm.allreduce(&mut x, ReduceOp::Sum).unwrap();
+        assert_eq!(x[0], n * (n - 1) / 2 + n * round);
+        // Dropped here: the next round forms a new communicator.
+    }
+    println!("rank done: {ROUNDS} communicators");
+}
+
+#[test]
+fn later_communicators_under_the_launcher_form_at_once() {
+    let mut cmd = switchyard();
+    cmd.env(CHILD, "1")
+        .env("SWITCHYARD_COLLECTIVE_TIMEOUT", "20")
+        .args(["launch", "-n", "3", "--timeout", "60", "--"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["rank_case", "--exact", "--nocapture", "--test-threads=1"]);
+    let (out, took) = run_bounded(cmd, Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout.matches("rank done: 3 communicators").count(),
+        3,
+        "{stdout}"
+    );
+    // Each communicator forms in well under a second; one that waited for peers
+    // that never came would take the 20 s timeout.
+    assert!(took < Duration::from_secs(15), "the job took {took:?}");
+}
