@@ -525,3 +525,42 @@ fn a_rank_killed_before_the_mesh_is_named_at_once() {
         "the ranks took {took:?} to notice rank 2 left"
     );
 }
+
+/// Connections that say nothing, opened on `MASTER_PORT` as soon as rank 0 listens and
+/// before the other ranks start, delay no rank: with the job secret on, four of them
+/// failed the job (each held the root for 5 s, issue 20 item 13).
+#[test]
+fn idle_connections_on_the_root_port_delay_no_rank() {
+    let port = free_port().to_string();
+    let world = 3;
+    let vars = |r: usize| {
+        let mut v = torchrun_vars(&port, r, world);
+        v.push((
+            "SWITCHYARD_JOB_SECRET",
+            "0123456789abcdef0123456789abcdef".into(),
+        ));
+        v
+    };
+    let mut children = Children(vec![child("rank", &vars(0))]);
+    let root: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    let mut idle = Vec::new();
+    while idle.len() < 8 {
+        match std::net::TcpStream::connect_timeout(&root, Duration::from_secs(1)) {
+            Ok(s) => idle.push(s),
+            Err(e) => {
+                assert!(Instant::now() < until, "rank 0 never listened: {e}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    children
+        .0
+        .extend((1..world).map(|r| child("rank", &vars(r))));
+    let took = all_pass_within(children, Duration::from_secs(40));
+    drop(idle);
+    assert!(
+        took < PROMPTLY,
+        "the job took {took:?} behind idle connections"
+    );
+}
