@@ -63,6 +63,8 @@ fn child_case() {
             Err(LaunchError::Env { var, reason, .. }) => {
                 assert_eq!(var, "SWITCHYARD_IFNAME");
                 assert!(reason.contains("\"lo\""), "{reason}");
+                // Each interface once, though lo has an IPv4 and an IPv6 address.
+                assert_eq!(reason.matches("\"lo\"").count(), 1, "{reason}");
             }
             other => panic!("expected an error naming SWITCHYARD_IFNAME, got {other:?}"),
         },

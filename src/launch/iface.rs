@@ -75,8 +75,14 @@ pub(crate) fn ifname_address() -> Result<Option<IpAddr>, LaunchError> {
             Ok(Some(ip))
         }
         None => {
-            let mut known: Vec<&str> = all.iter().map(|(n, _)| n.as_str()).collect();
-            known.dedup();
+            // Each name once, in the system's order (an interface with an IPv4 and
+            // an IPv6 address is listed twice, apart).
+            let mut known: Vec<&str> = Vec::new();
+            for (name, _) in &all {
+                if !known.contains(&name.as_str()) {
+                    known.push(name);
+                }
+            }
             Err(LaunchError::Env {
                 var: ENV_IFNAME,
                 value: names,
