@@ -184,6 +184,18 @@ fn child_case() {
             );
             println!("setup failed as expected: {text}");
         }
+        // A rank whose setup must fail with an error containing EXPECT_TEXT.
+        "expect-error" => {
+            let want = std::env::var("EXPECT_TEXT").unwrap();
+            let Err(err) = Communicator::from_env() else {
+                panic!("setup succeeded");
+            };
+            let text = err.to_string();
+            assert!(text.contains(&want), "{text}");
+            // Every case is a torchrun-style job, which makes no unique id.
+            assert!(!text.contains("unique-id"), "{text}");
+            println!("setup failed as expected: {text}");
+        }
         // Prints the unique id the environment gives, for a test that plays a rank.
         "print-id" => match Bootstrap::from_env().unwrap().unwrap().rendezvous {
             Rendezvous::UniqueId(id) => println!("ID {id}"),
@@ -562,5 +574,44 @@ fn idle_connections_on_the_root_port_delay_no_rank() {
     assert!(
         took < PROMPTLY,
         "the job took {took:?} behind idle connections"
+    );
+}
+
+/// Ranks told different `WORLD_SIZE`s: each is told that the sizes disagree (both
+/// read "a wrong job tag is answered by closing" before), and without any mention of
+/// a unique id, which a torchrun user never made.
+#[test]
+fn a_world_size_mismatch_is_named_on_every_rank() {
+    let port = free_port().to_string();
+    let with = |r: usize, world: usize, text: &str| {
+        let mut v = torchrun_vars(&port, r, world);
+        v.push(("EXPECT_TEXT", text.to_string()));
+        v.push(("SWITCHYARD_COLLECTIVE_TIMEOUT", "3".into()));
+        v
+    };
+    let children = Children(vec![
+        child("expect-error", &with(0, 2, "rank 1 from 127.0.0.1")),
+        child(
+            "expect-error",
+            &with(1, 3, "refused world size 3: the root's world size is 2"),
+        ),
+    ]);
+    all_pass_within(children, Duration::from_secs(30));
+}
+
+/// Rank 0 whose `MASTER_ADDR` is not an address of its host is told so, not that
+/// every rank (itself included) never checked in.
+#[test]
+fn rank_zero_that_cannot_reach_master_addr_is_told_why() {
+    let port = free_port().to_string();
+    let mut vars = torchrun_vars(&port, 0, 2);
+    // TEST-NET-1: no host here has it.
+    vars[0].1 = "192.0.2.1".into();
+    vars.push(("EXPECT_TEXT", "MASTER_ADDR) must name rank 0's host".into()));
+    vars.push(("SWITCHYARD_COLLECTIVE_TIMEOUT", "2".into()));
+    vars.push(("SWITCHYARD_IFNAME", "lo".into()));
+    all_pass_within(
+        Children(vec![child("expect-error", &vars)]),
+        Duration::from_secs(30),
     );
 }

@@ -199,7 +199,10 @@ impl Communicator {
                 builder.connect(&endpoints)
             }
             Rendezvous::UniqueId(id) => {
-                Communicator::init(id, boot.rank as usize, boot.world_size as usize, options)
+                // Read from MASTER_ADDR or a scheduler: the user never saw a unique id.
+                let what = format!("bootstrap at rank 0's root {}", id.root());
+                let (rank, world) = (boot.rank as usize, boot.world_size as usize);
+                Communicator::init_as(id, rank, world, options, &what)
             }
             Rendezvous::Tracker {
                 host,
@@ -252,6 +255,23 @@ impl Communicator {
         world: usize,
         options: CommOptions,
     ) -> Result<Communicator, CollectiveError> {
+        Communicator::init_as(
+            id,
+            rank,
+            world,
+            options,
+            &format!("unique-id bootstrap of {id}"),
+        )
+    }
+
+    /// [`init`](Communicator::init), its errors introduced by `what`.
+    fn init_as(
+        id: &UniqueId,
+        rank: usize,
+        world: usize,
+        options: CommOptions,
+        what: &str,
+    ) -> Result<Communicator, CollectiveError> {
         let setup = |reason: String| CollectiveError::InvalidArgument {
             call: Call::Setup,
             reason,
@@ -275,7 +295,7 @@ impl Communicator {
             builder.endpoint(),
             timeout,
         )
-        .map_err(|e| setup(format!("unique-id bootstrap of {id}: {e}")))?;
+        .map_err(|e| setup(format!("{what}: {e}")))?;
         if world == 1 {
             return Ok(Communicator::solo_with(builder.options));
         }

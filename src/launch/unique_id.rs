@@ -94,6 +94,8 @@ const RETRY: Duration = Duration::from_millis(20);
 /// How often the root looks whether a rank waiting for its answer left, and how long
 /// a rank waits for its predecessor before it starts probing whether it left.
 const WATCH_EVERY: Duration = Duration::from_millis(100);
+/// How many refused check-ins the root keeps for its timeout error.
+const MAX_REFUSALS_KEPT: usize = 8;
 /// How long the root goes on telling ranks that check in late that one left.
 const LINGER: Duration = Duration::from_secs(3);
 /// Status of the root's answer telling that a rank left (the text: its number).
@@ -291,13 +293,29 @@ pub enum IdError {
         reason: String,
     },
     /// Not every rank checked in at the root before the timeout.
-    #[error("root waited {waited:?}; ranks {missing:?} never checked in")]
+    #[error(
+        "root waited {waited:?}; ranks {missing:?} never checked in{}",
+        refusals(refused)
+    )]
     Missing {
         /// How long the root waited.
         waited: Duration,
         /// The ranks that did not come.
         missing: Vec<u32>,
+        /// The check-ins the root refused meanwhile (another world size, a rank
+        /// outside the world, a duplicate), each as the root told it: the likely
+        /// reason why ranks are missing.
+        refused: Vec<String>,
     },
+}
+
+/// The refused check-ins of [`IdError::Missing`], for its message.
+fn refusals(refused: &[String]) -> String {
+    if refused.is_empty() {
+        String::new()
+    } else {
+        format!(" (refused meanwhile: {})", refused.join("; "))
+    }
 }
 
 fn parked() -> std::sync::MutexGuard<'static, Option<HashMap<u64, TcpListener>>> {
@@ -466,6 +484,7 @@ fn serve_root(
     let mut handshakes = Handshakes::new(handshakes::DEFAULT_LIMIT);
     // Once a rank left: which, and the ranks told so.
     let mut left: Option<(u32, Vec<bool>)> = None;
+    let mut refused: Vec<String> = Vec::new();
     let mut watched = Instant::now();
     loop {
         accept_all(&listener, &mut handshakes, {
@@ -494,6 +513,7 @@ fn serve_root(
                 None => IdError::Missing {
                     waited: started.elapsed(),
                     missing: state.missing(),
+                    refused,
                 },
             });
         }
@@ -539,6 +559,11 @@ fn serve_root(
             Verdict::Refuse(status, reason) => {
                 tracing::warn!(%peer, rank, world = their_world, %reason, "bootstrap root: check-in refused");
                 answer(&stream, rank, status, &[&reason], until);
+                if refused.len() < MAX_REFUSALS_KEPT {
+                    refused.push(format!(
+                        "rank {rank} from {peer} with world size {their_world}: {reason}"
+                    ));
+                }
             }
             Verdict::Wait => waiting.push((rank, stream)),
             Verdict::Complete(successors) => {
@@ -610,6 +635,33 @@ pub fn exchange(
         let served = root
             .join()
             .unwrap_or_else(|_| Err(IdError::Address("the root thread panicked".into())));
+        // Rank 0 that cannot reach its own root: the root's address names another
+        // host (or none), which is the error to report, not that no rank came.
+        if let Err(IdError::Unreachable {
+            addr,
+            waited,
+            reason,
+        }) = result
+        {
+            if addr == id.root {
+                return Err(IdError::Unreachable {
+                    addr,
+                    waited,
+                    reason: format!(
+                        "{reason}; rank 0 serves the root on port {} of every interface of \
+                         this host, so {} is not an address of it: the root address \
+                         (MASTER_ADDR) must name rank 0's host",
+                        addr.port(),
+                        addr.ip()
+                    ),
+                });
+            }
+            return Err(IdError::Unreachable {
+                addr,
+                waited,
+                reason,
+            });
+        }
         // The root's own error (who never came) says more than this rank's.
         served?;
     }
