@@ -482,8 +482,8 @@ fn serve_root(
     let mut state = RootState::new(tag, world);
     let mut waiting: Vec<(u32, TcpStream)> = Vec::new();
     let mut handshakes = Handshakes::new(handshakes::DEFAULT_LIMIT);
-    // Once a rank left: which, and the ranks told so.
-    let mut left: Option<(u32, Vec<bool>)> = None;
+    // Once a rank left: which, the ranks told so, and when it was seen.
+    let mut left: Option<(u32, Vec<bool>, Instant)> = None;
     let mut refused: Vec<String> = Vec::new();
     let mut watched = Instant::now();
     loop {
@@ -491,7 +491,7 @@ fn serve_root(
             let secret = secret.clone();
             move |s, peer| read_check_in(s, peer, secret.as_ref(), until)
         });
-        if let Some((gone, told)) = &left {
+        if let Some((gone, told, _)) = &left {
             if told
                 .iter()
                 .enumerate()
@@ -503,10 +503,12 @@ fn serve_root(
                 });
             }
         }
-        let linger_over = left.is_some() && watched.elapsed() >= LINGER;
+        let linger_over = left
+            .as_ref()
+            .is_some_and(|(_, _, seen)| seen.elapsed() >= LINGER);
         if Instant::now() >= until || linger_over {
             return Err(match left {
-                Some((rank, _)) => IdError::Left {
+                Some((rank, _, _)) => IdError::Left {
                     rank,
                     reason: "its connection to the root closed after it checked in".into(),
                 },
@@ -531,7 +533,7 @@ fn serve_root(
                     answer(&stream, rank, LEFT, &[&gone.to_string()], until);
                     told[rank as usize] = true;
                 }
-                left = Some((gone, told));
+                left = Some((gone, told, Instant::now()));
             }
         }
         let Some(done) = handshakes.next(RETRY) else {
@@ -545,7 +547,7 @@ fn serve_root(
                 continue;
             }
         };
-        if let Some((gone, told)) = &mut left {
+        if let Some((gone, told, _)) = &mut left {
             if their_tag == tag && rank < world {
                 answer(&stream, rank, LEFT, &[&gone.to_string()], until);
                 told[rank as usize] = true;
