@@ -40,6 +40,8 @@ pub(crate) struct Handshakes<T> {
     running: VecDeque<(u64, TcpStream)>,
     next_id: u64,
     limit: usize,
+    /// Handshakes closed to make room, for the log.
+    evicted: u64,
 }
 
 impl<T: Send + 'static> Handshakes<T> {
@@ -52,6 +54,7 @@ impl<T: Send + 'static> Handshakes<T> {
             running: VecDeque::new(),
             next_id: 0,
             limit: limit.max(1),
+            evicted: 0,
         }
     }
 
@@ -71,8 +74,13 @@ impl<T: Send + 'static> Handshakes<T> {
         };
         while self.running.len() >= self.limit {
             if let Some((_, oldest)) = self.running.pop_front() {
-                tracing::warn!(peer = ?oldest.peer_addr().ok(), limit = self.limit,
-                    "bootstrap: too many handshakes at once; the oldest closed");
+                self.evicted += 1;
+                // A flood would log a line per connection: the 1st, 2nd, 4th, ... only.
+                if self.evicted.is_power_of_two() {
+                    tracing::warn!(peer = ?oldest.peer_addr().ok(), limit = self.limit,
+                        evicted = self.evicted,
+                        "bootstrap: too many handshakes at once; the oldest closed");
+                }
                 let _ = oldest.shutdown(Shutdown::Both);
             }
         }
