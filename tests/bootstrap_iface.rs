@@ -23,7 +23,8 @@ fn launcher(addr: &str) -> Bootstrap {
 }
 
 /// Runs `child_case` in a fresh process with `vars`; its exit status is the verdict.
-fn in_child(case: &str, vars: &[(&str, &str)]) {
+/// Returns what it printed.
+fn in_child(case: &str, vars: &[(&str, &str)]) -> String {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["child_case", "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD, case)
@@ -39,6 +40,7 @@ fn in_child(case: &str, vars: &[(&str, &str)]) {
         text.contains("1 passed"),
         "child case {case} did not run:\n{text}"
     );
+    text
 }
 
 /// The body of the child process; outside one it has nothing to check.
@@ -63,9 +65,21 @@ fn child_case() {
             Err(LaunchError::Env { var, reason, .. }) => {
                 assert_eq!(var, "SWITCHYARD_IFNAME");
                 assert!(reason.contains("\"lo\""), "{reason}");
+                // Each interface once, though lo has an IPv4 and an IPv6 address.
+                assert_eq!(reason.matches("\"lo\"").count(), 1, "{reason}");
             }
             other => panic!("expected an error naming SWITCHYARD_IFNAME, got {other:?}"),
         },
+        // Two choices, logged at info level.
+        "logged" => {
+            tracing_subscriber::fmt()
+                .with_writer(std::io::stderr)
+                .with_max_level(tracing::Level::INFO)
+                .with_ansi(false)
+                .init();
+            bind_address("127.0.0.1", 9).unwrap();
+            bind_address("127.0.0.1", 10).unwrap();
+        }
         other => panic!("unknown case {other}"),
     }
 }
@@ -112,4 +126,18 @@ fn unreachable_rendezvous_is_an_error_naming_it_within_the_timeout() {
     .unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(3));
     assert!(e.to_string().contains(&addr), "{e}");
+}
+
+/// The mesh address is said at info level once per process, with its interface.
+#[test]
+fn the_mesh_address_is_logged_at_info_once() {
+    let text = in_child("logged", &[]);
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("mesh address from"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    assert!(lines[0].contains("INFO"), "{text}");
+    assert!(lines[0].contains("ip=127.0.0.1"), "{text}");
+    assert!(lines[0].contains("interface=lo"), "{text}");
 }

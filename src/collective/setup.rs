@@ -15,6 +15,9 @@ use crate::launch::{Bootstrap, Rendezvous, UniqueId};
 pub struct MeshBuilder {
     link: BoundLink,
     options: CommOptions,
+    /// Every endpoint was bound before the rendezvous handed it out, so one that
+    /// refuses a connection belongs to a rank that left.
+    exchanged: bool,
 }
 
 impl MeshBuilder {
@@ -28,8 +31,9 @@ impl MeshBuilder {
     pub fn connect(self, endpoints: &[String]) -> Result<Communicator, CollectiveError> {
         let tcp_host = tcp_host(self.link.endpoint());
         let mut bound = self.link;
-        if self.options.setup_limit.is_some() {
-            // Robust mode's attempts: every endpoint was exchanged after binding.
+        if self.exchanged || self.options.setup_limit.is_some() {
+            // Robust mode's attempts, and meshes whose endpoints were exchanged after
+            // binding: a refused connection means that rank is gone.
             bound.gone_if_refused();
         }
         let link = bound
@@ -126,7 +130,11 @@ impl Communicator {
         }
         let link = BoundLink::bind(rank, size, endpoint, options.socket.clone())
             .map_err(|e| e.during(Call::Setup))?;
-        Ok(MeshBuilder { link, options })
+        Ok(MeshBuilder {
+            link,
+            options,
+            exchanged: false,
+        })
     }
 
     /// Rank `rank` of a mesh whose endpoints are all known in advance: binds
@@ -183,14 +191,18 @@ impl Communicator {
                 let endpoint = boot
                     .bind_endpoint()
                     .map_err(|e| setup(format!("choosing the mesh address: {e}")))?;
-                let builder = Communicator::bind_mesh(rank, size, &endpoint, options)?;
+                let mut builder = Communicator::bind_mesh(rank, size, &endpoint, options)?;
+                builder.exchanged = true;
                 let endpoints = boot
                     .exchange(builder.endpoint(), builder.options.timeout)
                     .map_err(|e| setup(format!("endpoint exchange: {e}")))?;
                 builder.connect(&endpoints)
             }
             Rendezvous::UniqueId(id) => {
-                Communicator::init(id, boot.rank as usize, boot.world_size as usize, options)
+                // Read from MASTER_ADDR or a scheduler: the user never saw a unique id.
+                let what = format!("bootstrap at rank 0's root {}", id.root());
+                let (rank, world) = (boot.rank as usize, boot.world_size as usize);
+                Communicator::init_as(id, rank, world, options, &what)
             }
             Rendezvous::Tracker {
                 host,
@@ -243,6 +255,23 @@ impl Communicator {
         world: usize,
         options: CommOptions,
     ) -> Result<Communicator, CollectiveError> {
+        Communicator::init_as(
+            id,
+            rank,
+            world,
+            options,
+            &format!("unique-id bootstrap of {id}"),
+        )
+    }
+
+    /// [`init`](Communicator::init), its errors introduced by `what`.
+    fn init_as(
+        id: &UniqueId,
+        rank: usize,
+        world: usize,
+        options: CommOptions,
+        what: &str,
+    ) -> Result<Communicator, CollectiveError> {
         let setup = |reason: String| CollectiveError::InvalidArgument {
             call: Call::Setup,
             reason,
@@ -255,8 +284,9 @@ impl Communicator {
         let ip = crate::launch::bind_address(&root.ip().to_string(), root.port())
             .map_err(|e| setup(format!("choosing the mesh address: {e}")))?;
         let timeout = options.timeout;
-        let builder =
+        let mut builder =
             Communicator::bind_mesh(rank, world, &crate::launch::tcp_any_port(ip), options)?;
+        builder.exchanged = true;
         let endpoints = crate::launch::unique_id::exchange(
             id,
             rank32,
@@ -265,7 +295,7 @@ impl Communicator {
             builder.endpoint(),
             timeout,
         )
-        .map_err(|e| setup(format!("unique-id bootstrap of {id}: {e}")))?;
+        .map_err(|e| setup(format!("{what}: {e}")))?;
         if world == 1 {
             return Ok(Communicator::solo_with(builder.options));
         }

@@ -1,6 +1,11 @@
 use super::{rendezvous, LaunchError, ENV_RANK, ENV_RENDEZVOUS, ENV_WORLD_SIZE};
 use crate::collective::{TrackerProtocol, ENV_TRACKER_PROTOCOL};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
+
+/// How many endpoint exchanges this process made through the launcher's rendezvous:
+/// the generation of its next one.
+static LAUNCHER_GENERATION: AtomicU32 = AtomicU32::new(0);
 
 /// What a process learns from whoever started it: its rank, the job size, and how to
 /// learn every rank's endpoint.
@@ -331,12 +336,32 @@ impl Bootstrap {
     /// Sends this process's endpoint to the rendezvous and returns every rank's, in
     /// rank order, waiting at most `timeout` for the others.
     ///
+    /// Under `switchyard launch` each call of a process is its next generation
+    /// (see [`rendezvous`](super::rendezvous)): the n-th call of every rank is
+    /// gathered with the n-th calls of the others, so that a process may form one
+    /// communicator after another.
+    ///
     /// Under `mpirun` nothing travels: the endpoints are `mpi://0` .. `mpi://N-1`, and
     /// `endpoint` must be this rank's.
     pub fn exchange(&self, endpoint: &str, timeout: Duration) -> Result<Vec<String>, LaunchError> {
         match &self.rendezvous {
             Rendezvous::Launcher(addr) => {
-                rendezvous::exchange(addr, self.rank, self.world_size, endpoint, timeout)
+                // Each exchange is this process's next communicator: the launcher
+                // gathers it with the other ranks' of the same number.
+                let generation = LAUNCHER_GENERATION.fetch_add(1, Ordering::SeqCst);
+                let secret = switchyard_secret::JobSecret::from_env().map_err(|e| {
+                    LaunchError::Rendezvous {
+                        addr: addr.clone(),
+                        reason: e.to_string(),
+                    }
+                })?;
+                rendezvous::exchange_generation(
+                    addr,
+                    (self.rank, self.world_size, generation),
+                    endpoint,
+                    timeout,
+                    secret.as_ref(),
+                )
             }
             Rendezvous::Mpi => {
                 if endpoint != self.stub_endpoint() {

@@ -15,7 +15,9 @@
 //! `MASTER_ADDR` is reported missing. The port is `MASTER_PORT`, else
 //! [`DEFAULT_PORT`] plus `SLURM_JOB_ID mod 1000` under Slurm (so that two jobs
 //! sharing a node rarely collide). The job tag is derived from the convention, the
-//! root, the size and the scheduler's job id, so every rank computes the same one.
+//! root and the scheduler's job id, so every rank computes the same one. The world
+//! size is not part of it: ranks told different sizes reach the same root, which
+//! refuses the odd ones naming both sizes, where different tags read as strangers.
 
 use super::unique_id::UniqueId;
 use super::LaunchError;
@@ -93,10 +95,7 @@ pub(crate) fn torchrun() -> Result<Option<Found>, LaunchError> {
         &get("MASTER_ADDR").unwrap_or_default(),
         port()?,
     )?;
-    let id = UniqueId::at(
-        root,
-        tag(&["torchrun", &root.to_string(), &world.to_string(), &job_id()]),
-    );
+    let id = UniqueId::at(root, tag(&["torchrun", &root.to_string(), &job_id()]));
     Ok(Some(Found {
         convention: "torchrun (MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE)",
         rank,
@@ -145,10 +144,7 @@ pub(crate) fn scheduler() -> Result<Option<Found>, LaunchError> {
         ));
     };
     let root = root_addr(var, &host, port)?;
-    let id = UniqueId::at(
-        root,
-        tag(&[convention, &root.to_string(), &world.to_string(), &job_id()]),
-    );
+    let id = UniqueId::at(root, tag(&[convention, &root.to_string(), &job_id()]));
     Ok(Some(Found {
         convention,
         rank,

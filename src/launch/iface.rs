@@ -14,7 +14,8 @@
 //!    unique-id root), found by "connecting" a UDP socket, which sends no packet. A
 //!    root on loopback therefore gives `127.0.0.1`.
 //!
-//! The choice is logged (`tracing` info for an interface name, debug for a route).
+//! The choice (address, interface, root, and which rule) is logged at `tracing` info
+//! level the first time in a process, at debug after.
 
 use super::LaunchError;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs, UdpSocket};
@@ -47,12 +48,31 @@ pub const ENV_IFNAME: &str = "SWITCHYARD_IFNAME";
 /// # }
 /// ```
 pub fn bind_address(host: &str, port: u16) -> Result<IpAddr, LaunchError> {
-    if let Some(ip) = ifname_address()? {
-        return Ok(ip);
+    let (ip, how) = match ifname_address()? {
+        Some(ip) => (ip, ENV_IFNAME),
+        None => (route_address(host, port)?, "the route to the root"),
+    };
+    // Which interface a rank talks on is the first question when ranks cannot reach
+    // each other: said at info once per process (as NCCL does), at debug after.
+    let interface = interface_of(ip);
+    let root = format!("{host}:{port}");
+    if LOGGED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::debug!(%ip, %interface, %root, "mesh address from {how}");
+    } else {
+        tracing::info!(%ip, %interface, %root, "mesh address from {how}");
     }
-    let ip = route_address(host, port)?;
-    tracing::debug!(%ip, root = %format!("{host}:{port}"), "mesh address: the route to the root");
     Ok(ip)
+}
+
+/// Whether [`bind_address`] logged its choice at info yet.
+static LOGGED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The name of the interface that has `ip`, or `?`.
+fn interface_of(ip: IpAddr) -> String {
+    interface_addresses()
+        .ok()
+        .and_then(|all| all.into_iter().find(|(_, a)| *a == ip))
+        .map_or_else(|| "?".to_string(), |(name, _)| name)
 }
 
 /// The address of the interface named by [`ENV_IFNAME`], or `None` when it is unset
@@ -71,12 +91,18 @@ pub(crate) fn ifname_address() -> Result<Option<IpAddr>, LaunchError> {
     })?;
     match pick(&all, &names) {
         Some((name, ip)) => {
-            tracing::info!(interface = name, %ip, "mesh address from {ENV_IFNAME}");
+            tracing::debug!(interface = name, %ip, "{ENV_IFNAME} picked");
             Ok(Some(ip))
         }
         None => {
-            let mut known: Vec<&str> = all.iter().map(|(n, _)| n.as_str()).collect();
-            known.dedup();
+            // Each name once, in the system's order (an interface with an IPv4 and
+            // an IPv6 address is listed twice, apart).
+            let mut known: Vec<&str> = Vec::new();
+            for (name, _) in &all {
+                if !known.contains(&name.as_str()) {
+                    known.push(name);
+                }
+            }
             Err(LaunchError::Env {
                 var: ENV_IFNAME,
                 value: names,

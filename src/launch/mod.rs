@@ -80,6 +80,7 @@ pub mod conventions;
 mod embedded;
 mod error;
 mod group;
+pub(crate) mod handshakes;
 mod hostfile;
 mod iface;
 mod options;

@@ -3,9 +3,18 @@
 //! All integers are little-endian `u32`s.
 //!
 //! 1. The process sends `"SYRV"`, its rank, the world size it was told, the length of
-//!    its endpoint string (at most [`MAX_ENDPOINT`] bytes) and the UTF-8 endpoint.
-//! 2. When every rank has checked in, the launcher sends `"SYRV"`, the world size, and
-//!    for each rank in order its endpoint's length and bytes.
+//!    its endpoint string (at most [`MAX_ENDPOINT`] bytes) and the UTF-8 endpoint. For
+//!    any communicator after its first it sends [`MAGIC_GENERATION`] instead, and its
+//!    generation (1 for the second, ...) after the world size.
+//! 2. When every rank has checked in for a generation, the launcher sends each of them
+//!    `"SYRV"`, the world size, and for each rank in order its endpoint's length and
+//!    bytes.
+//!
+//! Generations keep the communicators of one job apart: a process that forms a second
+//! communicator after dropping its first is answered with the endpoints of the other
+//! ranks' second communicators, not their first ones' (closed by now). A rank that
+//! checks in again at a generation already answered (a restarted process) is answered
+//! at once with that generation's endpoints, its own replaced.
 //!
 //! With a job secret (`SWITCHYARD_JOB_SECRET` or `SWITCHYARD_JOB_SECRET_FILE`, see
 //! [`switchyard_secret`]) the connection first runs the secret's challenge-response
@@ -24,6 +33,9 @@ use std::time::{Duration, Instant};
 
 /// The 4-byte magic that opens each direction.
 pub const MAGIC: [u8; 4] = *b"SYRV";
+/// The magic of a check-in for a later generation of communicators, which carries the
+/// generation number.
+pub const MAGIC_GENERATION: [u8; 4] = *b"SYRG";
 /// The job secret's purpose label for rendezvous connections.
 pub const AUTH_PURPOSE: &str = "rendezvous";
 /// Longest endpoint string accepted.
@@ -57,6 +69,15 @@ fn read_u32(stream: &mut TcpStream, peer: &str) -> Result<u32, LaunchError> {
 }
 
 fn read_magic(stream: &mut TcpStream, peer: &str) -> Result<(), LaunchError> {
+    read_magic_of(stream, peer, &[MAGIC]).map(|_| ())
+}
+
+/// Reads a magic that must be one of `allowed`, and returns it.
+fn read_magic_of(
+    stream: &mut TcpStream,
+    peer: &str,
+    allowed: &[[u8; 4]],
+) -> Result<[u8; 4], LaunchError> {
     let mut magic = [0u8; 4];
     stream.read_exact(&mut magic).map_err(|e| io_err(peer, e))?;
     if switchyard_secret::looks_like_challenge(&magic) {
@@ -65,13 +86,13 @@ fn read_magic(stream: &mut TcpStream, peer: &str) -> Result<(), LaunchError> {
             reason: "the launcher expects a job secret: set the same SWITCHYARD_JOB_SECRET or SWITCHYARD_JOB_SECRET_FILE as the launcher".into(),
         });
     }
-    if magic != MAGIC {
+    if !allowed.contains(&magic) {
         return Err(LaunchError::Protocol {
             peer: peer.to_string(),
             reason: format!("bad magic {magic:02x?}, expected {MAGIC:02x?}"),
         });
     }
-    Ok(())
+    Ok(magic)
 }
 
 fn read_string(stream: &mut TcpStream, peer: &str) -> Result<String, LaunchError> {
@@ -102,6 +123,8 @@ pub struct CheckIn {
     pub rank: u32,
     /// The world size it was told.
     pub world: u32,
+    /// Which of the process's communicators this is (0 for its first).
+    pub generation: u32,
     /// Its endpoint.
     pub endpoint: String,
 }
@@ -113,13 +136,19 @@ pub fn read_check_in(stream: &mut TcpStream, deadline: Instant) -> Result<CheckI
         .map(|a| a.to_string())
         .unwrap_or_else(|_| "?".into());
     set_deadline(stream, deadline, &peer)?;
-    read_magic(stream, &peer)?;
+    let magic = read_magic_of(stream, &peer, &[MAGIC, MAGIC_GENERATION])?;
     let rank = read_u32(stream, &peer)?;
     let world = read_u32(stream, &peer)?;
+    let generation = if magic == MAGIC_GENERATION {
+        read_u32(stream, &peer)?
+    } else {
+        0
+    };
     let endpoint = read_string(stream, &peer)?;
     Ok(CheckIn {
         rank,
         world,
+        generation,
         endpoint,
     })
 }
@@ -169,6 +198,19 @@ pub fn exchange_with_secret(
     timeout: Duration,
     secret: Option<&switchyard_secret::JobSecret>,
 ) -> Result<Vec<String>, LaunchError> {
+    exchange_generation(addr, (rank, world, 0), endpoint, timeout, secret)
+}
+
+/// [`exchange_with_secret`] for the process's communicator number `generation` (0 for
+/// its first): the launcher answers with the endpoints the other ranks checked in for
+/// the same generation.
+pub fn exchange_generation(
+    addr: &str,
+    (rank, world, generation): (u32, u32, u32),
+    endpoint: &str,
+    timeout: Duration,
+    secret: Option<&switchyard_secret::JobSecret>,
+) -> Result<Vec<String>, LaunchError> {
     let deadline = Instant::now() + timeout;
     let unreachable = |reason: String| LaunchError::Rendezvous {
         addr: addr.to_string(),
@@ -194,9 +236,18 @@ pub fn exchange_with_secret(
     }
     set_deadline(&stream, deadline, addr)?;
     let mut out = Vec::new();
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&rank.to_le_bytes());
-    out.extend_from_slice(&world.to_le_bytes());
+    // The first generation keeps the original check-in, which launchers without
+    // generations read too.
+    if generation == 0 {
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&rank.to_le_bytes());
+        out.extend_from_slice(&world.to_le_bytes());
+    } else {
+        out.extend_from_slice(&MAGIC_GENERATION);
+        out.extend_from_slice(&rank.to_le_bytes());
+        out.extend_from_slice(&world.to_le_bytes());
+        out.extend_from_slice(&generation.to_le_bytes());
+    }
     push_string(&mut out, endpoint);
     stream
         .write_all(&out)

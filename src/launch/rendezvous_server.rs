@@ -1,27 +1,37 @@
 //! The launcher's side of the [`rendezvous`](super::rendezvous): collect every rank's
 //! endpoint, answer everyone, then keep answering restarted ranks until the job ends.
 //!
-//! A rank that checks in again (a restarted process) replaces its endpoint; once every
-//! rank has checked in at least once, each later check-in is answered at once with the
-//! current list. Every check-in is reported to the supervision loop, which counts it as
+//! Each generation of communicators (see [`rendezvous`](super::rendezvous)) is gathered
+//! apart. A rank that checks in again at a generation (a restarted process) replaces
+//! its endpoint; once every rank has checked in at least once at a generation, each
+//! later check-in at it is answered at once with the current list. Every check-in is reported to the supervision loop, which counts it as
 //! the rank having joined.
 //!
 //! With a job secret in the launcher's environment (which its processes inherit), every
 //! connection must first pass the secret's challenge-response; one that fails is logged
-//! with its address and the reason, closed, and serving goes on.
+//! with its address and the reason, closed, and serving goes on. Handshakes run
+//! concurrently, each on its own thread within its own deadline (see
+//! [`handshakes`](super::handshakes)), so idle connections delay no rank.
 
-use super::rendezvous::{read_check_in, write_endpoints, AUTH_PURPOSE};
+use super::handshakes::{self, accept_all, Handshakes};
+use super::rendezvous::{read_check_in, write_endpoints, CheckIn, AUTH_PURPOSE};
 use super::supervise::Notice;
 use crossbeam_channel::Sender;
+use std::collections::HashMap;
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use switchyard_secret::JobSecret;
 
-/// How long one client may take to send its check-in; a silent client holds the loop
-/// for at most this long.
+/// How long one client may take to send its check-in. Each connection's check-in is
+/// read on a thread of its own, so a silent client holds up nobody else.
 const CHECK_IN_LIMIT: Duration = Duration::from_secs(5);
+/// How long the serving loop waits for a handshake to end before it accepts again.
+const POLL: Duration = Duration::from_millis(5);
+/// At most this many generations of communicators are kept (each holds a list of
+/// endpoints), so that check-ins for ever new generations cannot exhaust memory.
+const MAX_GENERATIONS: usize = 4096;
 /// How long writing the endpoint list to one client may take.
 const ANSWER_LIMIT: Duration = Duration::from_secs(10);
 
@@ -47,8 +57,51 @@ pub(crate) fn spawn_with_secret(
     secret: Option<JobSecret>,
 ) -> Result<(), std::io::Error> {
     listener.set_nonblocking(true)?;
-    std::thread::spawn(move || serve(listener, world, &notices, &done, secret.as_ref()));
+    std::thread::spawn(move || serve(listener, world, &notices, &done, secret));
     Ok(())
+}
+
+/// The job secret's proof (with a secret) and the check-in of one connection, within
+/// [`CHECK_IN_LIMIT`]; a check-in for another rank than the proof claimed is refused.
+fn handshake(
+    mut stream: TcpStream,
+    secret: Option<&JobSecret>,
+) -> Result<(TcpStream, CheckIn), String> {
+    let by = Instant::now() + CHECK_IN_LIMIT;
+    let claimed = match secret {
+        None => None,
+        Some(secret) => Some(
+            switchyard_secret::accept(&mut stream, secret, AUTH_PURPOSE, by)
+                .map_err(|e| format!("authentication failed: {}", e.reason))?,
+        ),
+    };
+    let check_in = read_check_in(&mut stream, by).map_err(|e| format!("bad check-in: {e}"))?;
+    if let Some(claimed) = claimed.filter(|rank| *rank != check_in.rank) {
+        return Err(format!(
+            "check-in for rank {} after authenticating as rank {claimed}",
+            check_in.rank
+        ));
+    }
+    Ok((stream, check_in))
+}
+
+/// One generation of communicators: the endpoints checked in, and the ranks waiting
+/// for the list.
+#[derive(Debug)]
+struct Generation {
+    waiting: Vec<Option<TcpStream>>,
+    endpoints: Vec<Option<String>>,
+    answered: bool,
+}
+
+impl Generation {
+    fn new(world: u32) -> Generation {
+        Generation {
+            waiting: (0..world).map(|_| None).collect(),
+            endpoints: vec![None; world as usize],
+            answered: false,
+        }
+    }
 }
 
 fn serve(
@@ -56,76 +109,62 @@ fn serve(
     world: u32,
     notices: &Sender<Notice>,
     done: &AtomicBool,
-    secret: Option<&JobSecret>,
+    secret: Option<JobSecret>,
 ) {
-    let mut waiting: Vec<Option<TcpStream>> = (0..world).map(|_| None).collect();
-    let mut endpoints: Vec<Option<String>> = vec![None; world as usize];
-    let mut answered = false;
+    let mut generations: HashMap<u32, Generation> = HashMap::new();
+    let mut handshakes = Handshakes::new(handshakes::DEFAULT_LIMIT);
     while !done.load(Ordering::SeqCst) {
-        let (mut stream, peer) = match listener.accept() {
-            Ok(accepted) => accepted,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(5));
-                continue;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "rendezvous accept failed");
-                std::thread::sleep(Duration::from_millis(5));
-                continue;
-            }
-        };
-        let _ = stream.set_nonblocking(false);
-        let claimed = match secret {
-            None => None,
-            Some(secret) => match switchyard_secret::accept(
-                &mut stream,
-                secret,
-                AUTH_PURPOSE,
-                Instant::now() + CHECK_IN_LIMIT,
-            ) {
-                Ok(rank) => Some(rank),
-                Err(e) => {
-                    tracing::warn!(%peer, reason = %e.reason, "rendezvous: authentication failed; closed");
-                    continue;
-                }
-            },
-        };
-        let check_in = match read_check_in(&mut stream, Instant::now() + CHECK_IN_LIMIT) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(%peer, error = %e, "rendezvous: bad check-in; closed");
-                continue;
-            }
-        };
-        if claimed.is_some_and(|rank| rank != check_in.rank) {
-            tracing::warn!(%peer, rank = check_in.rank, claimed, "rendezvous: check-in for another rank than authenticated; closed");
+        accept_all(&listener, &mut handshakes, {
+            let secret = secret.clone();
+            move |s, _| handshake(s, secret.as_ref())
+        });
+        let Some(finished) = handshakes.next(POLL) else {
             continue;
-        }
+        };
+        let peer = finished.peer;
+        let (mut stream, check_in) = match finished.result {
+            Ok(ok) => ok,
+            Err(reason) => {
+                tracing::warn!(%peer, %reason, "rendezvous: connection refused; closed");
+                continue;
+            }
+        };
         if check_in.world != world {
             tracing::warn!(%peer, claimed = check_in.world, world, "rendezvous: wrong world size; closed");
             continue;
         }
-        let Some(slot) = endpoints.get_mut(check_in.rank as usize) else {
+        if check_in.rank >= world {
             tracing::warn!(%peer, rank = check_in.rank, world, "rendezvous: rank outside the job; closed");
             continue;
-        };
+        }
+        if !generations.contains_key(&check_in.generation) && generations.len() >= MAX_GENERATIONS {
+            tracing::warn!(%peer, generation = check_in.generation, "rendezvous: too many generations of communicators; closed");
+            continue;
+        }
+        let rank = check_in.rank;
+        let generation = check_in.generation;
+        let gen = generations
+            .entry(generation)
+            .or_insert_with(|| Generation::new(world));
+        let slot = &mut gen.endpoints[rank as usize];
         if slot.is_some() {
-            tracing::info!(%peer, rank = check_in.rank, "rendezvous: rank checked in again (restarted); endpoint replaced");
+            tracing::info!(%peer, rank, generation, "rendezvous: rank checked in again (restarted); endpoint replaced");
         }
         *slot = Some(check_in.endpoint);
         let _ = notices.send(Notice::Joined {
-            index: check_in.rank,
+            index: rank,
             via: "rendezvous",
         });
-        if answered {
-            answer(&mut stream, &endpoints, check_in.rank);
+        if gen.answered {
+            answer(&mut stream, &gen.endpoints, rank);
         } else {
-            waiting[check_in.rank as usize] = Some(stream);
-            if endpoints.iter().all(Option::is_some) {
-                answered = true;
-                for (rank, stream) in waiting.iter_mut().enumerate() {
+            gen.waiting[rank as usize] = Some(stream);
+            if gen.endpoints.iter().all(Option::is_some) {
+                gen.answered = true;
+                tracing::debug!(generation, "rendezvous: every rank checked in; answering");
+                for (rank, stream) in gen.waiting.iter_mut().enumerate() {
                     if let Some(mut stream) = stream.take() {
-                        answer(&mut stream, &endpoints, rank as u32);
+                        answer(&mut stream, &gen.endpoints, rank as u32);
                     }
                 }
             }
@@ -190,6 +229,88 @@ mod tests {
             .collect();
         assert_eq!(ranks.len(), 4, "{joined:?}");
         assert_eq!(ranks.iter().filter(|r| **r == 1).count(), 2, "{joined:?}");
+    }
+}
+
+#[cfg(test)]
+mod generation_tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::launch::rendezvous::exchange_generation;
+
+    const LIMIT: Duration = Duration::from_secs(10);
+
+    fn serving(secret: Option<JobSecret>) -> (String, Arc<AtomicBool>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (tx, _notices) = crossbeam_channel::unbounded();
+        let done = Arc::new(AtomicBool::new(false));
+        spawn_with_secret(listener, 2, tx, done.clone(), secret).unwrap();
+        (addr, done)
+    }
+
+    /// Both ranks of a 2-rank job exchange at `generation`, `tag` in their endpoints.
+    fn both(addr: &str, generation: u32, tag: &str) -> Vec<String> {
+        let a = addr.to_string();
+        let t = tag.to_string();
+        let zero = std::thread::spawn(move || {
+            exchange_generation(&a, (0, 2, generation), &format!("a{t}"), LIMIT, None)
+        });
+        // Rank 0 waits for rank 1 at its generation: it is not answered with a list
+        // of another generation.
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!zero.is_finished(), "rank 0 was answered alone");
+        let one =
+            exchange_generation(addr, (1, 2, generation), &format!("b{tag}"), LIMIT, None).unwrap();
+        assert_eq!(zero.join().unwrap().unwrap(), one);
+        one
+    }
+
+    /// A second communicator of the same processes gathers the second endpoints (the
+    /// launcher answered the old ones at once before, issue 20 item 12).
+    #[test]
+    fn each_generation_gathers_its_own_endpoints() {
+        let (addr, done) = serving(None);
+        assert_eq!(both(&addr, 0, "0"), ["a0", "b0"]);
+        assert_eq!(both(&addr, 1, "1"), ["a1", "b1"]);
+        assert_eq!(both(&addr, 2, "2"), ["a2", "b2"]);
+        done.store(true, Ordering::SeqCst);
+    }
+
+    /// Idle connections opened before the ranks check in hold up no rank, with and
+    /// without the job secret (each cost 5 s before, and three ended the job).
+    #[test]
+    fn idle_connections_delay_no_check_in() {
+        let key = JobSecret::new(b"0123456789abcdef0123456789abcdef".to_vec(), "test").unwrap();
+        for secret in [None, Some(key)] {
+            let (addr, done) = serving(secret.clone());
+            let idle: Vec<TcpStream> = (0..20)
+                .map(|_| TcpStream::connect(&addr).unwrap())
+                .collect();
+            let started = Instant::now();
+            let a = addr.clone();
+            let s = secret.clone();
+            let zero = std::thread::spawn(move || {
+                crate::launch::rendezvous::exchange_with_secret(&a, 0, 2, "a", LIMIT, s.as_ref())
+            });
+            let one = crate::launch::rendezvous::exchange_with_secret(
+                &addr,
+                1,
+                2,
+                "b",
+                LIMIT,
+                secret.as_ref(),
+            )
+            .unwrap();
+            assert_eq!(zero.join().unwrap().unwrap(), one);
+            assert!(
+                started.elapsed() < Duration::from_secs(2),
+                "the ranks waited {:?} behind idle connections",
+                started.elapsed()
+            );
+            drop(idle);
+            done.store(true, Ordering::SeqCst);
+        }
     }
 }
 

@@ -21,14 +21,30 @@
 //!    accepting. A rank outside the world, a rank already checked in, or another
 //!    world size is answered `"SYUI"`, a status (1: duplicate rank, 2: wrong world, 3:
 //!    bad rank) and a reason, and accepting goes on.
-//! 3. When all ranks have checked in, the root answers each `"SYUI"`, status 0 and the
-//!    ring listener of its successor (`rank + 1 mod world`).
+//! 3. When all ranks have checked in, the root answers each `"SYUI"`, status 0, the
+//!    ring listener of its successor (`rank + 1 mod world`) and that of its
+//!    predecessor.
 //! 4. Each rank connects to its successor and sends `"SYUR"`, the tag and its rank; it
 //!    accepts one connection from its predecessor (others are closed and logged).
 //! 5. The mesh endpoints go round the ring: at step `k` a rank sends entry `rank − k`
 //!    to its successor and receives entry `rank − k − 1` from its predecessor.
 //!
-//! Every read and connect is bounded by the caller's timeout.
+//! Every read and connect is bounded by the caller's timeout. The root and the ring
+//! listeners read each connection's handshake on a thread of its own, within
+//! `CHECK_IN_READ` (5 s), so that connections that say nothing delay no rank.
+//!
+//! # A rank that leaves
+//!
+//! Every listener a rank announces was bound before it checked in, so a rank that
+//! leaves (dies, is interrupted, gives up) is seen at once instead of at the timeout:
+//!
+//! - a connection to the root that closes before the answer: the root answers every
+//!   waiting rank, and those checking in within a few seconds, status 5 and the
+//!   departed rank's number, and the bootstrap ends ([`IdError::Left`]);
+//! - a successor's ring listener that refuses the connection, a predecessor whose
+//!   ring listener refuses a probe while it is awaited, or a ring link closed or reset
+//!   before the exchange ends: [`IdError::Left`] naming that neighbour (which may
+//!   itself have given up because its own neighbour left).
 //!
 //! # Job secret
 //!
@@ -53,6 +69,8 @@ use thiserror::Error;
 mod root;
 mod wire;
 
+use super::handshakes::{self, accept_all, Handshakes};
+
 pub use root::{RootState, Verdict};
 use wire::{put_text, Wire};
 
@@ -72,6 +90,18 @@ const CHECK_IN_READ: Duration = Duration::from_secs(5);
 /// Pause between connection attempts to a root that is not listening yet, and
 /// between polls of a non-blocking accept.
 const RETRY: Duration = Duration::from_millis(20);
+
+/// How often the root looks whether a rank waiting for its answer left, and how long
+/// a rank waits for its predecessor before it starts probing whether it left.
+const WATCH_EVERY: Duration = Duration::from_millis(100);
+/// How many refused check-ins the root keeps for its timeout error.
+const MAX_REFUSALS_KEPT: usize = 8;
+/// How long the root goes on telling ranks that check in late that one left.
+const LINGER: Duration = Duration::from_secs(3);
+/// Status of the root's answer telling that a rank left (the text: its number).
+const LEFT: u32 = 5;
+/// How long a probe of a ring listener may take to connect.
+const PROBE_CONNECT: Duration = Duration::from_millis(500);
 
 /// The listeners [`UniqueId::new`] bound, by job tag, until rank 0 takes its own.
 static PARKED: Mutex<Option<HashMap<u64, TcpListener>>> = Mutex::new(None);
@@ -252,14 +282,40 @@ pub enum IdError {
     /// The job secret in the environment is unusable, or this rank's proof of it failed.
     #[error("job secret: {0}")]
     Secret(String),
+    /// A rank that had been reached left during the bootstrap: its connection to the
+    /// root closed after it checked in, or its ring listener refused the connection
+    /// (it died, was interrupted, or failed).
+    #[error("rank {rank} left during the bootstrap: {reason}")]
+    Left {
+        /// The rank that left.
+        rank: u32,
+        /// How that was seen.
+        reason: String,
+    },
     /// Not every rank checked in at the root before the timeout.
-    #[error("root waited {waited:?}; ranks {missing:?} never checked in")]
+    #[error(
+        "root waited {waited:?}; ranks {missing:?} never checked in{}",
+        refusals(refused)
+    )]
     Missing {
         /// How long the root waited.
         waited: Duration,
         /// The ranks that did not come.
         missing: Vec<u32>,
+        /// The check-ins the root refused meanwhile (another world size, a rank
+        /// outside the world, a duplicate), each as the root told it: the likely
+        /// reason why ranks are missing.
+        refused: Vec<String>,
     },
+}
+
+/// The refused check-ins of [`IdError::Missing`], for its message.
+fn refusals(refused: &[String]) -> String {
+    if refused.is_empty() {
+        String::new()
+    } else {
+        format!(" (refused meanwhile: {})", refused.join("; "))
+    }
 }
 
 fn parked() -> std::sync::MutexGuard<'static, Option<HashMap<u64, TcpListener>>> {
@@ -295,8 +351,15 @@ fn random_tag() -> u64 {
     h.finish()
 }
 
-/// Connects to `addr`, retrying while nothing listens there yet, until `until`.
-fn connect(addr: SocketAddr, until: Instant, started: Instant) -> Result<TcpStream, IdError> {
+/// Connects to `addr`, retrying while nothing listens there yet, until `until`. With
+/// `listened` (the rank that bound `addr` before it was handed out), a refused
+/// connection is final: that rank left.
+fn connect(
+    addr: SocketAddr,
+    until: Instant,
+    started: Instant,
+    listened: Option<u32>,
+) -> Result<TcpStream, IdError> {
     loop {
         let left = until.saturating_duration_since(Instant::now());
         let reason = if left.is_zero() {
@@ -304,7 +367,12 @@ fn connect(addr: SocketAddr, until: Instant, started: Instant) -> Result<TcpStre
         } else {
             match TcpStream::connect_timeout(&addr, left) {
                 Ok(s) => return Ok(s),
-                Err(e) => e.to_string(),
+                Err(e) => match listened {
+                    Some(rank) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                        return Err(gone(rank, addr));
+                    }
+                    _ => e.to_string(),
+                },
             }
         };
         if Instant::now() + RETRY >= until {
@@ -318,26 +386,88 @@ fn connect(addr: SocketAddr, until: Instant, started: Instant) -> Result<TcpStre
     }
 }
 
-/// Accepts on a non-blocking `listener` until `until`.
-fn accept(listener: &TcpListener, until: Instant) -> Option<(TcpStream, SocketAddr)> {
-    loop {
-        match listener.accept() {
-            Ok((s, a)) => {
-                let _ = s.set_nonblocking(false);
-                return Some((s, a));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => tracing::warn!(error = %e, "bootstrap accept failed"),
-        }
-        if Instant::now() >= until {
-            return None;
-        }
-        std::thread::sleep(RETRY);
+/// The error for rank `rank`, whose ring listener at `addr` refused a connection.
+fn gone(rank: u32, addr: SocketAddr) -> IdError {
+    IdError::Left {
+        rank,
+        reason: format!(
+            "its ring listener {addr} refused the connection (it was bound before the \
+             rank checked in, so the process died, was interrupted, or gave up as a rank \
+             does whose own ring neighbour left)"
+        ),
     }
 }
 
-/// The root: accepts check-ins until all `world` ranks are in, then answers each
-/// with its successor's ring address.
+/// Whether the peer closed `stream` (or reset it); a stream it only keeps open (or
+/// sent stray bytes on) is not closed.
+fn closed(stream: &TcpStream) -> bool {
+    if stream.set_nonblocking(true).is_err() {
+        return true;
+    }
+    let seen = match stream.peek(&mut [0u8; 1]) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    };
+    let _ = stream.set_nonblocking(false);
+    seen
+}
+
+/// A check-in as the root read it: tag, rank, world size, ring address.
+type CheckIn = (TcpStream, u64, u32, u32, String);
+
+/// Reads one connection's check-in (after the job secret's proof, with a secret),
+/// within [`CHECK_IN_READ`] and `until`.
+fn read_check_in(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    secret: Option<&JobSecret>,
+    until: Instant,
+) -> Result<CheckIn, String> {
+    let by = until.min(Instant::now() + CHECK_IN_READ);
+    if let Some(secret) = secret {
+        switchyard_secret::accept(&mut stream, secret, ROOT_PURPOSE, by)
+            .map_err(|e| format!("job secret not proven: {e}"))?;
+    }
+    let wire = Wire {
+        stream: &stream,
+        peer: peer.to_string(),
+        until: by,
+    };
+    let read = (|| {
+        wire.magic(CHECK_IN)?;
+        Ok::<_, IdError>((wire.u64()?, wire.u32()?, wire.u32()?, wire.text()?))
+    })();
+    let (tag, rank, world, ring) = read.map_err(|e| e.to_string())?;
+    Ok((stream, tag, rank, world, ring))
+}
+
+/// Writes the root's answer `status` and `texts` to `stream` (errors logged).
+fn answer(stream: &TcpStream, rank: u32, status: u32, texts: &[&str], until: Instant) {
+    let mut out = CHECK_IN.to_vec();
+    out.extend_from_slice(&status.to_le_bytes());
+    for text in texts {
+        put_text(&mut out, text);
+    }
+    let wire = Wire {
+        stream,
+        peer: format!("rank {rank}"),
+        until: until.max(Instant::now() + CHECK_IN_READ),
+    };
+    if let Err(e) = wire.write(&out) {
+        tracing::warn!(rank, error = %e, "bootstrap root: answer lost");
+    }
+}
+
+/// The root: accepts check-ins (their handshakes concurrently, so that no silent
+/// connection holds a rank up) until all `world` ranks are in, then answers each with
+/// its successor's and predecessor's ring addresses.
+///
+/// A rank whose connection closes while it waits for the answer has left: every rank
+/// waiting is told at once (status [`LEFT`]), and so is every rank that checks in
+/// within [`LINGER`] (ranks started with the others but slower to arrive), until all
+/// but the one that left were told; then the root returns [`IdError::Left`]. A rank
+/// arriving later finds no root, as after any failure of rank 0.
 fn serve_root(
     listener: TcpListener,
     tag: u64,
@@ -351,62 +481,101 @@ fn serve_root(
         .map_err(|e| IdError::Address(e.to_string()))?;
     let mut state = RootState::new(tag, world);
     let mut waiting: Vec<(u32, TcpStream)> = Vec::new();
+    let mut handshakes = Handshakes::new(handshakes::DEFAULT_LIMIT);
+    // Once a rank left: which, the ranks told so, and when it was seen.
+    let mut left: Option<(u32, Vec<bool>, Instant)> = None;
+    let mut refused: Vec<String> = Vec::new();
+    let mut watched = Instant::now();
     loop {
-        let Some((mut stream, peer)) = accept(&listener, until) else {
-            return Err(IdError::Missing {
-                waited: started.elapsed(),
-                missing: state.missing(),
-            });
-        };
-        if let Some(secret) = &secret {
-            let by = until.min(Instant::now() + CHECK_IN_READ);
-            if let Err(e) = switchyard_secret::accept(&mut stream, secret, ROOT_PURPOSE, by) {
-                tracing::warn!(%peer, error = %e, "bootstrap root: job secret not proven, connection closed");
-                continue;
+        accept_all(&listener, &mut handshakes, {
+            let secret = secret.clone();
+            move |s, peer| read_check_in(s, peer, secret.as_ref(), until)
+        });
+        if let Some((gone, told, _)) = &left {
+            if told
+                .iter()
+                .enumerate()
+                .all(|(r, t)| *t || r as u32 == *gone)
+            {
+                return Err(IdError::Left {
+                    rank: *gone,
+                    reason: "its connection to the root closed after it checked in".into(),
+                });
             }
         }
-        let wire = Wire {
-            stream: &stream,
-            peer: peer.to_string(),
-            until: until.min(Instant::now() + CHECK_IN_READ),
+        let linger_over = left
+            .as_ref()
+            .is_some_and(|(_, _, seen)| seen.elapsed() >= LINGER);
+        if Instant::now() >= until || linger_over {
+            return Err(match left {
+                Some((rank, _, _)) => IdError::Left {
+                    rank,
+                    reason: "its connection to the root closed after it checked in".into(),
+                },
+                None => IdError::Missing {
+                    waited: started.elapsed(),
+                    missing: state.missing(),
+                    refused,
+                },
+            });
+        }
+        // A rank that closed its connection before the answer died or was stopped.
+        if left.is_none() && watched.elapsed() >= WATCH_EVERY {
+            watched = Instant::now();
+            if let Some(i) = waiting.iter().position(|(_, s)| closed(s)) {
+                let (gone, _) = waiting.remove(i);
+                tracing::warn!(
+                    rank = gone,
+                    "bootstrap root: rank left after checking in; telling the others"
+                );
+                let mut told = vec![false; world as usize];
+                for (rank, stream) in waiting.drain(..) {
+                    answer(&stream, rank, LEFT, &[&gone.to_string()], until);
+                    told[rank as usize] = true;
+                }
+                left = Some((gone, told, Instant::now()));
+            }
+        }
+        let Some(done) = handshakes.next(RETRY) else {
+            continue;
         };
-        let read = (|| {
-            wire.magic(CHECK_IN)?;
-            Ok::<_, IdError>((wire.u64()?, wire.u32()?, wire.u32()?, wire.text()?))
-        })();
-        let (their_tag, rank, their_world, ring) = match read {
+        let peer = done.peer;
+        let (stream, their_tag, rank, their_world, ring) = match done.result {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(%peer, error = %e, "bootstrap root: check-in dropped");
                 continue;
             }
         };
+        if let Some((gone, told, _)) = &mut left {
+            if their_tag == tag && rank < world {
+                answer(&stream, rank, LEFT, &[&gone.to_string()], until);
+                told[rank as usize] = true;
+            }
+            continue;
+        }
         match state.check_in(their_tag, rank, their_world, ring) {
             Verdict::Close => {
                 tracing::warn!(%peer, tag = format!("{their_tag:016x}"), "bootstrap root: wrong job tag, connection closed");
             }
             Verdict::Refuse(status, reason) => {
                 tracing::warn!(%peer, rank, world = their_world, %reason, "bootstrap root: check-in refused");
-                let mut out = CHECK_IN.to_vec();
-                out.extend_from_slice(&status.to_le_bytes());
-                put_text(&mut out, &reason);
-                let _ = wire.write(&out);
+                answer(&stream, rank, status, &[&reason], until);
+                if refused.len() < MAX_REFUSALS_KEPT {
+                    refused.push(format!(
+                        "rank {rank} from {peer} with world size {their_world}: {reason}"
+                    ));
+                }
             }
             Verdict::Wait => waiting.push((rank, stream)),
             Verdict::Complete(successors) => {
                 waiting.push((rank, stream));
+                let n = successors.len();
                 for (rank, stream) in &waiting {
-                    let mut out = CHECK_IN.to_vec();
-                    out.extend_from_slice(&0u32.to_le_bytes());
-                    put_text(&mut out, &successors[*rank as usize]);
-                    let wire = Wire {
-                        stream,
-                        peer: format!("rank {rank}"),
-                        until,
-                    };
-                    if let Err(e) = wire.write(&out) {
-                        tracing::warn!(rank, error = %e, "bootstrap root: answer lost");
-                    }
+                    let r = *rank as usize;
+                    // successors[r - 2] is rank r - 1's ring address.
+                    let predecessor = &successors[(r + 2 * n - 2) % n];
+                    answer(stream, *rank, 0, &[&successors[r], predecessor], until);
                 }
                 return Ok(());
             }
@@ -468,6 +637,33 @@ pub fn exchange(
         let served = root
             .join()
             .unwrap_or_else(|_| Err(IdError::Address("the root thread panicked".into())));
+        // Rank 0 that cannot reach its own root: the root's address names another
+        // host (or none), which is the error to report, not that no rank came.
+        if let Err(IdError::Unreachable {
+            addr,
+            waited,
+            reason,
+        }) = result
+        {
+            if addr == id.root {
+                return Err(IdError::Unreachable {
+                    addr,
+                    waited,
+                    reason: format!(
+                        "{reason}; rank 0 serves the root on port {} of every interface of \
+                         this host, so {} is not an address of it: the root address \
+                         (MASTER_ADDR) must name rank 0's host",
+                        addr.port(),
+                        addr.ip()
+                    ),
+                });
+            }
+            return Err(IdError::Unreachable {
+                addr,
+                waited,
+                reason,
+            });
+        }
         // The root's own error (who never came) says more than this rank's.
         served?;
     }
@@ -493,14 +689,14 @@ fn ring_exchange(
     let ring_addr = ring
         .local_addr()
         .map_err(|e| IdError::Address(e.to_string()))?;
-    let mut to_root = connect(id.root, until, started)?;
+    let mut to_root = connect(id.root, until, started, None)?;
     if let Some(secret) = secret {
         switchyard_secret::connect(&mut to_root, secret, ROOT_PURPOSE, rank, until)
             .map_err(|e| IdError::Secret(format!("root {}: {e}", id.root)))?;
     }
     let wire = Wire {
         stream: &to_root,
-        peer: format!("root {}", id.root),
+        peer: format!("root {} (rank 0)", id.root),
         until,
     };
     let mut out = CHECK_IN.to_vec();
@@ -512,22 +708,39 @@ fn ring_exchange(
     wire.magic(CHECK_IN).map_err(|e| match e {
         IdError::Protocol { peer, reason } => IdError::Protocol {
             peer,
-            reason: format!("{reason} (a wrong job tag is answered by closing)"),
+            reason: format!(
+                "{reason} before answering: rank 0 left, or its job tag is not this \
+                 rank's (another job on that port, or another MASTER_ADDR, MASTER_PORT \
+                 or job id)"
+            ),
         },
         e => e,
     })?;
     let status = wire.u32()?;
     let text = wire.text()?;
-    let successor: SocketAddr = match status {
-        0 => text
-            .parse()
-            .map_err(|_| wire.fail(format!("successor {text:?} is not an address")))?,
+    let address = |text: &str| {
+        text.parse::<SocketAddr>()
+            .map_err(|_| wire.fail(format!("ring address {text:?} is not an address")))
+    };
+    let (successor, predecessor) = match status {
+        0 => (address(&text)?, address(&wire.text()?)?),
         1 => {
             return Err(IdError::DuplicateRank {
                 root: id.root,
                 rank,
                 reason: text,
             })
+        }
+        LEFT => {
+            let gone = text
+                .parse::<u32>()
+                .map_err(|_| wire.fail(format!("departed rank {text:?} is not a number")))?;
+            return Err(IdError::Left {
+                rank: gone,
+                reason: "its connection to the root closed after it checked in (it died \
+                         or was interrupted)"
+                    .into(),
+            });
         }
         _ => {
             return Err(IdError::WrongWorld {
@@ -538,13 +751,16 @@ fn ring_exchange(
         }
     };
     drop(to_root);
-    let next = connect(successor, until, started)?;
+    let (next_rank, prev_rank) = ((rank + 1) % world, (rank + world - 1) % world);
+    // Its ring listener was bound before it checked in: refused means it is gone.
+    let next = connect(successor, until, started, Some(next_rank))?;
     let mut hello = RING.to_vec();
     hello.extend_from_slice(&id.tag.to_le_bytes());
     hello.extend_from_slice(&rank.to_le_bytes());
+    let next_name = format!("ring successor {successor} (rank {next_rank})");
     let next_wire = Wire {
         stream: &next,
-        peer: format!("ring successor {successor}"),
+        peer: next_name.clone(),
         until,
     };
     // The successor proves nothing until it accepts, after its own connect: prove and
@@ -557,24 +773,27 @@ fn ring_exchange(
         std::thread::spawn(move || {
             if let Some(secret) = &secret {
                 switchyard_secret::connect(&mut own, secret, RING_PURPOSE, rank, until)
-                    .map_err(|e| IdError::Secret(format!("ring successor {successor}: {e}")))?;
+                    .map_err(|e| IdError::Secret(format!("{next_name}: {e}")))?;
             }
             Wire {
                 stream: &own,
-                peer: format!("ring successor {successor}"),
+                peer: next_name,
                 until,
             }
             .write(&hello)
         })
     };
-    let prev = accept_predecessor(&ring, id.tag, (rank + world - 1) % world, secret, until);
+    let prev = accept_predecessor(ring, id.tag, (prev_rank, predecessor), secret, until);
+    // Without a predecessor this rank fails: the successor's side thread may then wait
+    // in vain, so it is not waited for.
+    let prev = prev?;
     greeter
         .join()
-        .unwrap_or_else(|_| Err(IdError::Address("the ring greeter thread panicked".into())))?;
-    let prev = prev?;
+        .unwrap_or_else(|_| Err(IdError::Address("the ring greeter thread panicked".into())))
+        .map_err(|e| ring_closed(e, next_rank))?;
     let prev_wire = Wire {
         stream: &prev,
-        peer: "ring predecessor".into(),
+        peer: format!("ring predecessor {predecessor} (rank {prev_rank})"),
         until,
     };
     let n = world as usize;
@@ -584,49 +803,106 @@ fn ring_exchange(
     for k in 0..n - 1 {
         let mut frame = Vec::new();
         put_text(&mut frame, &all[(r + n - k) % n]);
-        next_wire.write(&frame)?;
-        all[(r + n - k - 1) % n] = prev_wire.text()?;
+        next_wire
+            .write(&frame)
+            .map_err(|e| ring_closed(e, next_rank))?;
+        all[(r + n - k - 1) % n] = prev_wire.text().map_err(|e| ring_closed(e, prev_rank))?;
     }
     Ok(all)
 }
 
-/// Accepts the predecessor's ring connection; strangers are closed and logged.
+/// A ring link that `neighbour` closed or reset: it left (it died, was interrupted,
+/// or gave up because its own neighbour left). Other errors are kept.
+fn ring_closed(e: IdError, neighbour: u32) -> IdError {
+    match e {
+        IdError::Protocol { peer, reason }
+            if reason.contains("closed the connection")
+                || reason.contains("reset")
+                || reason.contains("roken pipe") =>
+        {
+            IdError::Left {
+                rank: neighbour,
+                reason: format!(
+                    "{peer} {reason} (it died, was interrupted, or gave up because its own \
+                     ring neighbour left)"
+                ),
+            }
+        }
+        e => e,
+    }
+}
+
+/// Reads a ring hello (after the job secret's proof, with a secret): tag and rank.
+fn read_ring_hello(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    secret: Option<&JobSecret>,
+    until: Instant,
+) -> Result<(TcpStream, u64, u32), String> {
+    let by = until.min(Instant::now() + CHECK_IN_READ);
+    if let Some(secret) = secret {
+        switchyard_secret::accept(&mut stream, secret, RING_PURPOSE, by)
+            .map_err(|e| format!("job secret not proven: {e}"))?;
+    }
+    let wire = Wire {
+        stream: &stream,
+        peer: peer.to_string(),
+        until: by,
+    };
+    let hello = (|| {
+        wire.magic(RING)?;
+        Ok::<_, IdError>((wire.u64()?, wire.u32()?))
+    })();
+    let (tag, rank) = hello.map_err(|e| e.to_string())?;
+    Ok((stream, tag, rank))
+}
+
+/// Accepts the predecessor's (`want`, whose ring listener is at `addr`) ring
+/// connection, serving every connection's handshake concurrently; strangers are
+/// closed and logged. While it has not come, its ring listener is probed now and then:
+/// a refused probe means it left, and waiting ends at once.
 fn accept_predecessor(
-    ring: &TcpListener,
+    ring: TcpListener,
     tag: u64,
-    want: u32,
+    (want, addr): (u32, SocketAddr),
     secret: Option<&JobSecret>,
     until: Instant,
 ) -> Result<TcpStream, IdError> {
     ring.set_nonblocking(true)
         .map_err(|e| IdError::Address(e.to_string()))?;
+    let mut handshakes = Handshakes::new(handshakes::DEFAULT_LIMIT);
+    let mut probed = Instant::now();
     loop {
-        let Some((mut stream, peer)) = accept(ring, until) else {
+        accept_all(&ring, &mut handshakes, {
+            let secret = secret.cloned();
+            move |s, peer| read_ring_hello(s, peer, secret.as_ref(), until)
+        });
+        if Instant::now() >= until {
             return Err(IdError::Protocol {
-                peer: format!("ring predecessor (rank {want})"),
+                peer: format!("ring predecessor {addr} (rank {want})"),
                 reason: "never connected before the timeout".into(),
             });
-        };
-        if let Some(secret) = secret {
-            let by = until.min(Instant::now() + CHECK_IN_READ);
-            if let Err(e) = switchyard_secret::accept(&mut stream, secret, RING_PURPOSE, by) {
-                tracing::warn!(%peer, error = %e, "bootstrap ring: job secret not proven, connection closed");
-                continue;
+        }
+        if probed.elapsed() >= WATCH_EVERY * 2 {
+            probed = Instant::now();
+            if let Err(e) = TcpStream::connect_timeout(&addr, PROBE_CONNECT) {
+                if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                    return Err(gone(want, addr));
+                }
             }
         }
-        let wire = Wire {
-            stream: &stream,
-            peer: peer.to_string(),
-            until: until.min(Instant::now() + CHECK_IN_READ),
+        let Some(done) = handshakes.next(RETRY) else {
+            continue;
         };
-        let hello = (|| {
-            wire.magic(RING)?;
-            Ok::<_, IdError>((wire.u64()?, wire.u32()?))
-        })();
-        match hello {
-            Ok((t, r)) if t == tag && r == want => return Ok(stream),
-            Ok((t, r)) => {
+        let peer = done.peer;
+        match done.result {
+            Ok((stream, t, r)) if t == tag && r == want => return Ok(stream),
+            Ok((_, t, r)) => {
                 tracing::warn!(%peer, rank = r, tag = format!("{t:016x}"), "bootstrap ring: not the predecessor, closed")
+            }
+            // A probe of another rank's (connects and closes at once) is no stranger.
+            Err(e) if e.contains("closed the connection") => {
+                tracing::debug!(%peer, error = %e, "bootstrap ring: connection closed before a hello")
             }
             Err(e) => tracing::warn!(%peer, error = %e, "bootstrap ring: hello dropped"),
         }

@@ -18,14 +18,18 @@ use super::framing::{decode_hello, encode_hello, HELLO_LEN};
 use super::liveness::{interval_for, random_tag, Announce, Beats, Liveness};
 use super::{Link, SocketLink, Tag};
 use crate::collective::error::LinkError;
+use crate::launch::handshakes::{self, accept_all, Handshakes};
 use bytes::Bytes;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 use switchyard_secret::JobSecret;
 
 /// The job secret's purpose label for the data links' connections.
 pub(super) const AUTH_PURPOSE: &str = "stream";
+
+/// How long an accepted connection may take to prove the job secret and say hello.
+const HELLO_LIMIT: Duration = Duration::from_secs(5);
 
 /// Setup messages on the control link use call 0, which no collective uses.
 const SETUP_TAG: Tag = Tag { call: 0, step: 1 };
@@ -157,30 +161,38 @@ pub(super) fn open_connections_on(
     listener
         .set_nonblocking(true)
         .map_err(|e| setup(e.to_string()))?;
+    // Each connection's proof and hello on a thread of its own, within HELLO_LIMIT:
+    // a stranger that connects and says nothing holds up no rank.
+    let mut handshakes = Handshakes::new(handshakes::DEFAULT_LIMIT);
     let mut missing = rank;
     while missing > 0 {
-        match listener.accept() {
-            Ok((stream, from)) => match read_hello(stream, size, deadline, secret) {
-                Ok((peer, stream)) if peer < rank && streams[peer].is_none() => {
-                    streams[peer] = Some(stream);
-                    missing -= 1;
-                }
-                Ok((peer, _)) => {
-                    tracing::warn!(%from, peer, "stream link: unexpected hello; closed")
-                }
-                Err(reason) => tracing::warn!(%from, %reason, "stream link: bad hello; closed"),
-            },
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    let absent: Vec<usize> = (0..rank).filter(|p| streams[*p].is_none()).collect();
-                    return Err(LinkError::Timeout {
-                        rank: absent.first().copied().unwrap_or(0),
-                        waited: timeout,
-                    });
-                }
-                std::thread::sleep(Duration::from_millis(1));
+        accept_all(&listener, &mut handshakes, {
+            let secret = secret.cloned();
+            move |stream, _| {
+                let by = deadline.min(Instant::now() + HELLO_LIMIT);
+                read_hello(stream, size, by, secret.as_ref())
             }
-            Err(e) => return Err(setup(format!("accept: {e}"))),
+        });
+        if Instant::now() >= deadline {
+            let absent: Vec<usize> = (0..rank).filter(|p| streams[*p].is_none()).collect();
+            return Err(LinkError::Timeout {
+                rank: absent.first().copied().unwrap_or(0),
+                waited: timeout,
+            });
+        }
+        let Some(done) = handshakes.next(Duration::from_millis(1)) else {
+            continue;
+        };
+        let from = done.peer;
+        match done.result {
+            Ok((peer, stream)) if peer < rank && streams[peer].is_none() => {
+                streams[peer] = Some(stream);
+                missing -= 1;
+            }
+            Ok((peer, _)) => {
+                tracing::warn!(%from, peer, "stream link: unexpected hello; closed")
+            }
+            Err(reason) => tracing::warn!(%from, %reason, "stream link: bad hello; closed"),
         }
     }
     let mut connections = Vec::with_capacity(size);
@@ -346,6 +358,33 @@ mod tests {
     /// Strangers reach the last rank's data port first, one without the secret that
     /// claims rank 0 in its hello, one with a wrong secret: both are refused, and every
     /// rank still gets a working connection to every other, to the right peer.
+    /// Connections that say nothing, opened on every data listener before the ranks
+    /// start, delay none of them (one such connection failed setup with the secret
+    /// on, issue 20 item 13).
+    #[test]
+    fn idle_connections_on_the_listeners_delay_no_rank() {
+        for secret in [None, Some(key("0123456789abcdef0123456789abcdef"))] {
+            let listeners: Vec<(TcpListener, String)> = (0..3).map(|_| listener()).collect();
+            let idle: Vec<TcpStream> = listeners
+                .iter()
+                .flat_map(|(_, addr)| (0..4).map(move |_| TcpStream::connect(addr).unwrap()))
+                .collect();
+            let (listeners, _): (Vec<_>, Vec<_>) = listeners.into_iter().unzip();
+            let started = Instant::now();
+            let outcomes = open_all(listeners, vec![secret.clone(); 3], TIMEOUT);
+            let took = started.elapsed();
+            for (rank, (_, opened)) in outcomes.into_iter().enumerate() {
+                assert!(opened.is_ok(), "rank {rank}: {:?}", opened.err());
+            }
+            assert!(
+                took < Duration::from_secs(3),
+                "secret {}: setup took {took:?} behind idle connections",
+                secret.is_some()
+            );
+            drop(idle);
+        }
+    }
+
     #[test]
     fn with_a_job_secret_strangers_are_refused_and_the_ranks_connect() {
         let good = key("0123456789abcdef0123456789abcdef");

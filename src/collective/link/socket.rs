@@ -25,6 +25,9 @@ const BYE_WAIT: Duration = Duration::from_secs(2);
 /// How long the wait for the other ranks to connect sleeps before it looks whether
 /// connecting to them failed.
 const AWAIT_SLICE: Duration = Duration::from_millis(50);
+/// How often [`BoundLink::connect`] probes, while it waits, whether the other ranks'
+/// endpoints still listen (with [`BoundLink::gone_if_refused`]).
+const PROBE_EVERY: Duration = Duration::from_millis(250);
 /// How long [`refused_check`]'s probe may take to connect.
 const PROBE_CONNECT: Duration = Duration::from_millis(500);
 
@@ -92,8 +95,10 @@ impl BoundLink {
 
     /// Makes [`connect`](BoundLink::connect) take a refused tcp connection as the
     /// end of that rank (its mesh attempt ended, or it died) and fail at once, where
-    /// by default it waits for the rank to bind. Only for endpoints that were bound
-    /// before they were exchanged, as in robust mode's attempts to form a mesh.
+    /// by default it waits for the rank to bind; while it waits it probes the other
+    /// ranks' endpoints now and then for the same reason. Only for endpoints that were
+    /// bound before they were exchanged, as in robust mode's attempts to form a mesh
+    /// and every mesh whose endpoints went through a rendezvous.
     pub(crate) fn gone_if_refused(&mut self) {
         self.refused_is_gone = true;
     }
@@ -153,6 +158,7 @@ impl BoundLink {
         });
         // Waits in slices, so that a connection that failed ends the wait at once
         // instead of at the timeout.
+        let mut probed = Instant::now();
         let awaited = loop {
             let slice = deadline
                 .saturating_duration_since(Instant::now())
@@ -164,7 +170,32 @@ impl BoundLink {
                 }
                 Err(_) => {}
             }
+            // A rank that dies after the exchange leaves libzmq reconnecting to it
+            // silently (the connecting thread waits in vain): look whether its
+            // endpoint still listens, and end at once if it does not. The connecting
+            // thread is then left to end at its deadline.
+            if refused_is_gone && probed.elapsed() >= PROBE_EVERY {
+                probed = Instant::now();
+                for (peer, endpoint) in endpoints.iter().enumerate() {
+                    if peer != rank {
+                        refused_check(peer, endpoint)?;
+                    }
+                }
+            }
         };
+        // The connecting thread may still wait for a rank that connected here and
+        // left since: probe while it runs.
+        while refused_is_gone && !connector.is_finished() {
+            std::thread::sleep(AWAIT_SLICE);
+            if probed.elapsed() >= PROBE_EVERY {
+                probed = Instant::now();
+                for (peer, endpoint) in endpoints.iter().enumerate() {
+                    if peer != rank {
+                        refused_check(peer, endpoint)?;
+                    }
+                }
+            }
+        }
         let dealers = connector.join().map_err(|_| LinkError::Transport {
             rank,
             reason: "the connecting thread panicked".into(),
@@ -233,6 +264,8 @@ fn refused_check(peer: usize, endpoint: &str) -> Result<(), LinkError> {
     let Some(addr) = endpoint
         .strip_prefix("tcp://")
         .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
+        // A wildcard address reaches this host, not the rank's.
+        .filter(|a| !a.ip().is_unspecified())
     else {
         return Ok(());
     };
