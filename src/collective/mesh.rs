@@ -114,7 +114,8 @@ impl MeshEngine {
             agree(&mut round).and_then(|()| body(&mut round))
         } else {
             body(&mut round)
-        };
+        }
+        .and_then(|r| round.finish().map(|()| r));
         result.map_err(|e| self.failed(seq, sig, e))
     }
 

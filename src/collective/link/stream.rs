@@ -220,9 +220,20 @@ impl StreamLink {
         until: impl Fn(Instant) -> Instant,
     ) -> Result<(), LinkError> {
         self.queue(to, tag, frames)?;
-        // Wait for room as long as `to` keeps taking bytes.
+        self.drain_until(to, QUEUE_LIMIT, until)
+    }
+
+    /// Waits until at most `limit` bytes are queued for `to`, as long as `to` keeps
+    /// taking bytes: gives up at `until(drained)`, where `drained` is when `to` last
+    /// took some, or at once when `to` missed its heartbeats.
+    fn drain_until(
+        &mut self,
+        to: usize,
+        limit: usize,
+        until: impl Fn(Instant) -> Instant,
+    ) -> Result<(), LinkError> {
         let started = Instant::now();
-        while self.peer(to)?.queued > QUEUE_LIMIT {
+        while self.peer(to)?.queued > limit {
             if let Some(refused) = self.pending.refusal() {
                 return Err(refused);
             }
@@ -333,6 +344,15 @@ impl Link for StreamLink {
         clock: Clock,
     ) -> Result<Vec<Bytes>, LinkError> {
         self.recv_until(from, tag, |heard| clock.until(heard))
+    }
+
+    fn flush_within(&mut self, clock: Clock) -> Result<(), LinkError> {
+        for to in 0..self.size {
+            if self.peers[to].is_some() {
+                self.drain_until(to, 0, |drained| clock.until(drained))?;
+            }
+        }
+        Ok(())
     }
 
     fn abort_blaming(&mut self, call: u64, reason: &str, blames: Option<usize>) {
