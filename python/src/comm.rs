@@ -281,7 +281,10 @@ impl Comm {
     }
 
     /// Reduces `buf` in place over all ranks; `prepare(buf)` fills it first, and is
-    /// not called when robust mode recovers the result.
+    /// not called when robust mode recovers the result. When `prepare` raises, the
+    /// call runs on no rank: its exception is raised here, and the other ranks' calls
+    /// fail naming this rank and "prepare failed" (none computes a result without
+    /// this rank's input).
     #[pyo3(signature = (buf, op, prepare=None))]
     fn allreduce(
         &self,
@@ -301,23 +304,28 @@ impl Comm {
         let array: PyObject = buf.clone().unbind();
         let mut failed: Option<PyErr> = None;
         let failed_ref = &mut failed;
-        with_type!(dtype, T => {
+        let result = with_type!(dtype, T => {
             let elems = elements::<T>(view.bytes_mut(), call)?;
             self.call(py, move |c| {
-                c.allreduce_lazy(elems, op, |_same_memory| {
+                c.try_allreduce_lazy(elems, op, |_same_memory| {
                     // Python writes the array, whose memory the engine lent to this
                     // closure and reads only after it returns.
-                    Python::with_gil(|py| {
-                        if let Err(e) = prepare.call1(py, (array,)) {
+                    Python::with_gil(|py| match prepare.call1(py, (array,)) {
+                        Ok(_) => Ok(()),
+                        Err(e) => {
+                            // The peers are told the exception in words; this rank
+                            // raises the exception itself.
+                            let words = e.to_string();
                             *failed_ref = Some(e);
+                            Err(words)
                         }
-                    });
+                    })
                 })
             })
-        })?;
+        });
         match failed {
             Some(e) => Err(e),
-            None => Ok(()),
+            None => result,
         }
     }
 
