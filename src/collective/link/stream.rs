@@ -161,11 +161,22 @@ impl StreamLink {
         })
     }
 
-    /// Ends this link's waits with [`LinkError::Interrupted`] once `interrupt` is
-    /// raised: it is looked at whenever a wait would sleep, at least every
-    /// [`CONTROL_CHECK`].
+    /// Ends this link's sends, receives and waits with [`LinkError::Interrupted`]
+    /// once `interrupt` is raised: it is looked at before every message and on every
+    /// pass of a wait, busy or idle.
     pub(crate) fn watch_interrupt(&mut self, interrupt: Option<Interrupt>) {
         self.interrupt = interrupt;
+    }
+
+    /// [`LinkError::Interrupted`] once the interrupt is raised. One atomic load: cheap
+    /// enough for every message and every pass of a wait, so that a call whose data
+    /// keeps moving (every wait finds progress at once, or the messages arrived
+    /// before they were asked for) is interrupted as soon as an idle one.
+    pub(super) fn interrupted(&self) -> Result<(), LinkError> {
+        match &self.interrupt {
+            Some(flag) if flag.is_raised() => Err(LinkError::Interrupted { rank: self.rank }),
+            _ => Ok(()),
+        }
     }
 
     /// The error for waiting on `peer` when it has missed its heartbeats for longer
@@ -219,6 +230,7 @@ impl StreamLink {
         frames: Vec<Bytes>,
         until: impl Fn(Instant) -> Instant,
     ) -> Result<(), LinkError> {
+        self.interrupted()?;
         self.queue(to, tag, frames)?;
         self.drain_until(to, QUEUE_LIMIT, until)
     }
@@ -266,6 +278,7 @@ impl StreamLink {
     ) -> Result<Vec<Bytes>, LinkError> {
         let started = Instant::now();
         loop {
+            self.interrupted()?;
             if let Some(refused) = self.pending.refusal() {
                 return Err(refused);
             }
@@ -352,7 +365,10 @@ impl Link for StreamLink {
                 self.drain_until(to, 0, |drained| clock.until(drained))?;
             }
         }
-        Ok(())
+        // An interrupt raised after the call's last message still fails the call,
+        // so that the peers are told rather than meet this rank's silence in the
+        // next one.
+        self.interrupted()
     }
 
     fn abort_blaming(&mut self, call: u64, reason: &str, blames: Option<usize>) {
