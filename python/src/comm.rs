@@ -179,7 +179,12 @@ macro_rules! with_type {
 }
 
 /// Casts `bytes` to elements of `T`, which must be aligned (numpy's arrays are).
+/// An empty array has no memory whose alignment could matter (its pointer may be any
+/// address): it is no elements.
 fn elements<'a, T: bytemuck::Pod>(bytes: &'a mut [u8], call: &str) -> PyResult<&'a mut [T]> {
+    if bytes.is_empty() {
+        return Ok(&mut []);
+    }
     bytemuck::try_cast_slice_mut(bytes).map_err(|e| {
         PyValueError::new_err(format!(
             "{call}: the array's memory is not aligned for its type: {e}"
@@ -384,7 +389,12 @@ impl Comm {
         let mine = mine.bytes().to_vec();
         let out = out.bytes_mut();
         with_type!(dtype, T => {
-            let mine: &[T] = bytemuck::try_cast_slice(&mine).map_err(|e| PyValueError::new_err(format!("{call}: {e}")))?;
+            // A copy of no bytes is empty whatever its pointer's alignment.
+            let mine: &[T] = if mine.is_empty() {
+                &[]
+            } else {
+                bytemuck::try_cast_slice(&mine).map_err(|e| PyValueError::new_err(format!("{call}: {e}")))?
+            };
             let out = elements::<T>(out, call)?;
             self.call(py, move |c| c.allgather(mine, out))
         })
