@@ -250,12 +250,12 @@ fn a_timeout_states_the_silence_it_saw() {
 }
 
 /// Issue 20, item 11: at n = 5 on the ring, calls several silence timeouts long (rank
-/// 1 slow), one after another, with each rank computing between calls for half the
-/// timeout. No rank ever waits the timeout for a peer that is working, so every call
-/// succeeds with the right sum.
+/// 1 slow), one after another, with each rank computing between calls for a fifth of
+/// the timeout. No rank ever waits the timeout for a peer that is working, so every
+/// call succeeds with the right sum.
 #[test]
 fn long_ring_calls_at_five_ranks_outlast_the_silence_timeout() {
-    let timeout = Duration::from_millis(400);
+    let timeout = Duration::from_millis(500);
     let options = CommOptions::default()
         .with_timeout(timeout)
         .with_large_threshold(1024)
@@ -278,7 +278,7 @@ fn long_ring_calls_at_five_ranks_outlast_the_silence_timeout() {
                 took.push(started.elapsed());
                 let want = (10 + 5 * call) as f32;
                 assert!(buf.iter().all(|&x| x == want), "call {call}: {}", buf[0]);
-                std::thread::sleep(timeout / 2);
+                std::thread::sleep(timeout / 5);
             }
             Ok(took)
         },
@@ -286,11 +286,12 @@ fn long_ring_calls_at_five_ranks_outlast_the_silence_timeout() {
     for (rank, (result, _)) in results.into_iter().enumerate() {
         let took = result.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
         eprintln!("rank {rank}: {took:?}");
-        // The slow rank is in each call all along; the others enter later, the rank
-        // after it finishing sooner.
-        let least = if rank == 1 { timeout * 3 } else { timeout * 2 };
-        for t in took {
-            assert!(t >= least, "rank {rank}: a call took only {t:?}");
+        // Every call lasts as long as the slow rank's part of it; the others may
+        // enter it later than the slow rank does.
+        if rank == 1 {
+            for t in took {
+                assert!(t >= timeout * 3, "a call took only {t:?}");
+            }
         }
     }
 }
@@ -302,7 +303,7 @@ fn long_ring_calls_at_five_ranks_outlast_the_silence_timeout() {
 /// every rank arrives at the next call together and it succeeds too.
 #[test]
 fn a_ring_call_hands_all_its_data_over_before_it_returns() {
-    let timeout = Duration::from_millis(400);
+    let timeout = Duration::from_secs(1);
     let options = CommOptions::default()
         .with_timeout(timeout)
         .with_direct_max_ranks(0)
