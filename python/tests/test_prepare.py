@@ -50,3 +50,13 @@ def test_a_raising_prepare_fun_aborts_the_call_on_every_rank(length):
         assert float(told.group(1)) < 5, outs[rank]
         assert "prepare failed on rank 1" in told.group(2), outs[rank]
         assert "no input on rank 1" in told.group(2), outs[rank]
+
+
+def test_robust_mode_keeps_no_result_of_a_raising_prepare_fun(launch):
+    job = launch(3, "prepare_raises_robust", restarts=1, timeout=120)
+    assert "prepare_fun raised on rank 1" in job.out, job.out
+    results = job.lines(": result ")
+    assert len(results) == 3, job.out
+    # 1 + 2 + 3: every rank's prepared input, rank 1's from its second life.
+    for line in results:
+        assert "result [6.0, 6.0, 6.0, 6.0] of 3" in line, job.out
