@@ -273,30 +273,6 @@ impl RobustEngine {
         result
     }
 
-    /// Ends a call whose `prepare` failed here: the mesh tells the peers (their
-    /// calls fail and they recover, as after any aborted call, keeping no result of
-    /// it), and this rank leaves that mesh too, so that a later call of its own
-    /// rejoins them through the agreement. The error goes to the caller: no
-    /// recovery can make up for an input that could not be computed.
-    fn prepare_failed(&mut self, call: Call, reason: String) -> CollectiveError {
-        let e = match self.inner.as_mut() {
-            Some(inner) => inner.prepare_failed(call, reason),
-            None => CollectiveError::PrepareFailed {
-                call,
-                rank: self.rank,
-                reason,
-            },
-        };
-        self.direct = false;
-        if let Some(broken) = self.inner.take() {
-            // As in `inner_run`: closing waits for the receipts of the notice.
-            let _ = std::thread::Builder::new()
-                .name("switchyard-drop-mesh".into())
-                .spawn(move || drop(broken));
-        }
-        e
-    }
-
     /// Tells the launcher's watchdog about a peer that went silent: unlike a dead
     /// one, it holds its rank until it is killed, and the new mesh cannot form.
     fn report_silent(&mut self, e: &CollectiveError) {
@@ -789,6 +765,30 @@ impl Engine for RobustEngine {
         prepare: &mut engine::Prepare<'_>,
     ) -> Result<(), CollectiveError> {
         self.collective(request, Some(prepare))
+    }
+
+    /// Ends a call whose `prepare` failed here: the mesh tells the peers (their
+    /// calls fail and they recover, as after any aborted call, keeping no result of
+    /// it), and this rank leaves that mesh too, so that a later call of its own
+    /// rejoins them through the agreement. The error goes to the caller: no
+    /// recovery can make up for an input that could not be computed.
+    fn prepare_failed(&mut self, call: Call, reason: String) -> CollectiveError {
+        let e = match self.inner.as_mut() {
+            Some(inner) => inner.prepare_failed(call, reason),
+            None => CollectiveError::PrepareFailed {
+                call,
+                rank: self.rank,
+                reason,
+            },
+        };
+        self.direct = false;
+        if let Some(broken) = self.inner.take() {
+            // As in `inner_run`: closing waits for the receipts of the notice.
+            let _ = std::thread::Builder::new()
+                .name("switchyard-drop-mesh".into())
+                .spawn(move || drop(broken));
+        }
+        e
     }
 
     fn robust(&mut self) -> Option<&mut RobustEngine> {
