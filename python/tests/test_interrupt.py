@@ -73,8 +73,12 @@ def test_ctrl_c_while_data_moves_ends_the_call_and_the_peers_are_told():
         for p in procs:
             p.kill()
             p.wait()
-    assert re.search(r"rank 0: KeyboardInterrupt at ", outs[0]), outs[0]
+    first = re.search(r"rank 0: KeyboardInterrupt (inside|outside) a call at ", outs[0])
+    assert first, outs[0]
+    # Almost always inside a call (the loop spends microseconds between calls); there
+    # the call must end and tell the peers. Between calls the peers see rank 0 leave.
+    expected = "interrupted on rank 0" if first.group(1) == "inside" else "rank 0"
     for rank in (1, 2):
         told = re.search(r"rank %d: SwitchyardError at ([0-9.]+) s: (.*)" % rank, outs[rank])
         assert told, outs[rank]
-        assert "interrupted on rank 0" in told.group(2), outs[rank]
+        assert expected in told.group(2), outs[rank]
