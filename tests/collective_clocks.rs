@@ -53,6 +53,9 @@ impl Link for Slow {
     fn recv_within(&mut self, from: usize, tag: Tag, c: Clock) -> Result<Vec<Bytes>, LinkError> {
         self.inner.recv_within(from, tag, c)
     }
+    fn flush_within(&mut self, c: Clock) -> Result<(), LinkError> {
+        self.inner.flush_within(c)
+    }
     fn abort_blaming(&mut self, call: u64, reason: &str, blames: Option<usize>) {
         self.inner.abort_blaming(call, reason, blames)
     }
@@ -244,4 +247,87 @@ fn a_timeout_states_the_silence_it_saw() {
         }
     }
     assert!(timed_out > 0, "{results:?}");
+}
+
+/// Issue 20, item 11: at n = 5 on the ring, calls several silence timeouts long (rank
+/// 1 slow), one after another, with each rank computing between calls for a fifth of
+/// the timeout. No rank ever waits the timeout for a peer that is working, so every
+/// call succeeds with the right sum.
+#[test]
+fn long_ring_calls_at_five_ranks_outlast_the_silence_timeout() {
+    let timeout = Duration::from_millis(500);
+    let options = CommOptions::default()
+        .with_timeout(timeout)
+        .with_large_threshold(1024)
+        .with_direct_max_ranks(0)
+        .with_piece_bytes(4096);
+    // 5 blocks of 2 pieces: the slow rank sends 16 messages a call, 1.6 s at 100 ms.
+    let elems = 5 * 2 * 1024;
+    let results = world(
+        5,
+        Path::Tcp,
+        1,
+        Duration::from_millis(100),
+        options,
+        move |comm| {
+            let mut took = Vec::new();
+            for call in 0..2 {
+                let mut buf = vec![(comm.rank() + call) as f32; elems];
+                let started = Instant::now();
+                comm.allreduce(&mut buf, ReduceOp::Sum)?;
+                took.push(started.elapsed());
+                let want = (10 + 5 * call) as f32;
+                assert!(buf.iter().all(|&x| x == want), "call {call}: {}", buf[0]);
+                std::thread::sleep(timeout / 5);
+            }
+            Ok(took)
+        },
+    );
+    for (rank, (result, _)) in results.into_iter().enumerate() {
+        let took = result.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+        eprintln!("rank {rank}: {took:?}");
+        // Every call lasts as long as the slow rank's part of it; the others may
+        // enter it later than the slow rank does.
+        if rank == 1 {
+            for t in took {
+                assert!(t >= timeout * 3, "a call took only {t:?}");
+            }
+        }
+    }
+}
+
+/// Issue 20, item 11: a ring call at n = 5 whose last step sends blocks larger than
+/// the kernel's socket buffers, after which every rank computes for twice the silence
+/// timeout. A rank must not return while its last block still waits in its own queue:
+/// its successor would wait for it, silent, for as long as it computes. Afterwards
+/// every rank arrives at the next call together and it succeeds too.
+#[test]
+fn a_ring_call_hands_all_its_data_over_before_it_returns() {
+    let timeout = Duration::from_secs(1);
+    let options = CommOptions::default()
+        .with_timeout(timeout)
+        .with_direct_max_ranks(0)
+        .with_piece_bytes(16 << 20);
+    // Blocks of 8 MiB, each sent whole.
+    let elems = 5 * (2 << 20);
+    let results = world(
+        5,
+        Path::Tcp,
+        usize::MAX,
+        Duration::ZERO,
+        options,
+        move |comm| {
+            let mut buf = vec![1.0f32; elems];
+            comm.allreduce(&mut buf, ReduceOp::Sum)?;
+            assert!(buf.iter().all(|&x| x == 5.0));
+            std::thread::sleep(timeout * 2);
+            let mut small = [comm.rank() as u64; 4];
+            comm.allreduce(&mut small, ReduceOp::Sum)?;
+            assert_eq!(small, [10; 4]);
+            Ok(())
+        },
+    );
+    for (rank, (result, took)) in results.into_iter().enumerate() {
+        result.unwrap_or_else(|e| panic!("rank {rank} after {took:?}: {e}"));
+    }
 }

@@ -179,7 +179,12 @@ macro_rules! with_type {
 }
 
 /// Casts `bytes` to elements of `T`, which must be aligned (numpy's arrays are).
+/// An empty array has no memory whose alignment could matter (its pointer may be any
+/// address): it is no elements.
 fn elements<'a, T: bytemuck::Pod>(bytes: &'a mut [u8], call: &str) -> PyResult<&'a mut [T]> {
+    if bytes.is_empty() {
+        return Ok(&mut []);
+    }
     bytemuck::try_cast_slice_mut(bytes).map_err(|e| {
         PyValueError::new_err(format!(
             "{call}: the array's memory is not aligned for its type: {e}"
@@ -281,7 +286,10 @@ impl Comm {
     }
 
     /// Reduces `buf` in place over all ranks; `prepare(buf)` fills it first, and is
-    /// not called when robust mode recovers the result.
+    /// not called when robust mode recovers the result. When `prepare` raises, the
+    /// call runs on no rank: its exception is raised here, and the other ranks' calls
+    /// fail naming this rank and "prepare failed" (none computes a result without
+    /// this rank's input).
     #[pyo3(signature = (buf, op, prepare=None))]
     fn allreduce(
         &self,
@@ -301,23 +309,28 @@ impl Comm {
         let array: PyObject = buf.clone().unbind();
         let mut failed: Option<PyErr> = None;
         let failed_ref = &mut failed;
-        with_type!(dtype, T => {
+        let result = with_type!(dtype, T => {
             let elems = elements::<T>(view.bytes_mut(), call)?;
             self.call(py, move |c| {
-                c.allreduce_lazy(elems, op, |_same_memory| {
+                c.try_allreduce_lazy(elems, op, |_same_memory| {
                     // Python writes the array, whose memory the engine lent to this
                     // closure and reads only after it returns.
-                    Python::with_gil(|py| {
-                        if let Err(e) = prepare.call1(py, (array,)) {
+                    Python::with_gil(|py| match prepare.call1(py, (array,)) {
+                        Ok(_) => Ok(()),
+                        Err(e) => {
+                            // The peers are told the exception in words; this rank
+                            // raises the exception itself.
+                            let words = e.to_string();
                             *failed_ref = Some(e);
+                            Err(words)
                         }
-                    });
+                    })
                 })
             })
-        })?;
+        });
         match failed {
             Some(e) => Err(e),
-            None => Ok(()),
+            None => result,
         }
     }
 
@@ -376,7 +389,12 @@ impl Comm {
         let mine = mine.bytes().to_vec();
         let out = out.bytes_mut();
         with_type!(dtype, T => {
-            let mine: &[T] = bytemuck::try_cast_slice(&mine).map_err(|e| PyValueError::new_err(format!("{call}: {e}")))?;
+            // A copy of no bytes is empty whatever its pointer's alignment.
+            let mine: &[T] = if mine.is_empty() {
+                &[]
+            } else {
+                bytemuck::try_cast_slice(&mine).map_err(|e| PyValueError::new_err(format!("{call}: {e}")))?
+            };
             let out = elements::<T>(out, call)?;
             self.call(py, move |c| c.allgather(mine, out))
         })

@@ -3,7 +3,7 @@
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use switchyard::collective::CollectiveError;
+use switchyard::collective::{Call, CollectiveError};
 
 pyo3::create_exception!(
     _native,
@@ -12,10 +12,16 @@ pyo3::create_exception!(
     "A collective or the communicator's setup failed: a peer died, went silent or aborted, the ranks disagree, or the tracker could not be reached. The message names the call and the rank."
 );
 
-/// `e` as a Python exception: arguments that cannot work on any rank are a
-/// `ValueError`, the rest a [`SwitchyardError`].
+/// `e` as a Python exception: arguments of a call that cannot work on any rank are a
+/// `ValueError`, the rest a [`SwitchyardError`]. So are failures to form the
+/// communicator, which the core reports as bad arguments too (a malformed or
+/// unreachable launcher environment): they come from the job's setup, not from the
+/// arguments the program passed.
 pub(crate) fn to_py(e: CollectiveError) -> PyErr {
     match e {
+        CollectiveError::InvalidArgument {
+            call: Call::Setup, ..
+        } => SwitchyardError::new_err(e.to_string()),
         CollectiveError::InvalidArgument { .. } => PyValueError::new_err(e.to_string()),
         other => SwitchyardError::new_err(other.to_string()),
     }

@@ -3,8 +3,8 @@
 //! While a call waits with the GIL released, Python's own SIGINT handler only notes
 //! the signal; `KeyboardInterrupt` would be raised after the call returns, which may
 //! be the silence timeout later. So for the length of each call a handler of ours is
-//! put in front of Python's: it raises the communicators' [`Interrupt`] (the waiting
-//! call then ends within about 20 ms and tells the other ranks) and passes the signal
+//! put in front of Python's: it raises the communicators' [`Interrupt`] (the call
+//! then ends within about 20 ms, waiting or moving data, and tells the other ranks) and passes the signal
 //! on to Python's handler, which notes it as usual. The caller then runs Python's
 //! signal handlers (`PyErr_CheckSignals`), which raise `KeyboardInterrupt`.
 //!

@@ -24,6 +24,7 @@ rabit/XGBoost tracker's ``DMLC_*`` variables, torchrun's ``MASTER_ADDR``/``RANK`
 ``WORLD_SIZE``, ``mpirun`` or ``srun``; with none of them, a world of one.
 """
 
+import operator
 import os
 import pickle
 import struct
@@ -33,6 +34,9 @@ import numpy as np
 
 from . import _native
 from ._native import SwitchyardError, new_unique_id
+
+#: The package's version (the Rust extension's, which the package's is).
+__version__ = _native.__version__
 
 __all__ = [
     "MAX",
@@ -83,6 +87,18 @@ def _op_name(op):
         raise ValueError(
             "unknown reduction %r: use switchyard.SUM, PROD, MAX, MIN or BITOR" % (op,)
         ) from None
+
+
+def _root(root, world_size):
+    """``root`` as a rank of a world of ``world_size``: an integer (``TypeError``
+    otherwise) inside it (``ValueError`` otherwise, worded as the Rust check's)."""
+    try:
+        root = operator.index(root)
+    except TypeError:
+        raise TypeError("broadcast: root %r is not an integer" % (root,)) from None
+    if not 0 <= root < world_size:
+        raise ValueError("broadcast: root %d is outside a world of %d" % (root, world_size))
+    return root
 
 
 def _dumps(obj):
@@ -230,6 +246,7 @@ class Communicator:
         ``None``) on every rank. Pickle protocol 5: numpy arrays travel out of band,
         without a copy on the root and straight into fresh writable numpy memory
         elsewhere."""
+        root = _root(root, self._c.world_size)
         if self._c.rank == root:
             head, raws = _dumps(data)
             self._c.broadcast_bytes(head, root)
@@ -281,7 +298,11 @@ class Communicator:
         """The last checkpoint, as rabit returns it: ``(version, global_model)``, or
         ``(version, global_model, local_model)`` with ``with_local``; version 0 and
         ``None`` models on a fresh start. A restarted worker gets them from the
-        survivors. Call it first, before any collective, on every rank."""
+        survivors. Call it first, before any collective, on every rank. Outside
+        robust mode nothing is ever kept, and it returns the fresh start, as rabit's
+        non-robust engine did."""
+        if not self._c.robust:
+            return (0, None, None) if with_local else (0, None)
         found = self._c.load_checkpoint()
         if found is None:
             return (0, None, None) if with_local else (0, None)

@@ -12,6 +12,7 @@ are mpi4py's ``Allreduce`` (in place) under ``mpirun``, the baseline.
 
 import argparse
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -27,7 +28,11 @@ def _switchyard_engine():
 
 
 def _mpi4py_engine():
-    from mpi4py import MPI
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        # A missing optional baseline is a usage error, not a crash.
+        sys.exit("switchyard._bench: --mpi4py needs mpi4py, which is not installed (%s): pip install mpi4py" % e)
 
     world = MPI.COMM_WORLD
 

@@ -103,3 +103,71 @@ def test_the_module_docstring_example_runs():
 
     failed, tried = doctest.testmod(switchyard)
     assert tried > 0 and failed == 0
+
+
+# Issue 20, "Messages, docs and small behaviours": the Python bullets.
+
+
+def test_setup_failures_are_switchyard_errors(monkeypatch):
+    # torchrun's variables with a world size that is not a number: the job's setup
+    # is wrong, not an argument of the call.
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "three")
+    with pytest.raises(switchyard.SwitchyardError, match="WORLD_SIZE") as raised:
+        switchyard.Communicator.from_env(timeout=5)
+    assert not isinstance(raised.value, ValueError)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8])
+def test_empty_arrays_pass_through_every_call(solo, dtype):
+    empty = np.zeros(0, dtype=dtype)
+    assert switchyard.allgather(empty).shape == (1, 0)
+    assert switchyard.reduce_scatter(empty, switchyard.SUM).shape == (0,)
+    called = []
+    assert switchyard.allreduce(empty, switchyard.SUM, prepare_fun=called.append) is empty
+    assert len(called) == 1
+    assert switchyard.allreduce(empty, switchyard.MAX).shape == (0,)
+
+
+def test_load_checkpoint_outside_robust_mode_is_a_fresh_start(solo):
+    # rabit's non-robust engine returned version 0 and no model.
+    assert switchyard.load_checkpoint() == (0, None)
+    assert switchyard.load_checkpoint(with_local=True) == (0, None, None)
+    assert switchyard.version_number() == 0
+
+
+@pytest.mark.parametrize("root", [-1, 1, 2**70])
+def test_a_root_outside_the_world_is_a_value_error_naming_it(solo, root):
+    with pytest.raises(ValueError, match="root %d is outside a world of 1" % root):
+        switchyard.broadcast({"k": 1}, root)
+
+
+def test_a_root_that_is_not_an_integer_is_a_type_error(solo):
+    with pytest.raises(TypeError, match="root"):
+        switchyard.broadcast({"k": 1}, 0.5)
+
+
+def test_the_package_has_a_version():
+    import importlib.metadata
+
+    assert switchyard.__version__ == importlib.metadata.version("switchyard")
+
+
+def test_the_mpi4py_baseline_without_mpi4py_says_so_without_a_traceback(tmp_path):
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("mpi4py") is not None:
+        pytest.skip("mpi4py is installed")
+    proc = subprocess.run(
+        [sys.executable, "-m", "switchyard._bench", "--out", str(tmp_path / "out"), "--plan", "8:1:1", "--mpi4py"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    assert "mpi4py" in proc.stderr and "pip install mpi4py" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr

@@ -78,6 +78,10 @@ pub(crate) fn share_fold_result(
     }
 }
 
+/// A lazy call's closure that writes the call's input into its buffer; `Err` says,
+/// in words, why it could not (the call must then not run anywhere).
+pub(crate) type Prepare<'a> = dyn FnMut(&mut [u8]) -> Result<(), String> + 'a;
+
 /// One collective call on this rank, its data as bytes.
 pub(crate) enum Collective<'a> {
     /// Every element of `buf` (elements of `dtype`) replaced by `op` over all ranks.
@@ -183,14 +187,29 @@ pub(crate) trait Engine: Send {
     /// Runs one call whose input `prepare` writes into the request's buffer (rabit's
     /// lazy allreduce). An engine that can produce the result without running the
     /// call (recovery, replaying a result kept by a survivor) does not call
-    /// `prepare`; every other engine calls it once, first.
+    /// `prepare`; every other engine calls it once, first. When `prepare` fails the
+    /// call does not run: [`Engine::prepare_failed`] ends it on every rank.
     fn run_prepared(
         &mut self,
         request: &mut Collective<'_>,
-        prepare: &mut dyn FnMut(&mut [u8]),
+        prepare: &mut Prepare<'_>,
     ) -> Result<(), CollectiveError> {
-        prepare(request.result_buffer());
+        if let Err(reason) = prepare(request.result_buffer()) {
+            return Err(self.prepare_failed(request.call(), reason));
+        }
         self.run(request)
+    }
+
+    /// Fails the `call` this rank was about to make, whose `prepare` failed with
+    /// `reason`, and returns the error for this rank. An engine with peers tells
+    /// them, so that their calls fail at once (naming this rank) instead of waiting
+    /// for an input that will never come, and never compute a result without it.
+    fn prepare_failed(&mut self, call: Call, reason: String) -> CollectiveError {
+        CollectiveError::PrepareFailed {
+            call,
+            rank: self.rank(),
+            reason,
+        }
     }
 
     /// The recovery engine, for checkpoints; `None` on every other engine.

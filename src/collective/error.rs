@@ -265,6 +265,19 @@ pub enum CollectiveError {
         /// This rank.
         rank: usize,
     },
+    /// The `prepare` closure of a lazy call
+    /// ([`Communicator::try_allreduce_lazy`](super::Communicator::try_allreduce_lazy))
+    /// failed on this rank: the call did not run here, and the other ranks were told
+    /// (theirs fail with `Aborted` naming this rank and "prepare failed").
+    #[error("{call}: prepare failed on rank {rank}: {reason}")]
+    PrepareFailed {
+        /// The call.
+        call: Call,
+        /// This rank.
+        rank: usize,
+        /// The closure's error, in words.
+        reason: String,
+    },
     /// The transport or MPI failed.
     #[error("{call}: transport error with rank {rank}: {reason}")]
     Transport {

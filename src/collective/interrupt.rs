@@ -3,11 +3,13 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// A flag that ends the waiting call of a communicator: once it is raised, a mesh
-/// call on the TCP data path ([`DataPath::Tcp`](super::DataPath::Tcp)) that waits
-/// for a peer returns [`CollectiveError::Interrupted`](super::CollectiveError)
-/// within about 20 ms, and the other ranks' calls fail with `Aborted` naming this
-/// rank instead of waiting for it until their timeout.
+/// A flag that ends the running call of a communicator: once it is raised, a mesh
+/// call on the TCP data path ([`DataPath::Tcp`](super::DataPath::Tcp)) returns
+/// [`CollectiveError::Interrupted`](super::CollectiveError) at its next message or
+/// pass of its wait, whether it waits for a peer or moves data (within about 20 ms),
+/// and a call whose messages were all exchanged already fails at its end. The other
+/// ranks' calls (this one, or their next) fail with `Aborted` naming this rank
+/// instead of waiting for it until their timeout.
 ///
 /// Raising is one atomic store, so it may be done from a signal handler (the Python
 /// module raises it on Ctrl-C). The flag stays raised until [`clear`](Interrupt::clear);

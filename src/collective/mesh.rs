@@ -114,7 +114,8 @@ impl MeshEngine {
             agree(&mut round).and_then(|()| body(&mut round))
         } else {
             body(&mut round)
-        };
+        }
+        .and_then(|r| round.finish().map(|()| r));
         result.map_err(|e| self.failed(seq, sig, e))
     }
 
@@ -321,6 +322,23 @@ impl Engine for MeshEngine {
 
     fn name(&self) -> &'static str {
         "mesh"
+    }
+
+    /// Takes the number of the call that will not run here, as the peers' calls
+    /// take it, and sends them an abort notice for it that blames no one else: every
+    /// peer waiting in that call, directly or through others, fails with `Aborted`
+    /// naming this rank.
+    fn prepare_failed(&mut self, call: Call, reason: String) -> CollectiveError {
+        self.seq += 1;
+        let me = self.link.rank();
+        let e = CollectiveError::PrepareFailed {
+            call,
+            rank: me,
+            reason,
+        };
+        self.link
+            .abort_blaming(self.seq, &format!("rank {me}: {e}"), None);
+        e
     }
 
     fn run(&mut self, request: &mut Collective<'_>) -> Result<(), CollectiveError> {

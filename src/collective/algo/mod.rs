@@ -48,6 +48,9 @@ pub(crate) struct Round<'a> {
     pub(crate) step_base: u32,
 }
 
+/// The step that errors of [`Round::finish`] name: no message carries it.
+const FINISH_STEP: u32 = u32::MAX;
+
 /// The step numbers of checked mode's agreement start here (the algorithms use
 /// small step numbers; the links reserve the top few).
 pub(crate) const AGREE_STEPS: u32 = 1 << 30;
@@ -75,9 +78,11 @@ impl Round<'_> {
             }
         }
         let call = self.sig.call;
-        let during = match self.algo {
-            "" => format!(" (step {step})"),
-            algo => format!(" ({algo} step {step})"),
+        let during = match (self.algo, step) {
+            ("", FINISH_STEP) => " (handing over the call's last data)".to_string(),
+            (algo, FINISH_STEP) => format!(" ({algo}, handing over the call's last data)"),
+            ("", step) => format!(" (step {step})"),
+            (algo, step) => format!(" ({algo} step {step})"),
         };
         match e {
             LinkError::Timeout { rank, .. } if self.clock.past_deadline() => {
@@ -98,6 +103,15 @@ impl Round<'_> {
             },
             e => e.during(call),
         }
+    }
+
+    /// Ends the call on this rank: waits until everything it sent has left its own
+    /// queue ([`Link::flush_within`]), so that no peer still waiting for this call's
+    /// data depends on what this rank's caller does next.
+    pub(crate) fn finish(&mut self) -> Result<(), CollectiveError> {
+        self.link
+            .flush_within(self.clock)
+            .map_err(|e| self.link_error(e, FINISH_STEP))
     }
 
     /// The first bytes of every message of this call (see the module documentation).

@@ -106,6 +106,18 @@ pub trait Link: Send {
         self.recv(from, tag, clock.until(Instant::now()))
     }
 
+    /// Waits until every message this rank queued has been handed to the network
+    /// (the kernel, or a transport's own I/O thread), under `clock` as
+    /// [`Link::send_within`]: a call must not return while output its peers need
+    /// still sits in this rank's own queue, since nothing writes that queue while the
+    /// caller computes between calls, and a peer waiting for it would see silence.
+    /// Links that hand every message over as it is sent (the default) have nothing
+    /// to do.
+    fn flush_within(&mut self, clock: Clock) -> Result<(), LinkError> {
+        let _ = clock;
+        Ok(())
+    }
+
     /// [`Link::abort`], saying which rank this rank blames (the peer that went
     /// silent or away), or `None` when the failure began here. Receivers use it to
     /// follow a chain of failures back to where it began.

@@ -161,11 +161,22 @@ impl StreamLink {
         })
     }
 
-    /// Ends this link's waits with [`LinkError::Interrupted`] once `interrupt` is
-    /// raised: it is looked at whenever a wait would sleep, at least every
-    /// [`CONTROL_CHECK`].
+    /// Ends this link's sends, receives and waits with [`LinkError::Interrupted`]
+    /// once `interrupt` is raised: it is looked at before every message and on every
+    /// pass of a wait, busy or idle.
     pub(crate) fn watch_interrupt(&mut self, interrupt: Option<Interrupt>) {
         self.interrupt = interrupt;
+    }
+
+    /// [`LinkError::Interrupted`] once the interrupt is raised. One atomic load: cheap
+    /// enough for every message and every pass of a wait, so that a call whose data
+    /// keeps moving (every wait finds progress at once, or the messages arrived
+    /// before they were asked for) is interrupted as soon as an idle one.
+    pub(super) fn interrupted(&self) -> Result<(), LinkError> {
+        match &self.interrupt {
+            Some(flag) if flag.is_raised() => Err(LinkError::Interrupted { rank: self.rank }),
+            _ => Ok(()),
+        }
     }
 
     /// The error for waiting on `peer` when it has missed its heartbeats for longer
@@ -219,10 +230,22 @@ impl StreamLink {
         frames: Vec<Bytes>,
         until: impl Fn(Instant) -> Instant,
     ) -> Result<(), LinkError> {
+        self.interrupted()?;
         self.queue(to, tag, frames)?;
-        // Wait for room as long as `to` keeps taking bytes.
+        self.drain_until(to, QUEUE_LIMIT, until)
+    }
+
+    /// Waits until at most `limit` bytes are queued for `to`, as long as `to` keeps
+    /// taking bytes: gives up at `until(drained)`, where `drained` is when `to` last
+    /// took some, or at once when `to` missed its heartbeats.
+    fn drain_until(
+        &mut self,
+        to: usize,
+        limit: usize,
+        until: impl Fn(Instant) -> Instant,
+    ) -> Result<(), LinkError> {
         let started = Instant::now();
-        while self.peer(to)?.queued > QUEUE_LIMIT {
+        while self.peer(to)?.queued > limit {
             if let Some(refused) = self.pending.refusal() {
                 return Err(refused);
             }
@@ -255,6 +278,7 @@ impl StreamLink {
     ) -> Result<Vec<Bytes>, LinkError> {
         let started = Instant::now();
         loop {
+            self.interrupted()?;
             if let Some(refused) = self.pending.refusal() {
                 return Err(refused);
             }
@@ -333,6 +357,18 @@ impl Link for StreamLink {
         clock: Clock,
     ) -> Result<Vec<Bytes>, LinkError> {
         self.recv_until(from, tag, |heard| clock.until(heard))
+    }
+
+    fn flush_within(&mut self, clock: Clock) -> Result<(), LinkError> {
+        for to in 0..self.size {
+            if self.peers[to].is_some() {
+                self.drain_until(to, 0, |drained| clock.until(drained))?;
+            }
+        }
+        // An interrupt raised after the call's last message still fails the call,
+        // so that the peers are told rather than meet this rank's silence in the
+        // next one.
+        self.interrupted()
     }
 
     fn abort_blaming(&mut self, call: u64, reason: &str, blames: Option<usize>) {

@@ -22,7 +22,7 @@ use super::state::{decide, Kind, Plan, Rules, State, STATE_LEN};
 use super::store::{decode_local, encode_local, Global, Results, Saved};
 use super::{Checkpoint, RobustOptions};
 use crate::collective::element::{DType, ReduceOp};
-use crate::collective::engine::{Collective, Elem, Engine};
+use crate::collective::engine::{self, Collective, Elem, Engine};
 use crate::collective::error::{Call, CollectiveError};
 use crate::collective::signature::Signature;
 use std::ops::Range;
@@ -35,7 +35,7 @@ pub(crate) type Rejoin = Box<dyn FnMut() -> Result<Box<dyn Engine>, CollectiveEr
 pub(crate) type Report = Box<dyn Fn(&str) + Send>;
 
 /// A lazy allreduce's closure that writes the call's input.
-type Prepare<'r> = &'r mut dyn FnMut(&mut [u8]);
+type Prepare<'r> = &'r mut engine::Prepare<'r>;
 
 /// The call this rank is in, as the agreement loop sees it.
 enum Pending<'r, 'a> {
@@ -476,7 +476,9 @@ impl RobustEngine {
         prepare: &mut Option<Prepare<'_>>,
     ) -> Result<(), CollectiveError> {
         if let Some(prepare) = prepare.take() {
-            prepare(request.result_buffer());
+            if let Err(reason) = prepare(request.result_buffer()) {
+                return Err(self.prepare_failed(request.call(), reason));
+            }
         }
         // The input, to run the call again if the mesh breaks half-way through it.
         let mut input = std::mem::take(&mut self.input);
@@ -760,9 +762,33 @@ impl Engine for RobustEngine {
     fn run_prepared(
         &mut self,
         request: &mut Collective<'_>,
-        prepare: &mut dyn FnMut(&mut [u8]),
+        prepare: &mut engine::Prepare<'_>,
     ) -> Result<(), CollectiveError> {
         self.collective(request, Some(prepare))
+    }
+
+    /// Ends a call whose `prepare` failed here: the mesh tells the peers (their
+    /// calls fail and they recover, as after any aborted call, keeping no result of
+    /// it), and this rank leaves that mesh too, so that a later call of its own
+    /// rejoins them through the agreement. The error goes to the caller: no
+    /// recovery can make up for an input that could not be computed.
+    fn prepare_failed(&mut self, call: Call, reason: String) -> CollectiveError {
+        let e = match self.inner.as_mut() {
+            Some(inner) => inner.prepare_failed(call, reason),
+            None => CollectiveError::PrepareFailed {
+                call,
+                rank: self.rank,
+                reason,
+            },
+        };
+        self.direct = false;
+        if let Some(broken) = self.inner.take() {
+            // As in `inner_run`: closing waits for the receipts of the notice.
+            let _ = std::thread::Builder::new()
+                .name("switchyard-drop-mesh".into())
+                .spawn(move || drop(broken));
+        }
+        e
     }
 
     fn robust(&mut self) -> Option<&mut RobustEngine> {

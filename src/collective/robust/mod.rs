@@ -324,6 +324,37 @@ impl Communicator {
         op: ReduceOp,
         prepare: impl FnOnce(&mut [T]),
     ) -> Result<(), CollectiveError> {
+        self.try_allreduce_lazy(buf, op, |buf| {
+            prepare(buf);
+            Ok::<(), std::convert::Infallible>(())
+        })
+    }
+
+    /// [`allreduce_lazy`](Communicator::allreduce_lazy) with a `prepare` that can
+    /// fail. When it returns an error the call runs on no rank: this rank gets
+    /// [`CollectiveError::PrepareFailed`] with the error in words, and the other
+    /// ranks' calls fail with [`CollectiveError::Aborted`] naming this rank and
+    /// "prepare failed" (in robust mode they recover instead, as after any aborted
+    /// call, and keep no result of it). No rank ever gets a result computed from an
+    /// input that was not prepared. Under MPI the other ranks are not told: their
+    /// call keeps waiting (MPI collectives cannot time out).
+    ///
+    /// ```
+    /// use switchyard::collective::{CollectiveError, Communicator, ReduceOp};
+    /// let mut comm = Communicator::solo();
+    /// let mut sums = [0.0f64; 2];
+    /// let e = comm
+    ///     .try_allreduce_lazy(&mut sums, ReduceOp::Sum, |_| Err("no data"))
+    ///     .unwrap_err();
+    /// assert!(matches!(e, CollectiveError::PrepareFailed { rank: 0, .. }));
+    /// assert!(e.to_string().contains("prepare failed on rank 0: no data"));
+    /// ```
+    pub fn try_allreduce_lazy<T: Reducible, E: std::fmt::Display>(
+        &mut self,
+        buf: &mut [T],
+        op: ReduceOp,
+        prepare: impl FnOnce(&mut [T]) -> Result<(), E>,
+    ) -> Result<(), CollectiveError> {
         let dtype = T::DTYPE;
         if !dtype.supports(op) {
             return Err(CollectiveError::InvalidArgument {
@@ -332,10 +363,9 @@ impl Communicator {
             });
         }
         let mut prepare = Some(prepare);
-        let mut on_bytes = |bytes: &mut [u8]| {
-            if let Some(prepare) = prepare.take() {
-                prepare(bytemuck::cast_slice_mut(bytes));
-            }
+        let mut on_bytes = |bytes: &mut [u8]| match prepare.take() {
+            Some(prepare) => prepare(bytemuck::cast_slice_mut(bytes)).map_err(|e| e.to_string()),
+            None => Ok(()),
         };
         let mut request = Collective::Allreduce {
             buf: bytemuck::cast_slice_mut(buf),

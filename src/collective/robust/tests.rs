@@ -100,12 +100,17 @@ struct Outcome {
 }
 
 /// Where a rank dies: in iteration `iter`, after `after` of its three calls
-/// (allreduce, broadcast, checkpoint).
+/// (allreduce, broadcast, checkpoint), or ([`IN_PREPARE`]) when the allreduce's
+/// `prepare` fails.
 #[derive(Clone, Copy)]
 struct Death {
     iter: u64,
     after: usize,
 }
+
+/// [`Death::after`] for a rank whose allreduce's `prepare` fails: its call must fail
+/// with `PrepareFailed`, and then the rank dies.
+const IN_PREPARE: usize = usize::MAX;
 
 fn f64s(bytes: &[u8]) -> Vec<f64> {
     bytes
@@ -145,12 +150,25 @@ fn program_as(
             return Ok(None);
         }
         let mut grad = vec![0.0f64; 4];
-        comm.allreduce_lazy(&mut grad, ReduceOp::Sum, |g| {
+        let prepared = comm.try_allreduce_lazy(&mut grad, ReduceOp::Sum, |g| {
             prepares += 1;
+            if dies(IN_PREPARE) {
+                // Half-written: what the peers would sum if the call went on.
+                g[0] = 1e9;
+                return Err("prepare raised");
+            }
             for (i, x) in g.iter_mut().enumerate() {
                 *x = (rank * 10 + i) as f64 + iter as f64;
             }
-        })?;
+            Ok(())
+        });
+        match prepared {
+            Err(CollectiveError::PrepareFailed { rank: r, .. }) if dies(IN_PREPARE) => {
+                assert_eq!(r, rank);
+                return Ok(None);
+            }
+            other => other?,
+        }
         for (i, x) in grad.iter().enumerate() {
             let expected: f64 = (0..n).map(|r| (r * 10 + i) as f64 + iter as f64).sum();
             assert_eq!(*x, expected, "rank {rank} iteration {iter} element {i}");
@@ -298,6 +316,27 @@ fn a_rank_that_dies_between_calls_catches_up_to_the_same_model() {
     // Its second life resumed at checkpoint 2 and got iteration 2's allreduce from a
     // survivor: it prepared only iteration 3's.
     assert_eq!(failed[1].0.prepares, 1);
+}
+
+/// Issue 20, item 3: rank 1's `prepare` fails in iteration 2 and the rank then
+/// exits, as a Python program whose `prepare_fun` raised. No rank keeps a result of
+/// that call: the restarted rank prepares it again and every rank ends with the
+/// model of a run without failures.
+#[test]
+fn a_failed_prepare_leaves_no_result_to_replay() {
+    let clean = job(3, 4, Vec::new());
+    let deaths = vec![
+        Vec::new(),
+        vec![Death {
+            iter: 2,
+            after: IN_PREPARE,
+        }],
+    ];
+    let failed = job(3, 4, deaths);
+    assert_same(&failed, &clean);
+    assert_eq!(failed[1].1, 1, "rank 1 restarted once");
+    // Its second life resumed at checkpoint 2 and prepared iterations 2 and 3.
+    assert_eq!(failed[1].0.prepares, 2);
 }
 
 #[test]

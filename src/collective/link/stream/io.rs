@@ -4,7 +4,6 @@
 
 use super::{Outbound, Peer, StreamLink, CONTROL_CHECK};
 use crate::collective::error::LinkError;
-use crate::collective::interrupt::Interrupt;
 use crate::collective::link::framing::encode_head;
 use crate::collective::link::setup::io_error;
 use crate::collective::link::Tag;
@@ -219,6 +218,9 @@ impl StreamLink {
     pub(super) fn wait(&mut self, deadline: Instant) -> Result<bool, LinkError> {
         let spin_until = Instant::now() + self.spin;
         loop {
+            // Looked at on the busy path too: a wait that always finds progress
+            // would otherwise never see it.
+            self.interrupted()?;
             if self.progress()? {
                 return Ok(true);
             }
@@ -234,9 +236,6 @@ impl StreamLink {
                 continue;
             }
             self.control.check_aborts()?;
-            if self.interrupt.as_ref().is_some_and(Interrupt::is_raised) {
-                return Err(LinkError::Interrupted { rank: self.rank });
-            }
             self.sleep(deadline);
         }
     }
