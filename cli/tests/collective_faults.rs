@@ -162,7 +162,25 @@ fn names(error: &str, rank: usize) -> bool {
 /// bystander, though the ranks that see it first exit at once through `?`.
 #[test]
 fn a_killed_rank_is_named_by_every_survivor() {
-    let job = Job::start(4, &[("SWITCHYARD_DIRECT_MAX_RANKS", "0")]);
+    a_killed_rank_is_named_over("tcp");
+}
+
+/// The same over the ZeroMQ data path, where libzmq reconnects in silence: the closed
+/// connection (libzmq's disconnect event) and a refused probe tell the survivors,
+/// not the silence timeout.
+#[test]
+fn over_zeromq_a_killed_rank_is_named_by_every_survivor_before_the_timeout() {
+    a_killed_rank_is_named_over("zmq");
+}
+
+fn a_killed_rank_is_named_over(data_path: &str) {
+    let job = Job::start(
+        4,
+        &[
+            ("SWITCHYARD_DIRECT_MAX_RANKS", "0"),
+            ("SWITCHYARD_DATA_PATH", data_path),
+        ],
+    );
     let victim = 2;
     job.signal(victim, "KILL");
     let killed = Instant::now();

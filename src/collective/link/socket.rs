@@ -26,8 +26,14 @@ const BYE_WAIT: Duration = Duration::from_secs(2);
 /// connecting to them failed.
 const AWAIT_SLICE: Duration = Duration::from_millis(50);
 /// How often [`BoundLink::connect`] probes, while it waits, whether the other ranks'
-/// endpoints still listen (with [`BoundLink::gone_if_refused`]).
+/// endpoints still listen (with [`BoundLink::gone_if_refused`]); and how often a wait
+/// for a peer's message probes whether that peer's endpoint still listens.
 const PROBE_EVERY: Duration = Duration::from_millis(250);
+/// How long a wait for a peer receives before it looks whether that peer is gone.
+const GONE_LOOK: Duration = Duration::from_millis(50);
+/// How long a wait goes on after its peer was found gone, for the abort notice that
+/// peer may have sent before it left (which names the rank really at fault).
+const GONE_GRACE: Duration = Duration::from_millis(100);
 /// How long [`refused_check`]'s probe may take to connect.
 const PROBE_CONNECT: Duration = Duration::from_millis(500);
 
@@ -35,8 +41,12 @@ const PROBE_CONNECT: Duration = Duration::from_millis(500);
 /// from everyone, and one Dealer per peer (identity `#RANK`) sends to that peer's
 /// Router. Works over every backend (`local://`, `inproc://`, `tcp://`, `mpi://`).
 ///
-/// A peer that dies is noticed only by the silence timeout (ZeroMQ reconnects silently):
-/// its calls end in [`LinkError::Timeout`].
+/// A peer that dies is noticed within a few hundred milliseconds over `tcp://`, where
+/// libzmq would reconnect to it in silence: a wait for its message probes its
+/// endpoint every [`PROBE_EVERY`], and a refused connection means nobody listens there
+/// any more ([`LinkError::Lost`]). On the other backends, and for a peer that is
+/// stopped rather than dead, the silence timeout ends the wait
+/// ([`LinkError::Timeout`]).
 #[derive(Debug)]
 pub struct SocketLink {
     rank: usize,
@@ -55,6 +65,10 @@ pub struct SocketLink {
     /// Which peers answered [`Link::alive`]'s question since it was last asked.
     answered: Vec<bool>,
     byes: Vec<bool>,
+    /// When each peer was found gone (its endpoint refusing connections).
+    gone_since: Vec<Option<Instant>>,
+    /// When each peer's endpoint was last probed.
+    probed: Vec<Option<Instant>>,
     close_handshake: bool,
 }
 
@@ -218,6 +232,8 @@ impl BoundLink {
             acks: vec![false; size],
             answered: vec![false; size],
             byes: vec![false; size],
+            gone_since: vec![None; size],
+            probed: vec![None; size],
             close_handshake: true,
         })
     }
@@ -359,19 +375,26 @@ impl SocketLink {
         started: Instant,
         deadline: Instant,
     ) -> Result<Option<(usize, switchyard_msg::Header, Vec<Bytes>, u32)>, LinkError> {
-        let (peer, msg) = match self.router.recv_from_deadline(Some(deadline)) {
-            Ok(received) => received,
-            Err(RecvError::Timeout) => {
-                return Err(LinkError::Timeout {
-                    rank: from,
-                    waited: started.elapsed(),
-                })
-            }
-            Err(e) => {
-                return Err(LinkError::Transport {
-                    rank: from,
-                    reason: e.to_string(),
-                })
+        let (peer, msg) = loop {
+            let slice = deadline.min(Instant::now() + GONE_LOOK);
+            match self.router.recv_from_deadline(Some(slice)) {
+                Ok(received) => break received,
+                Err(RecvError::Timeout) if Instant::now() < deadline => self.gone_check(from)?,
+                Err(RecvError::Timeout) if self.gone_since[from].is_some() => {
+                    return Err(self.gone_error(from))
+                }
+                Err(RecvError::Timeout) => {
+                    return Err(LinkError::Timeout {
+                        rank: from,
+                        waited: started.elapsed(),
+                    })
+                }
+                Err(e) => {
+                    return Err(LinkError::Transport {
+                        rank: from,
+                        reason: e.to_string(),
+                    })
+                }
             }
         };
         let Some(sender) = self.rank_of(&peer) else {
@@ -395,6 +418,41 @@ impl SocketLink {
             return Ok(None);
         }
         Ok(Some((sender, header, frames, step)))
+    }
+
+    /// Probes `peer`'s endpoint (every [`PROBE_EVERY`] at most) and fails with
+    /// [`LinkError::Lost`] once it has refused connections for [`GONE_GRACE`]: nobody
+    /// listens there, so its process is gone. libzmq alone would reconnect in silence
+    /// until the silence timeout.
+    fn gone_check(&mut self, peer: usize) -> Result<(), LinkError> {
+        if let Some(since) = self.gone_since[peer] {
+            return match since.elapsed() >= GONE_GRACE {
+                true => Err(self.gone_error(peer)),
+                false => Ok(()),
+            };
+        }
+        let now = Instant::now();
+        if self.probed[peer].is_some_and(|at| now.duration_since(at) < PROBE_EVERY) {
+            return Ok(());
+        }
+        self.probed[peer] = Some(now);
+        if let Some(endpoint) = self.endpoints.get(peer) {
+            if refused_check(peer, endpoint).is_err() {
+                self.gone_since[peer] = Some(Instant::now());
+            }
+        }
+        Ok(())
+    }
+
+    /// The error of a wait for `peer`, which is gone.
+    fn gone_error(&self, peer: usize) -> LinkError {
+        LinkError::Lost {
+            rank: peer,
+            endpoint: self.endpoints.get(peer).cloned().unwrap_or_default(),
+            reason:
+                "its connection closed and its endpoint refuses connections: the process is gone"
+                    .into(),
+        }
     }
 
     /// Whether dropping the link exchanges goodbyes (see the `Drop` impl). A link
