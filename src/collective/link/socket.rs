@@ -449,9 +449,9 @@ impl SocketLink {
         LinkError::Lost {
             rank: peer,
             endpoint: self.endpoints.get(peer).cloned().unwrap_or_default(),
-            reason:
-                "its connection closed and its endpoint refuses connections: the process is gone"
-                    .into(),
+            reason: "its endpoint refuses connections: that rank's process is gone, or it \
+                     closed its communicator"
+                .into(),
         }
     }
 
