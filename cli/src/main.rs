@@ -17,7 +17,10 @@ use switchyard::launch::{run_local, LaunchError, LaunchOptions};
 #[command(
     name = "switchyard",
     version,
-    about = "Message passing for distributed ML: launcher and benchmarks"
+    about = "Message passing for distributed ML: job launcher, rabit/XGBoost tracker and benchmarks",
+    // Help text wraps at the terminal's width, at most 100 columns (100 when output is
+    // not a terminal).
+    max_term_width = 100
 )]
 struct Cli {
     #[command(subcommand)]
@@ -26,6 +29,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Start a job: N copies of a program, with their tracker and rendezvous.
+    ///
     /// Start N copies of a program (here, or through ssh, srun or mpirun), serve their
     /// tracker and rendezvous, and watch them: output prefixed by rank, progress on
     /// stderr, restarts, a summary at the end. Ctrl-C/SIGTERM stops every process
@@ -69,9 +74,13 @@ enum Command {
         #[arg(last = true, required = true)]
         program: Vec<String>,
     },
-    /// Serve a rabit / XGBoost job as its tracker (classic and JSON protocols).
+    /// Serve the tracker of a rabit/XGBoost job whose workers you start yourself.
+    ///
+    /// Serve a rabit / XGBoost job as its tracker (classic and JSON protocols) until
+    /// every worker has sent `shutdown`; the workers are started elsewhere, with the
+    /// DMLC_TRACKER_URI and DMLC_TRACKER_PORT it prints.
     Tracker(tracker_cmd::TrackerArgs),
-    /// Run a benchmark suite.
+    /// Run one of the benchmark suites (`switchyard bench --help` lists them).
     Bench {
         #[command(subcommand)]
         suite: bench::Suite,
