@@ -7,13 +7,16 @@
 //! refusal with the peer's address (rate-limited per address, as the other warnings a
 //! peer can trigger). A peer without a secret (the NULL mechanism) is refused by libzmq
 //! at the greeting, before any message and without asking the handler, so that refusal
-//! is not logged; a wrong password is refused by the handler. `inproc://` has no handshake and needs none (one process).
+//! is not logged (libzmq would report it only to a socket monitor, without the peer's
+//! address); a wrong password is refused by the handler. `inproc://` has no handshake
+//! and needs none (one process).
 //!
 //! Why PLAIN + ZAP and not CURVE: the libzmq that the `zmq` crate builds has no
 //! libsodium, so no CURVE; and PLAIN through ZAP is a hook that needs no change to the
 //! message flow. What it does not give: PLAIN sends the derived password in the clear,
-//! so someone who can read the traffic could replay it on another ZeroMQ connection of
-//! the same job (not on the TCP links, whose challenge-response uses fresh nonces).
+//! and it is the same in every job with the same secret, so someone who can read the
+//! traffic could replay it on another ZeroMQ connection of this job or of a later one
+//! with that secret (not on the TCP links, whose challenge-response uses fresh nonces).
 //! Sniffing is outside the threat model (RELIABILITY.md: confidentiality and on-path
 //! attackers need an isolated network or a future CURVE/TLS option).
 //!
