@@ -43,7 +43,7 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         servers: u32,
         /// How to start each process: local, ssh, slurm (srun) or mpi (mpirun).
-        #[arg(long, default_value = "local")]
+        #[arg(long, default_value = "local", value_parser = parse_launcher)]
         launcher: switchyard::launch::LauncherKind,
         /// Hosts for --launcher ssh|slurm|mpi: one per line, optional `slots=N`.
         #[arg(long)]
@@ -64,11 +64,12 @@ enum Command {
         /// Do not serve the rabit/XGBoost tracker (no DMLC_TRACKER_* variables).
         #[arg(long)]
         no_tracker: bool,
-        /// Stop every process if the job runs longer than this many seconds.
-        #[arg(long, default_value_t = 3600)]
+        /// Stop every process if the job runs longer than this many seconds (1 or more).
+        #[arg(long, default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..))]
         timeout: u64,
-        /// Seconds every worker has to check in at the rendezvous or the tracker.
-        #[arg(long, default_value_t = 60)]
+        /// Seconds every worker has to check in at the rendezvous or the tracker (1 or
+        /// more).
+        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
         rendezvous_timeout: u64,
         /// The program and its arguments, after `--`.
         #[arg(last = true, required = true)]
@@ -85,6 +86,14 @@ enum Command {
         #[command(subcommand)]
         suite: bench::Suite,
     },
+}
+
+/// `--launcher`: clap already names the flag and the value, so the error is only the
+/// reason (the library's own error would name them a second time).
+fn parse_launcher(value: &str) -> Result<switchyard::launch::LauncherKind, String> {
+    value
+        .parse()
+        .map_err(|_| "expected one of local, ssh, slurm, mpi".to_string())
 }
 
 /// Whether log lines on standard error may carry colour codes: only on a terminal (a

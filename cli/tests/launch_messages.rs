@@ -43,3 +43,22 @@ fn a_hostfile_for_a_local_job_is_named_with_its_flag_and_path() {
     );
     assert!(!stderr.contains("launch option"), "{stderr}");
 }
+
+#[test]
+fn an_unknown_launcher_is_named_once_with_the_choices() {
+    let stderr = failed_launch(&["-n", "1", "--launcher", "foo", "--", "true"]);
+    assert!(
+        stderr.contains("expected one of local, ssh, slurm, mpi"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches("foo").count(), 1, "{stderr}");
+}
+
+#[test]
+fn a_zero_timeout_is_refused_before_anything_starts() {
+    for flag in ["--timeout", "--rendezvous-timeout"] {
+        let stderr = failed_launch(&["-n", "1", flag, "0", "--", "true"]);
+        assert!(stderr.contains(flag), "{stderr}");
+        assert!(!stderr.contains("running"), "{stderr}");
+    }
+}
