@@ -234,10 +234,24 @@ fn run_role(env: &PsEnv, args: Args) -> Result<(), Error> {
             let report =
                 KvServer::<f32>::join(&env.scheduler, &env.config, Mode::Sync, update(args.rate))?
                     .run()?;
-            eprintln!(
-                "server {}: {} rounds over its keys",
-                report.rank, report.rounds
-            );
+            // The report counts key rounds: each key this server holds completes one
+            // per push_pull round (the training rounds and the test round), so the
+            // count is the job's rounds times the keys held, not the job's rounds.
+            let job_rounds = u64::from(args.rounds) + 1;
+            if report.rounds % job_rounds == 0 {
+                eprintln!(
+                    "server {}: {} key rounds = {job_rounds} rounds ({} training + 1 test) x {} keys it holds",
+                    report.rank,
+                    report.rounds,
+                    args.rounds,
+                    report.rounds / job_rounds
+                );
+            } else {
+                eprintln!(
+                    "server {}: {} key rounds (each key it holds counts once per round)",
+                    report.rank, report.rounds
+                );
+            }
         }
         PsRole::Worker => worker(env, args)?,
     }

@@ -82,3 +82,33 @@ fn started_by_hand_says_it_is_a_world_of_one() {
         "{stderr}"
     );
 }
+
+/// The README's Rust blocks are whole programs a newcomer can paste (issue 20): each has
+/// its own visible `fn main` and none hides lines from the reader with rustdoc's `# `.
+/// They compile and run as the crate's doc tests (`src/lib.rs` includes the README).
+#[test]
+fn readme_rust_blocks_are_whole_programs() {
+    let readme = include_str!("../README.md");
+    let mut blocks = Vec::new();
+    let mut current: Option<Vec<&str>> = None;
+    for line in readme.lines() {
+        match &mut current {
+            None if line.starts_with("```rust") => current = Some(Vec::new()),
+            None => {}
+            Some(_) if line.starts_with("```") => blocks.extend(current.take()),
+            Some(block) => block.push(line),
+        }
+    }
+    assert!(blocks.len() >= 4, "{} Rust blocks", blocks.len());
+    for block in &blocks {
+        let text = block.join("\n");
+        assert!(
+            block.iter().any(|l| l.starts_with("fn main(")),
+            "no visible fn main in:\n{text}"
+        );
+        assert!(
+            !block.iter().any(|l| *l == "#" || l.starts_with("# ")),
+            "lines hidden from the reader in:\n{text}"
+        );
+    }
+}

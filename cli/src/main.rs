@@ -17,7 +17,10 @@ use switchyard::launch::{run_local, LaunchError, LaunchOptions};
 #[command(
     name = "switchyard",
     version,
-    about = "Message passing for distributed ML: launcher and benchmarks"
+    about = "Message passing for distributed ML: job launcher, rabit/XGBoost tracker and benchmarks",
+    // Help text wraps at the terminal's width, at most 100 columns (100 when output is
+    // not a terminal).
+    max_term_width = 100
 )]
 struct Cli {
     #[command(subcommand)]
@@ -26,6 +29,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Start a job: N copies of a program, with their tracker and rendezvous.
+    ///
     /// Start N copies of a program (here, or through ssh, srun or mpirun), serve their
     /// tracker and rendezvous, and watch them: output prefixed by rank, progress on
     /// stderr, restarts, a summary at the end. Ctrl-C/SIGTERM stops every process
@@ -38,7 +43,7 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         servers: u32,
         /// How to start each process: local, ssh, slurm (srun) or mpi (mpirun).
-        #[arg(long, default_value = "local")]
+        #[arg(long, default_value = "local", value_parser = parse_launcher)]
         launcher: switchyard::launch::LauncherKind,
         /// Hosts for --launcher ssh|slurm|mpi: one per line, optional `slots=N`.
         #[arg(long)]
@@ -59,23 +64,36 @@ enum Command {
         /// Do not serve the rabit/XGBoost tracker (no DMLC_TRACKER_* variables).
         #[arg(long)]
         no_tracker: bool,
-        /// Stop every process if the job runs longer than this many seconds.
-        #[arg(long, default_value_t = 3600)]
+        /// Stop every process if the job runs longer than this many seconds (1 or more).
+        #[arg(long, default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..))]
         timeout: u64,
-        /// Seconds every worker has to check in at the rendezvous or the tracker.
-        #[arg(long, default_value_t = 60)]
+        /// Seconds every worker has to check in at the rendezvous or the tracker (1 or
+        /// more).
+        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
         rendezvous_timeout: u64,
         /// The program and its arguments, after `--`.
         #[arg(last = true, required = true)]
         program: Vec<String>,
     },
-    /// Serve a rabit / XGBoost job as its tracker (classic and JSON protocols).
+    /// Serve the tracker of a rabit/XGBoost job whose workers you start yourself.
+    ///
+    /// Serve a rabit / XGBoost job as its tracker (classic and JSON protocols) until
+    /// every worker has sent `shutdown`; the workers are started elsewhere, with the
+    /// DMLC_TRACKER_URI and DMLC_TRACKER_PORT it prints.
     Tracker(tracker_cmd::TrackerArgs),
-    /// Run a benchmark suite.
+    /// Run one of the benchmark suites (`switchyard bench --help` lists them).
     Bench {
         #[command(subcommand)]
         suite: bench::Suite,
     },
+}
+
+/// `--launcher`: clap already names the flag and the value, so the error is only the
+/// reason (the library's own error would name them a second time).
+fn parse_launcher(value: &str) -> Result<switchyard::launch::LauncherKind, String> {
+    value
+        .parse()
+        .map_err(|_| "expected one of local, ssh, slurm, mpi".to_string())
 }
 
 /// Whether log lines on standard error may carry colour codes: only on a terminal (a

@@ -15,12 +15,15 @@ pub enum LaunchError {
         /// What is wrong.
         reason: String,
     },
-    /// A launch option has a value that cannot work.
-    #[error("launch option {option} = {value}: {reason}")]
+    /// A launch option has a value that cannot work. Shown as the `switchyard launch`
+    /// flag of the same name: `--hostfile /etc/hosts: ...`, or `--hostfile: ...` for an
+    /// option left out.
+    #[error("{}", option_text(option, value, reason))]
     InvalidOption {
-        /// The option, as [`LaunchOptions`](super::LaunchOptions) names it.
+        /// The option, as [`LaunchOptions`](super::LaunchOptions) and the
+        /// `switchyard launch` flag `--OPTION` name it.
         option: &'static str,
-        /// Its value.
+        /// Its value (empty when the option was left out).
         value: String,
         /// What is wrong.
         reason: String,
@@ -91,11 +94,23 @@ pub enum LaunchError {
         reason: String,
     },
     /// The job ran past its time limit; every process was stopped.
-    #[error("job still running after {limit:?}; every rank was stopped (LaunchOptions::timeout)")]
+    #[error(
+        "job still running after {limit:?}, its time limit (--timeout); every rank was stopped"
+    )]
     JobTimeout {
         /// The limit.
         limit: Duration,
     },
+}
+
+/// An invalid option as its `switchyard launch` flag: `--option value: reason`, or
+/// `--option: reason` when the value is empty (the option was left out).
+fn option_text(option: &str, value: &str, reason: &str) -> String {
+    if value.is_empty() {
+        format!("--{option}: {reason}")
+    } else {
+        format!("--{option} {value}: {reason}")
+    }
 }
 
 /// ` after N restart(s)` when there were any.

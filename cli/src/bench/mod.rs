@@ -53,7 +53,8 @@ pub(crate) enum Suite {
     /// already runs under an MPI launcher. Needs the `mpi` feature.
     Mpi(Common),
     /// Allreduce (f32 sum) through the mesh engine beside MPI_Allreduce with MPI's
-    /// defaults and restricted to TCP: nccl-tests-style table, JSON rows, SVG chart.
+    /// defaults and restricted to TCP: nccl-tests-style table, JSON rows, an SVG chart
+    /// with `--svg PATH`.
     /// Starts the N processes itself (`switchyard launch`, then `mpirun`).
     Allreduce(collective::CollectiveArgs),
     /// Broadcast from rank 0, as `allreduce`.

@@ -43,7 +43,7 @@ const PROBE_CONNECT: Duration = Duration::from_millis(500);
 ///
 /// A peer that dies is noticed within a few hundred milliseconds over `tcp://`, where
 /// libzmq would reconnect to it in silence: a wait for its message probes its
-/// endpoint every [`PROBE_EVERY`], and a refused connection means nobody listens there
+/// endpoint every 250 ms (`PROBE_EVERY`), and a refused connection means nobody listens there
 /// any more ([`LinkError::Lost`]). On the other backends, and for a peer that is
 /// stopped rather than dead, the silence timeout ends the wait
 /// ([`LinkError::Timeout`]).

@@ -7,7 +7,8 @@
 //! TCP (`btl tcp,self`). In each job every rank times the same sizes; rank 0 writes
 //! the slowest rank's median time per size to a file the coordinator reads. Then it
 //! prints one table (size, time, algbw, busbw per engine), JSON rows with the mesh as
-//! `ours` and each MPI variant as `baseline`, and an SVG chart of busbw by size.
+//! `ours` and each MPI variant as `baseline`, and with `--svg PATH` an SVG chart of busbw
+//! by size (no file is written without it).
 //!
 //! `allreduce` also runs the mesh job in checked mode (`CommOptions::check`), shown as
 //! the "mesh checked" column and as JSON rows of their own case, `nN-checked`, with
@@ -77,14 +78,16 @@ pub(crate) struct CollectiveArgs {
     /// Only the mesh (no MPI rows; for builds without the `mpi` feature).
     #[arg(long)]
     pub(crate) mesh_only: bool,
-    /// Where to write the SVG chart of busbw against size.
-    #[arg(long)]
+    /// Also write an SVG chart of busbw against size to this file (none is written
+    /// without it).
+    #[arg(long, value_name = "PATH")]
     pub(crate) svg: Option<PathBuf>,
-    /// A Python interpreter with the switchyard package installed (`pip install
-    /// ./python`): `allreduce` then adds the same allreduce from Python on numpy arrays,
-    /// compared with the Rust worker in alternated launches, and mpi4py's `Allreduce`
-    /// under `mpirun` when that interpreter has mpi4py. Also `SWITCHYARD_PYTHON`.
-    #[arg(long)]
+    /// `allreduce` only (broadcast and allgather refuse it): a Python interpreter with
+    /// the switchyard package installed (`pip install ./python`). Adds the same
+    /// allreduce from Python on numpy arrays, compared with the Rust worker in
+    /// alternated launches, and mpi4py's `Allreduce` under `mpirun` when that
+    /// interpreter has mpi4py. Also `SWITCHYARD_PYTHON`.
+    #[arg(long, value_name = "PYTHON")]
     pub(crate) python: Option<PathBuf>,
     /// Internal: run as one rank of a job with this engine.
     #[arg(long, hide = true)]
@@ -186,6 +189,14 @@ pub(crate) fn run(op: Op, args: CollectiveArgs) -> Result<()> {
     if let Some(engine) = args.worker {
         let out = args.out.ok_or("--worker needs --out")?;
         return worker::work(op, engine, &args.common, &out, args.checked);
+    }
+    if op != Op::Allreduce && args.python.is_some() {
+        return Err(format!(
+            "bench {}: --python is for `bench allreduce` only; there are no Python {} rows",
+            op.name(),
+            op.name()
+        )
+        .into());
     }
     let n = args.processes;
     if n < 2 {
@@ -455,18 +466,17 @@ fn report(
             op.bus_factor(n)
         );
     }
-    let svg_path = args
-        .svg
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("bench-{suite}-n{n}.svg")));
-    std::fs::write(
-        &svg_path,
-        super::chart::busbw_svg(
-            &format!("{suite} busbw, n = {n}"),
-            &series_points(op, n, series),
-        ),
-    )?;
-    eprintln!("chart: {}", svg_path.display());
+    if let Some(svg_path) = &args.svg {
+        std::fs::write(
+            svg_path,
+            super::chart::busbw_svg(
+                &format!("{suite} busbw, n = {n}"),
+                &series_points(op, n, series),
+            ),
+        )
+        .map_err(|e| format!("--svg {}: {e}", svg_path.display()))?;
+        eprintln!("chart: {}", svg_path.display());
+    }
     Ok(())
 }
 

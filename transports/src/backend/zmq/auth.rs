@@ -4,20 +4,25 @@
 //! [`switchyard_secret`]), every router is a PLAIN server and every dealer a PLAIN
 //! client whose password is a key derived from the secret (never the secret itself);
 //! a ZAP handler in the process's context accepts exactly that password and logs each
-//! refusal with the peer's address. A peer without a secret (the NULL mechanism) is
-//! refused by libzmq at the greeting, before any message; a wrong password is refused
-//! by the handler. `inproc://` has no handshake and needs none (one process).
+//! refusal with the peer's address (rate-limited per address, as the other warnings a
+//! peer can trigger). A peer without a secret (the NULL mechanism) is refused by libzmq
+//! at the greeting, before any message and without asking the handler, so that refusal
+//! is not logged (libzmq would report it only to a socket monitor, without the peer's
+//! address); a wrong password is refused by the handler. `inproc://` has no handshake
+//! and needs none (one process).
 //!
 //! Why PLAIN + ZAP and not CURVE: the libzmq that the `zmq` crate builds has no
 //! libsodium, so no CURVE; and PLAIN through ZAP is a hook that needs no change to the
 //! message flow. What it does not give: PLAIN sends the derived password in the clear,
-//! so someone who can read the traffic could replay it on another ZeroMQ connection of
-//! the same job (not on the TCP links, whose challenge-response uses fresh nonces).
+//! and it is the same in every job with the same secret, so someone who can read the
+//! traffic could replay it on another ZeroMQ connection of this job or of a later one
+//! with that secret (not on the TCP links, whose challenge-response uses fresh nonces).
 //! Sniffing is outside the threat model (RELIABILITY.md: confidentiality and on-path
 //! attackers need an isolated network or a future CURVE/TLS option).
 //!
 //! The secret is read once per process, on the first socket.
 
+use crate::backend::warn_limit::PeerWarnings;
 use std::sync::OnceLock;
 use switchyard_secret::JobSecret;
 
@@ -61,7 +66,10 @@ fn start_handler(password: String) -> Result<(), String> {
 }
 
 /// Answers ZAP requests for the process's life (the context is never terminated).
+/// Refusals are logged per peer address through a [`PeerWarnings`]: a stranger who
+/// retries a wrong password in a loop cannot fill the logs.
 fn serve(socket: &zmq::Socket, password: &[u8]) {
+    let mut warnings = PeerWarnings::<String>::new("zmq ZAP handler");
     while let Ok(request) = socket.recv_multipart(0) {
         // version, request id, domain, address, identity, mechanism, credentials...
         let field = |i: usize| request.get(i).map(Vec::as_slice).unwrap_or_default();
@@ -73,11 +81,14 @@ fn serve(socket: &zmq::Socket, password: &[u8]) {
         let (code, text): (&[u8], &[u8]) = if accepted {
             (b"200", b"OK")
         } else {
-            tracing::warn!(
-                peer = %String::from_utf8_lossy(field(3)),
-                mechanism = %String::from_utf8_lossy(field(5)),
-                "zmq: the peer's job secret is wrong; connection refused"
-            );
+            let peer = String::from_utf8_lossy(field(3)).into_owned();
+            if warnings.admit(&peer) {
+                tracing::warn!(
+                    %peer,
+                    mechanism = %String::from_utf8_lossy(field(5)),
+                    "zmq: the peer's job secret is wrong; connection refused"
+                );
+            }
             (b"400", b"wrong job secret")
         };
         let reply: [&[u8]; 6] = [b"1.0", field(1), code, text, b"", b""];

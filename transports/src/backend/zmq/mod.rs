@@ -102,8 +102,10 @@ impl Raw {
         .unwrap_or(i64::MAX);
         socket.set_maxmsgsize(max).map_err(err)?;
         // With a ZAP domain set, libzmq refuses ZMTP 1.0/2.0 greetings (raw bytes would
-        // otherwise become messages from made-up identities). No ZAP handler is bound
-        // in this context, so the NULL mechanism still accepts every ZMTP 3 peer.
+        // otherwise become messages from made-up identities). Without the job secret
+        // no ZAP handler is bound in this context, so the NULL mechanism accepts every
+        // ZMTP 3 peer; with it, every tcp socket speaks PLAIN and auth.rs binds the
+        // handler that checks the password.
         socket.set_zap_domain(ZAP_DOMAIN).map_err(err)?;
         let password = auth::password().map_err(|reason| TransportError::Backend {
             backend: "zmq",
