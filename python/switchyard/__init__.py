@@ -151,6 +151,15 @@ def _unpack(data):
     return pickle.loads(main, buffers=buffers)
 
 
+def _plain(a):
+    """``a`` as the numbers the collectives move: numpy's ``datetime64`` and
+    ``timedelta64`` arrays export no buffer, but their ``int64`` view (the same
+    memory) does; anything else is returned as it is."""
+    if isinstance(a, np.ndarray) and a.dtype.kind in "mM":
+        return a.view(np.int64)
+    return a
+
+
 class Communicator:
     """A group of ranks that run collectives together.
 
@@ -237,8 +246,17 @@ class Communicator:
         """Reduces ``data`` (a C-contiguous, writable numpy array of float32,
         float64, int32, int64, uint32, uint64 or uint8) in place over all ranks and
         returns it. ``prepare_fun(data)``, when given, fills ``data`` first, and is
-        not called when robust mode recovers the result from a survivor."""
-        self._c.allreduce(data, _op_name(op), prepare_fun)
+        not called when robust mode recovers the result from a survivor.
+        ``datetime64`` and ``timedelta64`` arrays reduce as their ``int64`` counts
+        (``MAX`` and ``MIN`` of datetimes, ``SUM`` of durations)."""
+        plain = _plain(data)
+        if prepare_fun is not None and plain is not data:
+            user_prepare = prepare_fun
+
+            def prepare_fun(_buffer):
+                user_prepare(data)
+
+        self._c.allreduce(plain, _op_name(op), prepare_fun)
         return data
 
     def broadcast(self, data, root):
@@ -268,7 +286,7 @@ class Communicator:
         array of shape ``(world_size,) + data.shape``."""
         data = np.asarray(data)
         out = np.empty((self._c.world_size,) + data.shape, dtype=data.dtype)
-        self._c.allgather(data, out)
+        self._c.allgather(_plain(data), _plain(out))
         return out
 
     def reduce_scatter(self, data, op):
@@ -276,7 +294,7 @@ class Communicator:
         result: a view of ``data`` (flattened), which holds it. The rest of ``data``
         is left unspecified. Blocks split ``data`` evenly, the first
         ``len % world_size`` ranks getting one element more."""
-        start, end = self._c.reduce_scatter(data, _op_name(op))
+        start, end = self._c.reduce_scatter(_plain(data), _op_name(op))
         return data.reshape(-1)[start:end]
 
     def barrier(self):

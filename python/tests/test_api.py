@@ -171,3 +171,16 @@ def test_the_mpi4py_baseline_without_mpi4py_says_so_without_a_traceback(tmp_path
     assert proc.returncode != 0
     assert "mpi4py" in proc.stderr and "pip install mpi4py" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_datetime_and_timedelta_arrays_pass_every_call(solo):
+    days = np.array(["2020-01-01", "2021-06-30"], dtype="datetime64[D]")
+    assert switchyard.allreduce(days, switchyard.MAX) is days
+    assert switchyard.allgather(days).tolist() == [days.tolist()]
+    assert switchyard.broadcast(days, 0).tolist() == days.tolist()
+    waits = np.array([5, 7], dtype="timedelta64[s]")
+    seen = []
+    switchyard.allreduce(waits, switchyard.SUM, prepare_fun=lambda a: seen.append(a is waits))
+    assert seen == [True], "prepare_fun gets the array it was given"
+    assert waits.tolist() == np.array([5, 7], dtype="timedelta64[s]").tolist()
+    assert switchyard.reduce_scatter(waits, switchyard.SUM).dtype == waits.dtype
