@@ -114,7 +114,9 @@ impl Comm {
     ) -> PyResult<R> {
         let mut guard = self.inner.try_lock().map_err(|_| {
             SwitchyardError::new_err(
-                "this communicator is inside a call on another thread (one thread at a time, as with MPI)",
+                "this communicator is already inside a call: one on another thread (one thread \
+                 at a time, as with MPI), or the one whose prepare_fun is running (a \
+                 prepare_fun cannot call collectives)",
             )
         })?;
         let comm = guard.as_mut().ok_or_else(finalized)?;

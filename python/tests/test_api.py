@@ -90,6 +90,21 @@ def test_pickled_objects_keep_their_arrays_out_of_band():
         switchyard._unpack(bytearray(packed[:-8]))
 
 
+def test_small_arrays_travel_inside_the_pickle_and_large_ones_beside_it():
+    # Each out-of-band buffer costs a broadcast of its own.
+    model = {"small": [np.zeros(10) for _ in range(50)], "big": np.arange(100_000.0)}
+    _, raws = switchyard._dumps(model)
+    assert [r.nbytes for r in raws] == [800_000]
+    back = switchyard._unpack(bytearray(switchyard._pack(model)))
+    assert len(back["small"]) == 50 and np.array_equal(back["big"], model["big"])
+
+
+def test_a_prepare_fun_that_calls_a_collective_is_told_it_cannot(solo):
+    a = np.zeros(2, dtype=np.float32)
+    with pytest.raises(switchyard.SwitchyardError, match="prepare_fun cannot call collectives"):
+        switchyard.allreduce(a, switchyard.SUM, prepare_fun=lambda _: switchyard.barrier())
+
+
 def test_a_finalized_communicator_raises():
     comm = switchyard.Communicator.solo()
     with comm:
