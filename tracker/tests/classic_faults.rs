@@ -56,6 +56,29 @@ fn item_1_silent_and_stalled_clients_block_nobody() {
     drop(silent);
 }
 
+/// Connections past `max_connections`: idle ones that never said who they are are
+/// closed to make room, oldest first, so that real workers are served at once rather
+/// than refused until the strangers time out (30 s here, longer than a worker waits).
+#[test]
+fn idle_strangers_past_the_connection_cap_make_room_for_workers() {
+    let mut config = TrackerConfig::new(2);
+    config.max_connections = 8;
+    let t = Tracker::start(config).unwrap();
+    let events = t.events();
+    let idle: Vec<_> = (0..8).map(|_| connect(t.addr())).collect();
+    // Let every stranger be accepted and counted before the workers come.
+    std::thread::sleep(Duration::from_millis(200));
+    let started = std::time::Instant::now();
+    good_job(&t, 2);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the workers waited {:?}",
+        started.elapsed()
+    );
+    dropped(&events, "closed to make room");
+    drop(idle);
+}
+
 /// §10.2: a peer closing mid-message is an end of stream, not a spin.
 #[test]
 fn item_2_a_close_mid_message_drops_only_that_connection() {

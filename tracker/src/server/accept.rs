@@ -12,10 +12,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Most connections served at once; more are closed at once (a flood must not exhaust
-/// threads).
-const MAX_CONNECTIONS: usize = 4096;
-
 /// How often a waiting `start` checks its connection and the tracker's stop flag.
 const POLL: Duration = Duration::from_millis(100);
 
@@ -48,12 +44,23 @@ pub(crate) fn run(shared: &Arc<Shared>, listener: &TcpListener) {
                 continue;
             }
         };
-        if shared.open_conns.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
-            shared.dropped(
-                &peer.to_string(),
-                format!("more than {MAX_CONNECTIONS} connections open"),
-            );
-            continue;
+        // A flood must not exhaust threads: past the cap the oldest connection that
+        // has not said who it is makes room, or else the newcomer is refused.
+        let max = shared.config.max_connections;
+        if shared.open_conns.load(Ordering::SeqCst) >= max {
+            match shared.greeting.evict_oldest() {
+                Some(idle) => shared.dropped(
+                    &idle,
+                    format!("closed to make room: {max} connections open (TrackerConfig::max_connections) and it had not said who it is"),
+                ),
+                None => {
+                    shared.dropped(
+                        &peer.to_string(),
+                        format!("more than {max} connections open, all of them workers'"),
+                    );
+                    continue;
+                }
+            }
         }
         shared.open_conns.fetch_add(1, Ordering::SeqCst);
         // An IPv4 peer of a dual-stack listener shows as ::ffff:a.b.c.d; workers want
@@ -63,6 +70,7 @@ pub(crate) fn run(shared: &Arc<Shared>, listener: &TcpListener) {
         // and placed in the order it opened them (see `sequence`).
         let conn = shared.next_conn();
         shared.sequence.enter(conn, &host);
+        shared.greeting.enter(conn, &stream);
         let sh = Arc::clone(shared);
         let spawned = std::thread::Builder::new()
             .name(format!("tracker-{peer}"))
@@ -70,10 +78,12 @@ pub(crate) fn run(shared: &Arc<Shared>, listener: &TcpListener) {
                 if let Err(e) = session(&sh, conn, &stream, &host) {
                     sh.dropped(&peer.to_string(), e.to_string());
                 }
+                sh.greeting.leave(conn);
                 sh.sequence.settle(conn);
                 sh.open_conns.fetch_sub(1, Ordering::SeqCst);
             });
         if let Err(e) = spawned {
+            shared.greeting.leave(conn);
             shared.sequence.settle(conn);
             shared.open_conns.fetch_sub(1, Ordering::SeqCst);
             shared.dropped(&peer.to_string(), format!("cannot start a thread: {e}"));
@@ -91,6 +101,8 @@ fn session(shared: &Shared, conn: ConnId, stream: &TcpStream, host: &str) -> Res
     // sends its world size (`7b 22` would be a world of at least 8827).
     let mut head = [0u8; 8];
     r.read_exact(&mut head, "hello")?;
+    shared.greeting.leave(conn);
+    shared.sequence.said(conn);
     let first = i32::from_le_bytes([head[0], head[1], head[2], head[3]]);
     let second = [head[4], head[5], head[6], head[7]];
     if second[..2] == *b"{\"" {

@@ -10,6 +10,7 @@
 mod accept;
 pub(crate) mod auth;
 mod classic_conn;
+mod greeting;
 mod json_conn;
 mod sequence;
 mod shared;
@@ -61,6 +62,10 @@ pub struct TrackerConfig {
     /// slow one, so without it a tracker whose worker died after bootstrap waits for
     /// that worker's `shutdown` forever.
     pub job_timeout: Option<Duration>,
+    /// Most connections served at once (default 4096). Past it, the oldest
+    /// connection that has not yet said who it is (an idle stranger, say) is closed to
+    /// make room; when every connection is a worker's, the newcomer is refused.
+    pub max_connections: usize,
 }
 
 impl TrackerConfig {
@@ -76,6 +81,7 @@ impl TrackerConfig {
             batch_timeout: Duration::from_secs(3600),
             state_file: None,
             job_timeout: None,
+            max_connections: 4096,
         }
     }
 }

@@ -8,27 +8,57 @@
 //! loop sees one worker's connections in the worker's order. Each connection takes a
 //! place in the accept loop; a `print`, `shutdown` or `error` is carried out only once
 //! every earlier connection from the same host has settled (said it is something else,
-//! been carried out, or been dropped). The wait is bounded: a stranger that connects and
-//! stays silent delays the prints of its host by at most the read timeout, never
-//! forever, and a print whose wait ran out is still logged.
+//! been carried out, or been dropped). A connection that has not yet said who it is
+//! holds back the later ones for [`GREETING_GRACE`] at most: a worker sends its hello
+//! at once, so one silent for longer is a stranger, which must not delay the job's
+//! prints and shutdowns by the whole read timeout. Every wait is bounded anyway: a
+//! print whose wait ran out is still logged.
 
 use super::shared::lock;
 use crate::classic::ConnId;
 use std::collections::BTreeMap;
 use std::sync::{Condvar, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// The connections that have not settled yet, by accept order, with their host.
+/// How long a connection that has not said who it is holds back its host's later
+/// connections.
+pub(crate) const GREETING_GRACE: Duration = Duration::from_secs(1);
+/// How often a wait looks again whether a silent connection's grace has run out.
+const RECHECK: Duration = Duration::from_millis(50);
+
+/// An unsettled connection: its host, when it was accepted, and whether it has said
+/// who it is.
+#[derive(Debug)]
+struct Place {
+    host: String,
+    since: Instant,
+    said: bool,
+}
+
+/// The connections that have not settled yet, by accept order.
 #[derive(Debug, Default)]
 pub(crate) struct Sequence {
-    open: Mutex<BTreeMap<ConnId, String>>,
+    open: Mutex<BTreeMap<ConnId, Place>>,
     settled: Condvar,
 }
 
 impl Sequence {
     /// Takes `conn`'s place (in the accept loop, so that places follow accept order).
     pub(crate) fn enter(&self, conn: ConnId, host: &str) {
-        lock(&self.open).insert(conn, host.to_string());
+        let place = Place {
+            host: host.to_string(),
+            since: Instant::now(),
+            said: false,
+        };
+        lock(&self.open).insert(conn, place);
+    }
+
+    /// `conn` has said who it is (its hello arrived): it holds back its host's later
+    /// connections until it settles, however long that takes.
+    pub(crate) fn said(&self, conn: ConnId) {
+        if let Some(place) = lock(&self.open).get_mut(&conn) {
+            place.said = true;
+        }
     }
 
     /// `conn` no longer holds back the later connections of its host.
@@ -41,14 +71,25 @@ impl Sequence {
     /// Waits, at most `limit`, until every connection from `host` accepted before
     /// `conn` has settled; false when the limit ran out first.
     pub(crate) fn await_turn(&self, conn: ConnId, host: &str, limit: Duration) -> bool {
-        let open = lock(&self.open);
-        let (_open, waited) = self
-            .settled
-            .wait_timeout_while(open, limit, |open| {
-                open.range(..conn).any(|(_, h)| h == host)
-            })
-            .unwrap_or_else(PoisonError::into_inner);
-        !waited.timed_out()
+        let started = Instant::now();
+        let mut open = lock(&self.open);
+        loop {
+            let blocked = open
+                .range(..conn)
+                .any(|(_, p)| p.host == host && (p.said || p.since.elapsed() < GREETING_GRACE));
+            if !blocked {
+                return true;
+            }
+            let left = limit.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                return false;
+            }
+            open = self
+                .settled
+                .wait_timeout(open, left.min(RECHECK))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
     }
 }
 
@@ -67,6 +108,7 @@ mod tests {
         // Another host's earlier connection does not hold it back.
         assert!(s.await_turn(2, "10.0.0.2", Duration::ZERO));
         // Its own host's does, until it settles or the limit runs out.
+        s.said(1);
         let started = Instant::now();
         assert!(!s.await_turn(3, "10.0.0.1", Duration::from_millis(50)));
         assert!(started.elapsed() >= Duration::from_millis(50));
@@ -79,5 +121,17 @@ mod tests {
         };
         assert!(s.await_turn(3, "10.0.0.1", Duration::from_secs(10)));
         assert!(settler.join().is_ok());
+    }
+
+    #[test]
+    fn a_connection_silent_past_the_grace_holds_back_nobody() {
+        let s = Sequence::default();
+        s.enter(1, "10.0.0.1");
+        s.enter(2, "10.0.0.1");
+        let started = Instant::now();
+        assert!(s.await_turn(2, "10.0.0.1", Duration::from_secs(10)));
+        let waited = started.elapsed();
+        assert!(waited >= GREETING_GRACE - RECHECK, "{waited:?}");
+        assert!(waited < GREETING_GRACE * 3, "{waited:?}");
     }
 }

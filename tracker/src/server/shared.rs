@@ -56,6 +56,8 @@ pub(crate) struct Shared {
     inboxes: Mutex<HashMap<ConnId, Sender<Go>>>,
     /// Keeps each host's `print`s and `shutdown`s in accept order.
     pub(crate) sequence: Sequence,
+    /// Connections that have not yet said who they are, to evict when full.
+    pub(crate) greeting: super::greeting::Greeting,
     subscribers: Mutex<Vec<Sender<Event>>>,
     pub(crate) end: Mutex<Option<Ending>>,
     pub(crate) ended: Condvar,
@@ -93,6 +95,7 @@ impl Shared {
             changed: Condvar::new(),
             inboxes: Mutex::new(HashMap::new()),
             sequence: Sequence::default(),
+            greeting: super::greeting::Greeting::default(),
             subscribers: Mutex::new(Vec::new()),
             end: Mutex::new(None),
             ended: Condvar::new(),
