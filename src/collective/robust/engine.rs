@@ -32,7 +32,18 @@ pub(crate) type Rejoin = Box<dyn FnMut() -> Result<Box<dyn Engine>, CollectiveEr
 
 /// Sends a line to the tracker's log (a `print`), where `switchyard launch` reads the
 /// reports of its watchdog ([`crate::launch::watchdog`]).
-pub(crate) type Report = Box<dyn Fn(&str) + Send>;
+pub(crate) type Report = Box<dyn Fn(SilentReport<'_>) + Send>;
+
+/// A peer this rank gave up on as silent, for the launcher's watchdog.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SilentReport<'a> {
+    /// The silent rank.
+    pub(crate) rank: usize,
+    /// Its start number.
+    pub(crate) attempt: u64,
+    /// Why it counts as silent.
+    pub(crate) reason: &'a str,
+}
 
 /// A lazy allreduce's closure that writes the call's input.
 type Prepare<'r> = &'r mut engine::Prepare<'r>;
@@ -288,9 +299,11 @@ impl RobustEngine {
         }
         self.reported.push((*rank, attempt));
         if let Some(report) = &self.report {
-            report(&crate::launch::watchdog::silent_report(
-                *rank, attempt, reason,
-            ));
+            report(SilentReport {
+                rank: *rank,
+                attempt,
+                reason,
+            });
         }
     }
 

@@ -1,7 +1,7 @@
 //! Forming a robust communicator through a tracker, and forming its mesh again after
 //! each failure (the tracker's `recover`).
 
-use super::engine::{Rejoin, Report, RobustEngine};
+use super::engine::{Rejoin, Report, RobustEngine, SilentReport};
 use super::RobustOptions;
 use crate::collective::error::{Call, CollectiveError};
 use crate::collective::tracked::{tracker_mesh, JoinAs, TrackerMesh};
@@ -111,8 +111,12 @@ impl Communicator {
         )
         .map(|client| client.session(rank, first.world as u32));
         let report: Option<Report> = match session {
-            Ok(session) => Some(Box::new(move |text: &str| {
-                if let Err(e) = session.print(text) {
+            // Reported with the tracker's silent-rank command, never a print: the
+            // launcher kills the rank it names, and a print's text is any worker's.
+            Ok(session) => Some(Box::new(move |silent: SilentReport<'_>| {
+                let rank = u32::try_from(silent.rank).unwrap_or(u32::MAX);
+                let attempt = u32::try_from(silent.attempt).unwrap_or(u32::MAX);
+                if let Err(e) = session.report_silent(rank, attempt, silent.reason) {
                     tracing::warn!(error = %e, "robust: reporting a silent rank to the tracker failed");
                 }
             })),

@@ -36,6 +36,20 @@ pub(crate) fn session(
             sh.print(rank, text.trim());
             Ok(())
         }
+        Command::Silent => {
+            // The body: the silent rank, its start number and the reporter's reason.
+            let silent = r.i32("silent rank")?;
+            let attempt = r.i32("silent rank's attempt")?;
+            let reason = r.str("silent reason", max)?;
+            let (Ok(silent), Ok(attempt)) = (u32::try_from(silent), u32::try_from(attempt)) else {
+                return Err(Bad::Protocol(format!(
+                    "silent report from rank {rank} names rank {silent} attempt {attempt}"
+                )));
+            };
+            sh.await_turn(conn, host);
+            sh.silent(rank, silent, attempt, reason.trim());
+            Ok(())
+        }
         Command::Shutdown => {
             // After this worker's earlier prints, which may end the job's log.
             sh.await_turn(conn, host);
