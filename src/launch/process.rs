@@ -28,7 +28,14 @@ const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
 /// the error names the cause.
 pub fn run_local(options: &LaunchOptions) -> Result<(), LaunchError> {
     validate(options)?;
-    let secret_env = secret_env(options.launcher)?;
+    let mut secret_env = secret_env(options.launcher)?;
+    // A fresh job id per job (restarts keep it): credentials derived from the secret
+    // for mechanisms without fresh nonces (ZeroMQ PLAIN) then differ between jobs.
+    let job_id = switchyard_secret::JobId::fresh().map_err(|e| LaunchError::Spawn {
+        program: options.program.clone(),
+        reason: format!("no random job id: {e}"),
+    })?;
+    secret_env.push((switchyard_secret::ENV_JOB_ID.into(), job_id.value));
     if options.stop_on_signals {
         signals::install();
     }
