@@ -65,6 +65,18 @@ fn notice_for(event: Event, indices: &mut HashMap<u32, u32>) -> Option<Notice> {
         }
         // A print is the worker's text: only ever logged, whatever it says.
         Event::Print { text, .. } => Some(Notice::Log(format!("[tracker] {text}"))),
+        // Only a report from a rank this job assigned is acted on.
+        Event::Silent {
+            reporter,
+            rank,
+            attempt,
+            reason,
+        } if !u32::try_from(reporter).is_ok_and(|r| indices.contains_key(&r)) => {
+            Some(Notice::Log(format!(
+                "[tracker] ignored a silent-rank report from unassigned rank {reporter}: {}",
+                watchdog::describe(rank, attempt, &reason)
+            )))
+        }
         Event::Silent {
             rank,
             attempt,
@@ -113,7 +125,7 @@ mod tests {
             rank: 0,
             text: text.into(),
         };
-        let mut indices = HashMap::from([(1, 5)]);
+        let mut indices = HashMap::from([(1, 5), (0, 0)]);
         assert_eq!(
             notice_for(print("hi"), &mut indices),
             Some(Notice::Log("[tracker] hi".into()))
@@ -133,6 +145,17 @@ mod tests {
                 text: watchdog::describe(1, 2, "no heartbeat"),
             })
         );
+        // From a rank the job never assigned: logged, not acted on.
+        let stranger = Event::Silent {
+            reporter: 7,
+            rank: 1,
+            attempt: 2,
+            reason: "no heartbeat".into(),
+        };
+        assert!(matches!(
+            notice_for(stranger, &mut indices),
+            Some(Notice::Log(_))
+        ));
         // A print of the same words is a log line, never a kill (issue 20).
         let forged = watchdog::describe(1, 0, "forged");
         assert_eq!(

@@ -86,6 +86,8 @@ pub fn run_local(options: &LaunchOptions) -> Result<(), LaunchError> {
             vec![
                 (super::ENV_TRACKER_URI.into(), told.clone()),
                 (super::ENV_TRACKER_PORT.into(), t.addr().port().to_string()),
+                // This tracker takes robust mode's silent-rank command (see watchdog).
+                (super::watchdog::ENV_SILENT_REPORTS.into(), "1".into()),
             ]
         })
         .unwrap_or_default();

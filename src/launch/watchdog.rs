@@ -11,6 +11,13 @@
 //! anything it echoes), and a launcher that read a command in it would kill a
 //! healthy rank whenever a worker printed the right words. Prints are only logged.
 
+/// Set (to `1`) by `switchyard launch` beside the address of its own tracker: that
+/// tracker knows the `switchyard-silent` command and the launcher acts on it. Without
+/// it the robust engine reports a silent rank as a plain `print`, for the log only:
+/// a tracker of rabit's or XGBoost's fails on a command it does not know, and no
+/// watchdog would act on the report there anyway.
+pub(crate) const ENV_SILENT_REPORTS: &str = "SWITCHYARD_SILENT_REPORTS";
+
 /// The line the launcher logs for a report, beside the kill.
 pub(crate) fn describe(rank: u32, attempt: u32, reason: &str) -> String {
     format!("switchyard robust: silent rank {rank} attempt {attempt}: {reason}")

@@ -1,4 +1,5 @@
-//! One classic connection: hello, then `print`, `shutdown`, or `start`/`recover` with
+//! One classic connection: hello, then `print`, `shutdown`, `switchyard-silent` (a
+//! robust engine's silent-rank report), or `start`/`recover` with
 //! the wait for the batch and the turn, the assignment and the link negotiation
 //! (`shared/rabit-protocol.md` §3–§8).
 
