@@ -18,6 +18,10 @@
 /// The variable `switchyard launch` sets to a fresh random job id for each job.
 pub const ENV_JOB_ID: &str = "SWITCHYARD_JOB_ID";
 
+/// This process's job id once fixed ([`JobId::for_process`]): credentials derived from
+/// it must not change while the process lives.
+static PROCESS: OnceLock<Option<JobId>> = OnceLock::new();
+
 /// One job's id and where it was found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobId {
@@ -27,7 +31,46 @@ pub struct JobId {
     pub source: &'static str,
 }
 
+use std::sync::OnceLock;
+
 impl JobId {
+    /// The job id this process's own credentials use, fixed on the first call: the
+    /// environment's ([`from_env`](JobId::from_env)) unless a launcher in this process
+    /// fixed it first ([`for_launch`](JobId::for_launch)).
+    pub fn for_process() -> Option<JobId> {
+        PROCESS.get_or_init(JobId::from_env).clone()
+    }
+
+    /// The job id a launcher gives every process of the job it starts: this process's,
+    /// fixed now if it was not yet to `SWITCHYARD_JOB_ID` from the environment or else a
+    /// fresh one, so that what the launcher serves itself (a parameter-server scheduler)
+    /// derives the same credentials as its processes. A process whose id was fixed
+    /// earlier (it used ZeroMQ before launching) keeps it for every job it launches;
+    /// one fixed to none gets a fresh id for its processes, which its own sockets do not
+    /// share.
+    pub fn for_launch() -> Result<JobId, crate::SecretError> {
+        let mut failed = None;
+        let fixed = PROCESS.get_or_init(|| {
+            let explicit = std::env::var(ENV_JOB_ID)
+                .ok()
+                .filter(|v| !v.trim().is_empty());
+            match explicit {
+                Some(value) => Some(JobId {
+                    value,
+                    source: ENV_JOB_ID,
+                }),
+                None => JobId::fresh().map_err(|e| failed = Some(e)).ok(),
+            }
+        });
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        match fixed {
+            Some(id) => Ok(id.clone()),
+            None => JobId::fresh(),
+        }
+    }
+
     /// A fresh random id (128 bits, as 32 hex digits) for a new job.
     pub fn fresh() -> Result<JobId, crate::SecretError> {
         let mut raw = [0u8; 16];

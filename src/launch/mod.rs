@@ -26,7 +26,7 @@
 //! | `DMLC_NUM_WORKER`, `DMLC_NUM_SERVER` | `N`, `S` |
 //! | `DMLC_NUM_ATTEMPT` | `0`, then `1, 2, ...` on each restart of that process |
 //! | `DMLC_JOB_CLUSTER` | `local`, `ssh`, `slurm` or `mpi` |
-//! | `SWITCHYARD_JOB_ID` | a fresh random id per job, the same for its every process and restart: credentials derived from the job secret for ZeroMQ's PLAIN differ between jobs ([`switchyard_secret::JobId`]) |
+//! | `SWITCHYARD_JOB_ID` | a fresh random id per job (the launcher's own `SWITCHYARD_JOB_ID` if set), the same for its every process and restart: credentials derived from the job secret for ZeroMQ's PLAIN differ between jobs ([`switchyard_secret::JobId`]) |
 //!
 //! # Supervision
 //!

@@ -29,9 +29,11 @@ const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
 pub fn run_local(options: &LaunchOptions) -> Result<(), LaunchError> {
     validate(options)?;
     let mut secret_env = secret_env(options.launcher)?;
-    // A fresh job id per job (restarts keep it): credentials derived from the secret
-    // for mechanisms without fresh nonces (ZeroMQ PLAIN) then differ between jobs.
-    let job_id = switchyard_secret::JobId::fresh().map_err(|e| LaunchError::Spawn {
+    // A job id per job (restarts keep it): credentials derived from the secret for
+    // mechanisms without fresh nonces (ZeroMQ PLAIN) then differ between jobs.
+    // This process's own id (fresh unless SWITCHYARD_JOB_ID was set), so that the
+    // parameter-server scheduler served from here derives the same password.
+    let job_id = switchyard_secret::JobId::for_launch().map_err(|e| LaunchError::Spawn {
         program: options.program.clone(),
         reason: format!("no random job id: {e}"),
     })?;

@@ -17,7 +17,7 @@
 //! attackers need an isolated network or a future CURVE/TLS option).
 //!
 //! The password is per job: derived from the secret and the job id
-//! ([`switchyard_secret::JobId::from_env`]: `SWITCHYARD_JOB_ID`, which `switchyard
+//! ([`switchyard_secret::JobId::for_process`], from the environment: `SWITCHYARD_JOB_ID`, which `switchyard
 //! launch` sets afresh for each job, else Slurm's, PMIx's/Open MPI's or torchrun's), so
 //! that a password recorded in one job logs in to no later job with the same secret.
 //! With no job id at all it is derived from the secret alone, the same in every job
@@ -43,7 +43,7 @@ pub(super) fn password() -> Result<Option<&'static str>, String> {
                 return Ok(None);
             };
             let key = secret
-                .derive(&label(JobId::from_env().as_ref()))
+                .derive(&label(JobId::for_process().as_ref()))
                 .map_err(|e| e.to_string())?;
             let password: String = key.iter().map(|b| format!("{b:02x}")).collect();
             start_handler(password.clone())?;
