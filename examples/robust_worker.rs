@@ -18,7 +18,9 @@
 //! rather than crashes), `--slow R,MS` (rank `R` sleeps `MS` ms more before each
 //! iteration: slow but alive, which must never be taken for dead), `--exit-before-join T`
 //! (the first process of task `T`, `DMLC_TASK_ID`, exits with status 1 before it
-//! reaches the tracker: RELIABILITY.md §3 scenario 1), and rabit's
+//! reaches the tracker: RELIABILITY.md §3 scenario 1), `--forge-silent` (rank 0
+//! prints the words of a silent-rank report through the tracker, which must kill
+//! nobody), and rabit's
 //! `mock=rank,version,seq,ndeath[,point]` (read by
 //! [`RobustOptions::with_args`], as is `SWITCHYARD_MOCK`).
 //!
@@ -57,6 +59,7 @@ struct Args {
     fail_at: Option<(usize, u64)>,
     slow: Option<(usize, u64)>,
     exit_before_join: Option<u64>,
+    forge_silent: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -69,6 +72,7 @@ fn parse_args() -> Result<Args, String> {
         fail_at: None,
         slow: None,
         exit_before_join: None,
+        forge_silent: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -87,6 +91,7 @@ fn parse_args() -> Result<Args, String> {
             "--slow" => args.slow = Some(pair(&arg, it.next())?),
             "--exit-before-join" => args.exit_before_join = Some(value("--exit-before-join")?),
             "--lazy" => args.lazy = true,
+            "--forge-silent" => args.forge_silent = true,
             "--local" => args.local = true,
             // rabit-style `name=value` arguments are RobustOptions' (mock=...).
             other if other.contains('=') && !other.starts_with('-') => {}
@@ -250,6 +255,12 @@ fn run(args: Args) -> Result<(), Error> {
     };
     if loaded > 0 {
         eprintln!("robust_worker: rank {rank} attempt {attempt} resumes from version {loaded}");
+    }
+
+    if args.forge_silent && rank == 0 && attempt == 0 {
+        // The words of the launcher's silent-rank log line, sent as a plain print:
+        // the launcher must log them and kill nobody (issue 20).
+        comm.tracker_print("switchyard robust: silent rank 1 attempt 0: forged by a print")?;
     }
 
     let prepare_calls = Arc::new(Mutex::new(0u64));

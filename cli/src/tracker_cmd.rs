@@ -129,6 +129,12 @@ fn describe(e: &Event) -> String {
         Event::Recovered { rank } => format!("rank {rank} recovers its links"),
         Event::Linked { rank } => format!("rank {rank} linked"),
         Event::Print { rank, text } => format!("rank {rank}: {text}"),
+        Event::Silent {
+            reporter,
+            rank,
+            attempt,
+            reason,
+        } => format!("rank {reporter} reports rank {rank} (attempt {attempt}) silent: {reason}"),
         Event::Shutdown { rank } => format!("rank {rank} shut down"),
         Event::Dropped { peer, reason } => format!("dropped {peer}: {reason}"),
         other => format!("{other:?}"),

@@ -123,6 +123,36 @@ fn output_is_prefixed_by_rank() {
     );
 }
 
+/// Every process of a job gets the same fresh `SWITCHYARD_JOB_ID`, and the next job
+/// another: the ZeroMQ PLAIN password derives from it (issue 20 item 14).
+#[test]
+fn each_job_gets_its_own_job_id_shared_by_its_processes() {
+    let ids = || {
+        let mut cmd = switchyard();
+        cmd.env_remove("SWITCHYARD_JOB_ID").args([
+            "launch",
+            "-n",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            "echo job id: $SWITCHYARD_JOB_ID.",
+        ]);
+        let (out, _) = run_bounded(cmd, Duration::from_secs(30));
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{stdout}");
+        let ids: Vec<String> = stdout
+            .lines()
+            .filter_map(|l| l.split_once("job id: ").map(|(_, id)| id.to_string()))
+            .collect();
+        assert_eq!(ids.len(), 2, "{stdout}");
+        assert_eq!(ids[0], ids[1], "the processes of one job: {stdout}");
+        assert!(ids[0].len() > 17, "a random id: {stdout}");
+        ids[0].clone()
+    };
+    assert_ne!(ids(), ids(), "two jobs");
+}
+
 #[test]
 fn a_missing_program_is_a_clear_error() {
     let mut cmd = switchyard();

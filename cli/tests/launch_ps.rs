@@ -43,6 +43,36 @@ fn logistic_regression_trains_under_launch_with_two_servers() {
     }
 }
 
+/// With a job secret, the scheduler served by the launcher process derives the same
+/// per-job ZeroMQ password as the processes it starts (the launcher fixes its own job
+/// id and hands it to them as SWITCHYARD_JOB_ID), so the job runs (issue 20 item 14).
+#[test]
+fn a_parameter_server_job_with_a_secret_runs_under_launch() {
+    let mut cmd = switchyard();
+    cmd.env("SWITCHYARD_JOB_SECRET", "0123456789abcdef0123456789abcdef")
+        .env_remove("SWITCHYARD_JOB_SECRET_FILE")
+        .env_remove("SWITCHYARD_JOB_ID")
+        .args([
+            "launch",
+            "-n",
+            "2",
+            "--servers",
+            "1",
+            "--timeout",
+            "60",
+            "--",
+        ])
+        .arg(example("logistic_ps"))
+        .args(["--rounds", "3"]);
+    let (out, _) = run_bounded(cmd, Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("test accuracy "),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// With replication on (`SWITCHYARD_PS_REPLICATE=1`), a server process SIGKILLed
 /// mid-run is replaced by its replica under the launcher too: the launcher's
 /// scheduler runs with the processes' settings, the launcher neither stops the job

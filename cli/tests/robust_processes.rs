@@ -484,6 +484,38 @@ fn a_stopped_rank_is_killed_restarted_and_caught_up() {
     assert_eq!(job.orphans(), Vec::<u32>::new());
 }
 
+/// A worker's tracker print with the words of a silent-rank report ("switchyard
+/// robust: silent rank 1 attempt 0: ...") is the worker's text, not a report: the
+/// launcher logs it and kills nobody (issue 20). Rank 1 is healthy throughout.
+#[test]
+fn a_print_with_the_words_of_a_silent_report_kills_nobody() {
+    let _one = one_job_at_a_time();
+    let plain = words("--iters 4 --len 1000 --pause-ms 100");
+    let want = baseline(3, &plain);
+    let mut args = plain.clone();
+    args.push("--forge-silent".into());
+    let job = run_job("robust_worker", 3, 1, &args, Duration::from_secs(30));
+    assert!(job.status.success(), "{}", job.dump());
+    assert!(
+        job.stderr.contains("forged by a print"),
+        "the print is logged\n{}",
+        job.dump()
+    );
+    assert!(!job.stderr.contains(" killed: "), "{}", job.dump());
+    assert!(!job.stderr.contains(" exited with "), "{}", job.dump());
+    let got = job.results();
+    assert_eq!(got.len(), 3, "{}", job.dump());
+    for (rank, outcome) in &got {
+        assert_eq!(
+            outcome.model,
+            want[rank].model,
+            "rank {rank}\n{}",
+            job.dump()
+        );
+        assert_eq!(outcome.attempt, 0, "rank {rank}\n{}", job.dump());
+    }
+}
+
 /// A rank busy in its own code for 1.5 s before every iteration, about twice the
 /// heartbeat deadline, is slow, not dead (§3 item 9): nobody is restarted.
 #[test]

@@ -36,6 +36,9 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+mod job_id;
+pub use job_id::{JobId, ENV_JOB_ID};
+
 /// The variable holding the secret itself.
 pub const ENV_SECRET: &str = "SWITCHYARD_JOB_SECRET";
 /// The variable holding the path of a file with the secret.

@@ -3,7 +3,8 @@
 //!
 //! A worker counts as joined when the tracker assigns it a rank: its `task_id` is the
 //! `DMLC_TASK_ID` the launcher gave it, which is the worker's index. Tracker `print`s
-//! and dropped connections become log lines.
+//! and dropped connections become log lines; only the tracker's silent-rank reports
+//! ([`watchdog`]) become kills.
 
 use super::supervise::Notice;
 use super::watchdog;
@@ -62,14 +63,30 @@ fn notice_for(event: Event, indices: &mut HashMap<u32, u32>) -> Option<Notice> {
                 via: "tracker",
             })
         }
-        Event::Print { text, .. } => match watchdog::parse_silent(&text) {
-            Some((rank, attempt)) => Some(Notice::Silent {
-                index: indices.get(&rank).copied().unwrap_or(rank),
-                attempt: u32::try_from(attempt).unwrap_or(u32::MAX),
-                text,
-            }),
-            None => Some(Notice::Log(format!("[tracker] {text}"))),
-        },
+        // A print is the worker's text: only ever logged, whatever it says.
+        Event::Print { text, .. } => Some(Notice::Log(format!("[tracker] {text}"))),
+        // Only a report from a rank this job assigned is acted on.
+        Event::Silent {
+            reporter,
+            rank,
+            attempt,
+            reason,
+        } if !u32::try_from(reporter).is_ok_and(|r| indices.contains_key(&r)) => {
+            Some(Notice::Log(format!(
+                "[tracker] ignored a silent-rank report from unassigned rank {reporter}: {}",
+                watchdog::describe(rank, attempt, &reason)
+            )))
+        }
+        Event::Silent {
+            rank,
+            attempt,
+            reason,
+            ..
+        } => Some(Notice::Silent {
+            index: indices.get(&rank).copied().unwrap_or(rank),
+            attempt,
+            text: watchdog::describe(rank, attempt, &reason),
+        }),
         Event::Dropped { peer, reason } => {
             Some(Notice::Log(format!("[tracker] dropped {peer}: {reason}")))
         }
@@ -108,20 +125,42 @@ mod tests {
             rank: 0,
             text: text.into(),
         };
-        let mut indices = HashMap::from([(1, 5)]);
+        let mut indices = HashMap::from([(1, 5), (0, 0)]);
         assert_eq!(
             notice_for(print("hi"), &mut indices),
             Some(Notice::Log("[tracker] hi".into()))
         );
         // A robust survivor's report on rank 1 names worker 5's start 2.
-        let report = watchdog::silent_report(1, 2, "no heartbeat");
+        let report = Event::Silent {
+            reporter: 0,
+            rank: 1,
+            attempt: 2,
+            reason: "no heartbeat".into(),
+        };
         assert_eq!(
-            notice_for(print(&report), &mut indices),
+            notice_for(report, &mut indices),
             Some(Notice::Silent {
                 index: 5,
                 attempt: 2,
-                text: report.clone()
+                text: watchdog::describe(1, 2, "no heartbeat"),
             })
+        );
+        // From a rank the job never assigned: logged, not acted on.
+        let stranger = Event::Silent {
+            reporter: 7,
+            rank: 1,
+            attempt: 2,
+            reason: "no heartbeat".into(),
+        };
+        assert!(matches!(
+            notice_for(stranger, &mut indices),
+            Some(Notice::Log(_))
+        ));
+        // A print of the same words is a log line, never a kill (issue 20).
+        let forged = watchdog::describe(1, 0, "forged");
+        assert_eq!(
+            notice_for(print(&forged), &mut indices),
+            Some(Notice::Log(format!("[tracker] {forged}")))
         );
     }
 }

@@ -20,11 +20,13 @@
 //! | `SWITCHYARD_WORLD_SIZE` | `N` (workers only) |
 //! | `SWITCHYARD_RENDEZVOUS` | `host:port` of the launcher's rendezvous (workers only) |
 //! | `DMLC_TRACKER_URI`, `DMLC_TRACKER_PORT` | the tracker |
+//! | `SWITCHYARD_SILENT_REPORTS` | `1`: the tracker takes robust mode's silent-rank reports (`switchyard-silent`) and the launcher kills the rank named ([`watchdog`]) |
 //! | `DMLC_TASK_ID` | `0..N` for workers, then `N..N+S` for servers |
 //! | `DMLC_ROLE` | `worker` or `server` |
 //! | `DMLC_NUM_WORKER`, `DMLC_NUM_SERVER` | `N`, `S` |
 //! | `DMLC_NUM_ATTEMPT` | `0`, then `1, 2, ...` on each restart of that process |
 //! | `DMLC_JOB_CLUSTER` | `local`, `ssh`, `slurm` or `mpi` |
+//! | `SWITCHYARD_JOB_ID` | a fresh random id per job (the launcher's own `SWITCHYARD_JOB_ID` if set), the same for its every process and restart: credentials derived from the job secret for ZeroMQ's PLAIN differ between jobs ([`switchyard_secret::JobId`]) |
 //!
 //! # Supervision
 //!

@@ -28,7 +28,16 @@ const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
 /// the error names the cause.
 pub fn run_local(options: &LaunchOptions) -> Result<(), LaunchError> {
     validate(options)?;
-    let secret_env = secret_env(options.launcher)?;
+    let mut secret_env = secret_env(options.launcher)?;
+    // A job id per job (restarts keep it): credentials derived from the secret for
+    // mechanisms without fresh nonces (ZeroMQ PLAIN) then differ between jobs.
+    // This process's own id (fresh unless SWITCHYARD_JOB_ID was set), so that the
+    // parameter-server scheduler served from here derives the same password.
+    let job_id = switchyard_secret::JobId::for_launch().map_err(|e| LaunchError::Spawn {
+        program: options.program.clone(),
+        reason: format!("no random job id: {e}"),
+    })?;
+    secret_env.push((switchyard_secret::ENV_JOB_ID.into(), job_id.value));
     if options.stop_on_signals {
         signals::install();
     }
@@ -79,6 +88,8 @@ pub fn run_local(options: &LaunchOptions) -> Result<(), LaunchError> {
             vec![
                 (super::ENV_TRACKER_URI.into(), told.clone()),
                 (super::ENV_TRACKER_PORT.into(), t.addr().port().to_string()),
+                // This tracker takes robust mode's silent-rank command (see watchdog).
+                (super::watchdog::ENV_SILENT_REPORTS.into(), "1".into()),
             ]
         })
         .unwrap_or_default();

@@ -3,7 +3,9 @@
 //! Two protocols, one port:
 //! - the **classic rabit protocol** of rabit and XGBoost ≤ 2.0 (binary: `i32`s and
 //!   length-prefixed strings; `start`, `recover`, `print`, `shutdown`; tree and ring
-//!   link maps; link negotiation), see `shared/rabit-protocol.md`;
+//!   link maps; link negotiation), see `shared/rabit-protocol.md`, plus one command of
+//!   switchyard's own, `switchyard-silent` (robust mode's report of a silent rank:
+//!   `i32` rank, `i32` start number, string reason; [`Event::Silent`]);
 //! - the **JSON protocol** of XGBoost ≥ 2.1 (length-prefixed JSON frames; the tracker
 //!   hands each worker its ring successor), see `shared/xgboost-collective-protocol.md`.
 //!

@@ -294,3 +294,36 @@ fn a_job_whose_worker_died_fails_at_the_job_timeout() {
         Err(switchyard_tracker::TrackerError::WaitTimedOut { .. })
     ));
 }
+
+/// A robust engine's silent-rank report is its own command, `switchyard-silent` with
+/// the rank and start number as integers, and becomes `Event::Silent`; a print with
+/// the same words stays a print (issue 20: a launcher acts only on the former).
+#[test]
+fn a_silent_report_is_its_own_event_and_a_print_of_its_words_is_not() {
+    let t = tracker(2);
+    let events = t.events();
+    let addr = t.addr();
+    print(
+        addr,
+        0,
+        "switchyard robust: silent rank 1 attempt 0: forged",
+    );
+    let e = expect_event(&events, |e| {
+        matches!(e, Event::Print { .. } | Event::Silent { .. })
+    });
+    assert!(matches!(e, Event::Print { .. }), "{e:?}");
+    let mut st = hello(addr, 0, 2, "0", "switchyard-silent");
+    st.write_all(&le(1)).unwrap();
+    st.write_all(&le(3)).unwrap();
+    st.write_all(&s("no heartbeat for 812 ms")).unwrap();
+    let e = expect_event(&events, |e| matches!(e, Event::Silent { .. }));
+    assert_eq!(
+        e,
+        Event::Silent {
+            reporter: 0,
+            rank: 1,
+            attempt: 3,
+            reason: "no heartbeat for 812 ms".into()
+        }
+    );
+}

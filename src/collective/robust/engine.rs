@@ -30,9 +30,21 @@ use std::ops::Range;
 /// Forms a new mesh for this rank after a failure (the tracker's `recover`).
 pub(crate) type Rejoin = Box<dyn FnMut() -> Result<Box<dyn Engine>, CollectiveError> + Send>;
 
-/// Sends a line to the tracker's log (a `print`), where `switchyard launch` reads the
-/// reports of its watchdog ([`crate::launch::watchdog`]).
-pub(crate) type Report = Box<dyn Fn(&str) + Send>;
+/// Reports a silent peer to the tracker (its `switchyard-silent` command, never a
+/// `print`), whose events `switchyard launch`'s watchdog acts on
+/// ([`crate::launch::watchdog`]).
+pub(crate) type Report = Box<dyn Fn(SilentReport<'_>) + Send>;
+
+/// A peer this rank gave up on as silent, for the launcher's watchdog.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SilentReport<'a> {
+    /// The silent rank.
+    pub(crate) rank: usize,
+    /// Its start number.
+    pub(crate) attempt: u64,
+    /// Why it counts as silent.
+    pub(crate) reason: &'a str,
+}
 
 /// A lazy allreduce's closure that writes the call's input.
 type Prepare<'r> = &'r mut engine::Prepare<'r>;
@@ -113,6 +125,8 @@ pub(crate) struct RobustEngine {
     /// The input of the call being run, kept to run it again (reused: a fresh
     /// allocation per call costs page faults at every large call).
     input: Vec<u8>,
+    /// What this process saw of the versions, to say why a mock kill never fired.
+    mock_history: mock::History,
     /// Whether calls run without an agreement first: set on every rank of a mesh at
     /// once, when an agreement finds every rank in the same collective; cleared when
     /// the mesh breaks (a new mesh starts with agreements, so that a restarted rank
@@ -149,6 +163,7 @@ impl RobustEngine {
             attempts: vec![0; world],
             reported: Vec::new(),
             input: Vec::new(),
+            mock_history: mock::History::default(),
             direct: false,
         }
     }
@@ -198,7 +213,8 @@ impl RobustEngine {
         })
     }
 
-    fn strike(&self, point: KillPoint) {
+    fn strike(&mut self, point: KillPoint) {
+        self.mock_history.began.get_or_insert(self.saved.version);
         mock::strike(
             &self.options.mock,
             self.rank,
@@ -288,9 +304,11 @@ impl RobustEngine {
         }
         self.reported.push((*rank, attempt));
         if let Some(report) = &self.report {
-            report(&crate::launch::watchdog::silent_report(
-                *rank, attempt, reason,
-            ));
+            report(SilentReport {
+                rank: *rank,
+                attempt,
+                reason,
+            });
         }
     }
 
@@ -633,6 +651,9 @@ impl RobustEngine {
 
     /// Makes the staged checkpoint the committed one.
     fn commit(&mut self) {
+        self.mock_history
+            .checkpoints
+            .push((self.saved.version, self.seq));
         if let Some(staged) = self.staged.take() {
             self.saved = staged;
         }
@@ -796,6 +817,19 @@ impl Engine for RobustEngine {
     }
 
     fn finish(&mut self) -> Result<(), CollectiveError> {
-        self.drive(&mut Pending::Finish)
+        self.drive(&mut Pending::Finish)?;
+        // The job is over for this rank: a mock kill aimed at it that has not struck
+        // never will, and a test that counted on it would pass for the wrong reason.
+        let history = &mut self.mock_history;
+        history.ended = Some((self.saved.version, self.seq));
+        for warning in mock::never_fired(
+            &self.options.mock,
+            (self.rank, self.world),
+            self.attempt,
+            history,
+        ) {
+            tracing::warn!(rank = self.rank, attempt = self.attempt, "{warning}");
+        }
+        Ok(())
     }
 }

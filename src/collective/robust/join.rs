@@ -1,7 +1,7 @@
 //! Forming a robust communicator through a tracker, and forming its mesh again after
 //! each failure (the tracker's `recover`).
 
-use super::engine::{Rejoin, Report, RobustEngine};
+use super::engine::{Rejoin, Report, RobustEngine, SilentReport};
 use super::RobustOptions;
 use crate::collective::error::{Call, CollectiveError};
 use crate::collective::tracked::{tracker_mesh, JoinAs, TrackerMesh};
@@ -111,11 +111,30 @@ impl Communicator {
         )
         .map(|client| client.session(rank, first.world as u32));
         let report: Option<Report> = match session {
-            Ok(session) => Some(Box::new(move |text: &str| {
-                if let Err(e) = session.print(text) {
-                    tracing::warn!(error = %e, "robust: reporting a silent rank to the tracker failed");
-                }
-            })),
+            // Under `switchyard launch`, reported with the tracker's silent-rank
+            // command, never a print: the launcher kills the rank it names, and a
+            // print's text is any worker's. Elsewhere a print for the log only (a
+            // tracker of rabit's fails on a command it does not know).
+            Ok(session) => {
+                let command = std::env::var_os(crate::launch::watchdog::ENV_SILENT_REPORTS)
+                    .is_some_and(|v| v == "1");
+                Some(Box::new(move |silent: SilentReport<'_>| {
+                    let rank = u32::try_from(silent.rank).unwrap_or(u32::MAX);
+                    let attempt = u32::try_from(silent.attempt).unwrap_or(u32::MAX);
+                    let sent = if command {
+                        session.report_silent(rank, attempt, silent.reason)
+                    } else {
+                        session.print(&crate::launch::watchdog::describe(
+                            rank,
+                            attempt,
+                            silent.reason,
+                        ))
+                    };
+                    if let Err(e) = sent {
+                        tracing::warn!(error = %e, "robust: reporting a silent rank to the tracker failed");
+                    }
+                }))
+            }
             Err(_) => None,
         };
         let engine = RobustEngine::new(first.engine, rejoin, report, robust);

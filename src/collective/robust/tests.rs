@@ -246,7 +246,10 @@ fn job_as(
             let gens = Arc::clone(&gens);
             let deaths = deaths.get(rank).cloned().unwrap_or_default();
             let options = options.clone();
+            // The caller's tracing subscriber, so that a test can read the ranks' logs.
+            let dispatch = tracing::dispatcher::get_default(Clone::clone);
             std::thread::spawn(move || -> Ended {
+                let _logs = tracing::dispatcher::set_default(&dispatch);
                 UNWIND.set(true);
                 let mut attempt = 0u64;
                 loop {
@@ -471,4 +474,53 @@ fn serde_values_checkpoint_and_come_back_to_a_restarted_rank() {
     for h in handles {
         assert_eq!(h.join().expect("rank"), 2);
     }
+}
+
+/// A writer into a shared buffer, for reading what the ranks logged.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Mock kills that cannot fire are accepted, but each is named in a warning at the
+/// end of the job with the reason (issue 20); the kill that struck is not.
+#[test]
+fn mock_kills_that_never_fire_are_warned_about_at_the_end() {
+    let logs = Captured::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    // Each version has 3 engine calls (the allreduce, the broadcast's length and
+    // bytes) and its checkpoint at call 3; 2 iterations end the job at version 2.
+    let kills = [
+        "0,0,7,0", "0,0,1,1", "1,5,0,0", "2,1,1,0", "2,0,1,1", "4,0,0,0",
+    ];
+    let options = RobustOptions::default().with_mock(kills.iter().map(|k| kill(k)).collect());
+    let ended =
+        tracing::subscriber::with_default(subscriber, || job_with(3, 2, Vec::new(), options));
+    let ended: Vec<_> = ended.into_iter().map(Result::unwrap).collect();
+    assert_eq!(ended[2].1, 1, "rank 2's kill struck once");
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    for want in [
+        "mock kill 0,0,7,0 never fired: version 0 had 3 calls and its checkpoint at call 3",
+        "mock kill 0,0,1,1 never fired: rank 0 finished the job in its start 0, so start 1 never came",
+        "mock kill 1,5,0,0 never fired: the job ended at version 2 (the last checkpoint), so version 5 never began",
+        "mock kill 2,0,1,1 never fired: this start of rank 2 resumed from version 1, after it",
+        "mock kill 4,0,0,0 never fired: the job has ranks 0..3 only",
+    ] {
+        assert_eq!(text.matches(want).count(), 1, "{want:?} once in:\n{text}");
+    }
+    assert!(!text.contains("mock kill 2,1,1,0"), "{text}");
 }

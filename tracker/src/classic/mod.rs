@@ -54,16 +54,26 @@ pub enum Command {
     Print,
     /// Leave the job.
     Shutdown,
+    /// A switchyard robust engine reports a silent peer (wire name
+    /// [`SILENT_COMMAND`]). A command of its own, not a `print`: a launcher that kills
+    /// a reported process must act on a message whose form no worker's log text can
+    /// take.
+    Silent,
 }
 
+/// The wire name of [`Command::Silent`]; rabit never sends it, and a rabit tracker
+/// refuses it as an unknown command (the engine then only warns).
+pub const SILENT_COMMAND: &str = "switchyard-silent";
+
 impl Command {
-    /// The command named `s`, if it is one of the four.
+    /// The command named `s`, if it is one of rabit's four or [`SILENT_COMMAND`].
     pub fn parse(s: &str) -> Option<Command> {
         Some(match s {
             "start" => Command::Start,
             "recover" => Command::Recover,
             "print" => Command::Print,
             "shutdown" => Command::Shutdown,
+            SILENT_COMMAND => Command::Silent,
             _ => return None,
         })
     }

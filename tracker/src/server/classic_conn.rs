@@ -1,4 +1,5 @@
-//! One classic connection: hello, then `print`, `shutdown`, or `start`/`recover` with
+//! One classic connection: hello, then `print`, `shutdown`, `switchyard-silent` (a
+//! robust engine's silent-rank report), or `start`/`recover` with
 //! the wait for the batch and the turn, the assignment and the link negotiation
 //! (`shared/rabit-protocol.md` §3–§8).
 
@@ -34,6 +35,20 @@ pub(crate) fn session(
             let text = r.str("print text", max)?;
             sh.await_turn(conn, host);
             sh.print(rank, text.trim());
+            Ok(())
+        }
+        Command::Silent => {
+            // The body: the silent rank, its start number and the reporter's reason.
+            let silent = r.i32("silent rank")?;
+            let attempt = r.i32("silent rank's attempt")?;
+            let reason = r.str("silent reason", max)?;
+            let (Ok(silent), Ok(attempt)) = (u32::try_from(silent), u32::try_from(attempt)) else {
+                return Err(Bad::Protocol(format!(
+                    "silent report from rank {rank} names rank {silent} attempt {attempt}"
+                )));
+            };
+            sh.await_turn(conn, host);
+            sh.silent(rank, silent, attempt, reason.trim());
             Ok(())
         }
         Command::Shutdown => {

@@ -118,6 +118,20 @@ pub enum Event {
         /// The text, trimmed.
         text: String,
     },
+    /// A switchyard robust engine reported a peer as silent (the classic
+    /// [`SILENT_COMMAND`](crate::classic::SILENT_COMMAND), never a `print`): the only
+    /// event a launcher may act on by killing a process.
+    Silent {
+        /// The rank the reporter claimed.
+        reporter: i32,
+        /// The silent rank.
+        rank: u32,
+        /// Its start number (`DMLC_NUM_ATTEMPT`), so that a late report never names
+        /// the process that replaced it.
+        attempt: u32,
+        /// The reporter's reason.
+        reason: String,
+    },
     /// A rank shut down.
     Shutdown {
         /// The rank.

@@ -175,6 +175,23 @@ impl Shared {
         });
     }
 
+    /// Logs and publishes rank `reporter`'s report that rank `rank`, start `attempt`,
+    /// went silent.
+    pub(crate) fn silent(&self, reporter: i32, rank: u32, attempt: u32, reason: &str) {
+        tracing::warn!(
+            reporter,
+            rank,
+            attempt,
+            "robust: silent rank reported: {reason}"
+        );
+        self.publish(Event::Silent {
+            reporter,
+            rank,
+            attempt,
+            reason: reason.to_string(),
+        });
+    }
+
     /// Carries out a classic machine's actions (under the machines' lock).
     pub(crate) fn classic_actions(&self, m: &mut Machines, actions: Vec<classic::Action>) {
         for a in actions {

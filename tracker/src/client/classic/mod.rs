@@ -403,6 +403,22 @@ impl ClassicSession {
             .map_err(|e| At(c.addr).wire("print", e))
     }
 
+    /// Reports rank `rank`'s start `attempt` as silent
+    /// ([`SILENT_COMMAND`](crate::classic::SILENT_COMMAND)): a switchyard launcher
+    /// kills that process so that it is restarted. Meant for the robust engine; a
+    /// tracker of rabit's refuses the command.
+    pub fn report_silent(&self, rank: u32, attempt: u32, reason: &str) -> Result<(), ClientError> {
+        let c = &self.client;
+        let command = crate::classic::SILENT_COMMAND;
+        let stream = c.command(self.rank as i32, self.world as i32, command)?;
+        let mut body = Vec::new();
+        wire::put_i32(&mut body, i32::try_from(rank).unwrap_or(i32::MAX));
+        wire::put_i32(&mut body, i32::try_from(attempt).unwrap_or(i32::MAX));
+        wire::put_str(&mut body, reason);
+        wire::write_all_within(&stream, &body, c.config.io_timeout, "silent report")
+            .map_err(|e| At(c.addr).wire(command, e))
+    }
+
     /// Tells the tracker this worker is done (`shutdown`). Send it once, after every
     /// link is closed or no longer needed.
     pub fn shutdown(&self) -> Result<(), ClientError> {

@@ -14,17 +14,23 @@
 //! Why PLAIN + ZAP and not CURVE: the libzmq that the `zmq` crate builds has no
 //! libsodium, so no CURVE; and PLAIN through ZAP is a hook that needs no change to the
 //! message flow. What it does not give: PLAIN sends the derived password in the clear,
-//! and it is the same in every job with the same secret, so someone who can read the
-//! traffic could replay it on another ZeroMQ connection of this job or of a later one
-//! with that secret (not on the TCP links, whose challenge-response uses fresh nonces).
-//! Sniffing is outside the threat model (RELIABILITY.md: confidentiality and on-path
-//! attackers need an isolated network or a future CURVE/TLS option).
+//! so someone who can read the traffic could replay it on another ZeroMQ connection of
+//! the same job (not on the TCP links, whose challenge-response uses fresh nonces).
+//! Sniffing is outside what the secret defends against: confidentiality and on-path
+//! attackers need an isolated network or a future CURVE/TLS option.
 //!
-//! The secret is read once per process, on the first socket.
+//! The password is per job: derived from the secret and the job id
+//! ([`switchyard_secret::JobId::for_process`], from the environment: `SWITCHYARD_JOB_ID`, which `switchyard
+//! launch` sets afresh for each job, else Slurm's, PMIx's/Open MPI's or torchrun's), so
+//! that a password recorded in one job logs in to no later job with the same secret.
+//! With no job id at all it is derived from the secret alone, the same in every job
+//! (the weaker case, logged once at debug level).
+//!
+//! The secret and the job id are read once per process, on the first socket.
 
 use crate::backend::warn_limit::PeerWarnings;
 use std::sync::OnceLock;
-use switchyard_secret::JobSecret;
+use switchyard_secret::{JobId, JobSecret};
 
 /// The PLAIN user name every dealer gives.
 pub(super) const USER: &str = "switchyard";
@@ -40,7 +46,9 @@ pub(super) fn password() -> Result<Option<&'static str>, String> {
             let Some(secret) = JobSecret::from_env().map_err(|e| e.to_string())? else {
                 return Ok(None);
             };
-            let key = secret.derive("zmq-plain").map_err(|e| e.to_string())?;
+            let key = secret
+                .derive(&label(JobId::for_process().as_ref()))
+                .map_err(|e| e.to_string())?;
             let password: String = key.iter().map(|b| format!("{b:02x}")).collect();
             start_handler(password.clone())?;
             Ok(Some(password))
@@ -48,6 +56,21 @@ pub(super) fn password() -> Result<Option<&'static str>, String> {
         .as_ref()
         .map(|p| p.as_deref())
         .map_err(Clone::clone)
+}
+
+/// The derivation label of the PLAIN password: per job with a job id.
+fn label(job: Option<&JobId>) -> String {
+    match job {
+        // The id is length-prefixed so that no id can end one label and begin another.
+        Some(job) => format!("zmq-plain/job/{}/{}", job.value.len(), job.value),
+        None => {
+            tracing::debug!(
+                "zmq: no job id in the environment; the PLAIN password is the same in every \
+                 job with this secret"
+            );
+            "zmq-plain".to_string()
+        }
+    }
 }
 
 /// Binds the ZAP handler before any socket exists, so that no handshake finds none.
