@@ -102,6 +102,45 @@ mod in_mpi_job {
         std::env::remove_var("SWITCHYARD_MPI_IN_PLACE");
     }
 
+    /// A lazy allreduce whose `prepare` fails on one rank runs on no rank: that rank
+    /// gets `PrepareFailed`, every other `Aborted` naming it, nobody waits in MPI,
+    /// and the next call works.
+    #[test]
+    #[ignore = "runs inside mpirun"]
+    fn a_failed_prepare_is_named_on_every_rank() {
+        let mut comm = Communicator::mpi(options()).unwrap();
+        let (rank, n) = (comm.rank(), comm.world_size());
+        let mut buf = [7u32; 3];
+        let result = comm.try_allreduce_lazy(&mut buf, ReduceOp::Sum, |b| {
+            if rank == 1 {
+                return Err("no data on rank 1");
+            }
+            b.fill(1);
+            Ok(())
+        });
+        match result {
+            Err(CollectiveError::PrepareFailed {
+                rank: r, reason, ..
+            }) if rank == 1 => {
+                assert_eq!((r, reason.as_str()), (1, "no data on rank 1"));
+            }
+            Err(CollectiveError::Aborted {
+                rank: r, reason, ..
+            }) if rank != 1 => {
+                assert_eq!(r, 1);
+                assert!(reason.contains("prepare failed"), "{reason}");
+            }
+            other => panic!("rank {rank}: {other:?}"),
+        }
+        let mut buf = [1u32; 3];
+        comm.try_allreduce_lazy(&mut buf, ReduceOp::Sum, |b| {
+            b.fill(2);
+            Ok::<(), String>(())
+        })
+        .unwrap();
+        assert_eq!(buf, [2 * n as u32; 3]);
+    }
+
     /// Ranks that disagree all fail with an error naming a rank, instead of hanging.
     #[test]
     #[ignore = "runs inside mpirun"]
@@ -193,6 +232,15 @@ fn engines_agree_on_4_ranks() {
 #[test]
 fn split_and_copied_calls_on_3_ranks() {
     expect_ranks_pass(3, "in_mpi_job::split_and_copied_calls", LIMIT);
+}
+
+#[test]
+fn a_failed_prepare_is_named_on_every_rank_of_3() {
+    expect_ranks_pass(
+        3,
+        "in_mpi_job::a_failed_prepare_is_named_on_every_rank",
+        LIMIT,
+    );
 }
 
 #[test]

@@ -45,7 +45,7 @@
 mod split;
 
 use super::element::{DType, ReduceOp};
-use super::engine::{share_fold_result, Collective, Combine, Elem, Engine};
+use super::engine::{share_fold_result, Collective, Combine, Elem, Engine, Prepare};
 use super::error::{Call, CollectiveError};
 use super::signature::Signature;
 use std::time::Duration;
@@ -280,6 +280,41 @@ impl Engine for MpiEngine {
 
     fn name(&self) -> &'static str {
         "mpi"
+    }
+
+    /// MPI's collectives cannot be aborted halfway, so every rank first says whether
+    /// its `prepare` succeeded (one small allgather, only for lazy calls): if any
+    /// failed, no rank runs the call, the failed rank returns its own error and every
+    /// other rank `Aborted` naming the lowest failed rank. Without this a failed rank
+    /// would leave its peers waiting in MPI forever.
+    fn run_prepared(
+        &mut self,
+        request: &mut Collective<'_>,
+        prepare: &mut Prepare<'_>,
+    ) -> Result<(), CollectiveError> {
+        let call = request.call();
+        let outcome = prepare(request.result_buffer());
+        let (rank, size) = (self.rank, self.size);
+        let mine = if outcome.is_ok() {
+            size as u64
+        } else {
+            rank as u64
+        };
+        let lowest_failed = run(call, rank, move |c| {
+            let mut all = vec![0u64; size];
+            c.allgather_u64(&[mine], &mut all)
+                .map_err(failed(call, rank))?;
+            Ok(all.into_iter().min().unwrap_or(size as u64))
+        })?;
+        match outcome {
+            Err(reason) => Err(CollectiveError::PrepareFailed { call, rank, reason }),
+            Ok(()) if lowest_failed < size as u64 => Err(CollectiveError::Aborted {
+                call,
+                rank: lowest_failed as usize,
+                reason: format!("rank {lowest_failed}: prepare failed"),
+            }),
+            Ok(()) => self.run(request),
+        }
     }
 
     fn run(&mut self, request: &mut Collective<'_>) -> Result<(), CollectiveError> {

@@ -336,8 +336,9 @@ impl Communicator {
     /// ranks' calls fail with [`CollectiveError::Aborted`] naming this rank and
     /// "prepare failed" (in robust mode they recover instead, as after any aborted
     /// call, and keep no result of it). No rank ever gets a result computed from an
-    /// input that was not prepared. Under MPI the other ranks are not told: their
-    /// call keeps waiting (MPI collectives cannot time out).
+    /// input that was not prepared. Under MPI, whose collectives cannot be aborted
+    /// halfway, every rank first tells the others whether its `prepare` succeeded
+    /// (one small allgather per lazy call) and the call runs only if all did.
     ///
     /// ```
     /// use switchyard::collective::{CollectiveError, Communicator, ReduceOp};
