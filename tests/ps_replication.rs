@@ -7,6 +7,7 @@ mod ps_support;
 use ps_support::{config, endpoint, on_workers};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use switchyard::ps::{KvServer, KvWorker, Mode, PsError, Scheduler, Update};
 
 const ROUNDS: u32 = 30;
@@ -17,9 +18,13 @@ const KILL_AFTER: u32 = 5;
 /// over both. Server 1 stops dead after round 5. Every round's answer must still be
 /// exactly `6 * round`, and so must a final pull.
 fn replacement_keeps_sums_exact(scheme: &str) {
+    // A longer silence than the other tests' 1.5 s: one failover is allowed per job,
+    // so a live server taken for dead on a loaded machine (its heartbeats not run for
+    // 1.5 s) spends it, and the real death after it aborts the job (seen once in CI).
     let config = config(3, 2)
         .with_replication(true)
-        .with_split_threshold(100);
+        .with_split_threshold(100)
+        .with_liveness(Duration::from_millis(50), Duration::from_secs(3));
     let scheduler = Scheduler::bind(&endpoint(scheme, "replica"), &config).unwrap();
     let e = scheduler.endpoint().to_string();
     let sched = std::thread::spawn(move || scheduler.run());
