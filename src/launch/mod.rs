@@ -20,7 +20,7 @@
 //! | `SWITCHYARD_WORLD_SIZE` | `N` (workers only) |
 //! | `SWITCHYARD_RENDEZVOUS` | `host:port` of the launcher's rendezvous (workers only) |
 //! | `DMLC_TRACKER_URI`, `DMLC_TRACKER_PORT` | the tracker |
-//! | `SWITCHYARD_SILENT_REPORTS` | `1`: the tracker takes robust mode's silent-rank reports (`switchyard-silent`) and the launcher kills the rank named ([`watchdog`]) |
+//! | `SWITCHYARD_SILENT_REPORTS` | `1`: the tracker takes robust mode's silent-rank reports (`switchyard-silent`) and the launcher kills the rank named (its watchdog) |
 //! | `DMLC_TASK_ID` | `0..N` for workers, then `N..N+S` for servers |
 //! | `DMLC_ROLE` | `worker` or `server` |
 //! | `DMLC_NUM_WORKER`, `DMLC_NUM_SERVER` | `N`, `S` |
