@@ -18,7 +18,7 @@
 //! rather than crashes), `--slow R,MS` (rank `R` sleeps `MS` ms more before each
 //! iteration: slow but alive, which must never be taken for dead), `--exit-before-join T`
 //! (the first process of task `T`, `DMLC_TASK_ID`, exits with status 1 before it
-//! reaches the tracker: RELIABILITY.md §3 scenario 1), `--forge-silent` (rank 0
+//! reaches the tracker), `--forge-silent` (rank 0
 //! prints the words of a silent-rank report through the tracker, which must kill
 //! nobody), and rabit's
 //! `mock=rank,version,seq,ndeath[,point]` (read by

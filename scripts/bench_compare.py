@@ -6,7 +6,7 @@ Usage: scripts/bench_compare.py before1.jsonl before2.jsonl ... -- after1.jsonl 
 Every row's ratio (above 1: switchyard better than the baseline measured in the same
 launch) is reduced to its median over the launches of each side; the table shows both
 medians and after/before. Ratios, not raw figures, are compared because each launch's
-baseline absorbs the machine's load at that moment (BASELINES.md).
+baseline absorbs the machine's load at that moment.
 """
 import json
 import statistics

@@ -5,7 +5,7 @@ Usage: scripts/bench_table.py [--metric=NAME] run1.jsonl run2.jsonl run3.jsonl
 
 Each file is one launch of the benchmark (each already the median of its repetitions);
 the table shows, per case, the median over launches of ours, the baseline and the ratio
-(BASELINES.md: TCP runs are bimodal, so compare medians of several launches).
+(loopback TCP runs are bimodal on small VMs, so compare medians of several launches).
 """
 import json
 import statistics

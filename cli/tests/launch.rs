@@ -1,5 +1,4 @@
-//! `switchyard launch`: a real multi-process job, and the failure paths (RELIABILITY.md
-//! scenarios 1 and 20): a rank that fails stops the job, a rank that never checks in
+//! `switchyard launch`: a real multi-process job, and the failure paths: a rank that fails stops the job, a rank that never checks in
 //! is named, and no child outlives the launcher.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,4 +1,4 @@
-//! Robust mode over real processes (issue 12, RELIABILITY.md §3 items 3-6): workers
+//! Robust mode over real processes (issue 12): workers
 //! die, mock kills at chosen calls (rabit's `test.mk` scenarios and the kill points
 //! rabit lacks) and seeded random SIGKILLs, `switchyard launch --max-restarts`
 //! restarts them, and every rank's final model must be bit-identical to the
@@ -374,7 +374,7 @@ fn a_worker_that_returns_an_error_is_restarted_and_catches_up() {
     );
 }
 
-/// RELIABILITY.md §3 scenario 1 in restart mode: a worker that dies before it
+/// Restart mode: a worker that dies before it
 /// reaches the tracker is started again and the job ends as without the failure
 /// (the others wait in the tracker's first batch, which it then completes).
 #[test]
@@ -430,7 +430,7 @@ fn dying_more_often_than_the_restarts_allow_ends_the_job_naming_the_rank() {
 }
 
 /// A stopped rank (SIGSTOP: alive, connections open, silent) is a death in robust
-/// mode (RELIABILITY.md §3 item 8): a survivor's heartbeat deadline reports it, the
+/// mode: a survivor's heartbeat deadline reports it, the
 /// launcher kills and restarts it, and the job ends with the failure-free models.
 #[test]
 fn a_stopped_rank_is_killed_restarted_and_caught_up() {
@@ -594,7 +594,7 @@ const SOAK_N: usize = 10;
 const SOAK_ITERS: u64 = 20;
 const SOAK_ARGS: &str = "--len 2000 --pause-ms 40";
 
-/// The random-SIGKILL soak (RELIABILITY.md §3 item 6): `kills` SIGKILLs of random
+/// The random-SIGKILL soak: `kills` SIGKILLs of random
 /// ranks at random times from a seeded schedule, each at least 250 ms after the
 /// previous one. Every rank's model must equal the failure-free run's, its attempt
 /// must count the kills that struck it, and its prepare count must fit the checkpoint

@@ -1,6 +1,5 @@
-//! Real XGBoost against `switchyard tracker`: XGBoost 1.7.6 workers (classic rabit
-//! protocol, `rabit-protocol.md`) and XGBoost 3.x workers (JSON protocol,
-//! `xgboost-collective-protocol.md`) train the same small model once under XGBoost's own
+//! Real XGBoost against `switchyard tracker`: XGBoost 1.7.6 workers (the classic rabit
+//! protocol) and XGBoost 3.x workers (the JSON protocol) train the same small model once under XGBoost's own
 //! tracker and once under ours. Every rank must hold the same model, and our job's model
 //! must be byte-identical to the reference job's (the rank order, hence each rank's data
 //! slice, has to match too). The same worker script runs under `switchyard launch` (for

@@ -1,5 +1,4 @@
-//! Replays `fuzz/corpus/*` through every target as a normal test (STYLE.md, example
-//! 15), checks that the checked-in seeds are what `fuzz seed` writes, and runs the
+//! Replays `fuzz/corpus/*` through every target as a normal test, checks that the checked-in seeds are what `fuzz seed` writes, and runs the
 //! stable driver briefly so that its mutations are exercised on every `cargo test`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

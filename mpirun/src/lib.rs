@@ -4,9 +4,8 @@
 //! OpenMPI refuses to start as root (CI containers run as root) and to start more ranks
 //! than there are cores (a 2-core machine runs 4-rank jobs) unless told otherwise, and
 //! its TCP transport and out-of-band channel route over the machine's external interface
-//! unless told to use loopback (BASELINES.md). [`command`] sets the variables for all
-//! three, so no caller, CI script included, has to export them (RELIABILITY.md, "MPI in
-//! CI"). MPICH ignores them.
+//! unless told to use loopback. [`command`] sets the variables for all
+//! three, so no caller, CI script included, has to export them. MPICH ignores them.
 //!
 //! [`run_ranks`] and [`expect_ranks_pass`] run the calling test binary's own ignored
 //! tests as the ranks of a job: the pattern of the MPI integration tests.

@@ -1,5 +1,5 @@
-//! Allocation bounds of the decoders (RELIABILITY.md §4: "allocation stays within the
-//! limit plus a small constant"), measured with a counting global allocator.
+//! Allocation bounds of the decoders (allocation stays within the limit plus a
+//! small constant), measured with a counting global allocator.
 //!
 //! The allocator wraps `System` and, while a thread-local flag is set, records the
 //! largest single allocation and the total bytes the current thread asks for. Inputs

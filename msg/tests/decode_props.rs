@@ -1,5 +1,4 @@
-//! Properties of the wire decoder and the typed payload helpers (RELIABILITY.md §4,
-//! "Msg wire decoder"): encode/decode round trips, no panic on arbitrary bytes, every
+//! Properties of the wire decoder and the typed payload helpers: encode/decode round trips, no panic on arbitrary bytes, every
 //! truncation and every reserved-field violation a typed error, one flipped byte a
 //! valid header or a typed error, limits on frame counts and sizes, non-empty `Display`
 //! strings that name the field, and the payload helpers' length, alignment, NaN/inf,

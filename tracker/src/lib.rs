@@ -3,11 +3,11 @@
 //! Two protocols, one port:
 //! - the **classic rabit protocol** of rabit and XGBoost ≤ 2.0 (binary: `i32`s and
 //!   length-prefixed strings; `start`, `recover`, `print`, `shutdown`; tree and ring
-//!   link maps; link negotiation), see `shared/rabit-protocol.md`, plus one command of
+//!   link maps; link negotiation), plus one command of
 //!   switchyard's own, `switchyard-silent` (robust mode's report of a silent rank:
 //!   `i32` rank, `i32` start number, string reason; [`Event::Silent`]);
 //! - the **JSON protocol** of XGBoost ≥ 2.1 (length-prefixed JSON frames; the tracker
-//!   hands each worker its ring successor), see `shared/xgboost-collective-protocol.md`.
+//!   hands each worker its ring successor).
 //!
 //! After the common magic, the next bytes tell them apart: a JSON hello starts with
 //! `{"` where a classic worker sends its world size.

@@ -1,5 +1,5 @@
 //! The tree and ring link maps of the classic protocol, exactly as XGBoost 1.7's
-//! tracker builds them (`../shared/rabit-protocol.md` §5.1).
+//! tracker builds them.
 //!
 //! A heap-shaped tree over provisional ids is walked depth first into a ring (the last
 //! child's walk reversed, children visited in the order a small Python set of ints
@@ -129,7 +129,7 @@ mod tests {
 
     #[test]
     fn small_worlds_match_the_reference_table() {
-        // rabit-protocol.md §5.1, n = 1..8: (parent, tree neighbours) by rank.
+        // rabit's link maps, n = 1..8: (parent, tree neighbours) by rank.
         let table: [&[(i32, &[u32])]; 8] = [
             &[(-1, &[])],
             &[(-1, &[1]), (0, &[0])],

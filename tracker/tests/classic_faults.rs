@@ -1,5 +1,6 @@
-//! Every weakness of the reference tracker in `shared/rabit-protocol.md` §10 that
-//! applies (items 1–9 and 13): the bad client is dropped or refused with a reason, and
+//! Every weakness of the reference rabit tracker that a tracker can fix (silent and
+//! stalled clients, broken lengths, bad input, vanished and duplicate workers, stray
+//! shutdowns, floods): the bad client is dropped or refused with a reason, and
 //! each test ends with a good job still served to the end.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

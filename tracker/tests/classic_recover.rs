@@ -197,7 +197,7 @@ fn recovers_and_the_restart_interleave_in_several_orders() {
 }
 
 /// A worker that rejoins with `recover`, negotiates, reports `port` (where nothing
-/// listens) and dies: raw bytes of `rabit-protocol.md` §3–§6.
+/// listens) and dies: raw bytes of the classic rabit protocol.
 fn recover_and_die(port: u16, rank: u32, dead_port: u16) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(LIMIT)).unwrap();

@@ -1,5 +1,5 @@
 //! The classic client against scripted fake trackers (exact bytes of
-//! `rabit-protocol.md` Appendix B) and against XGBoost 1.7.6's own `RabitTracker`.
+//! the classic rabit protocol) and against XGBoost 1.7.6's own `RabitTracker`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

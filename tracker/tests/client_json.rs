@@ -1,5 +1,5 @@
 //! The JSON-protocol client against scripted fake trackers (frames of
-//! `xgboost-collective-protocol.md` Appendix A) and against XGBoost 3.x's own tracker.
+//! XGBoost's JSON tracker protocol) and against XGBoost 3.x's own tracker.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,5 +1,4 @@
-//! The weaknesses of XGBoost 3.x's tracker in `shared/xgboost-collective-protocol.md`
-//! §12 (items 1–9): the bad client is dropped with a reason and a good job is still
+//! The weaknesses of XGBoost 3.x's tracker that a tracker can fix: the bad client is dropped with a reason and a good job is still
 //! served (or, for `error`, the job fails as it should and the tracker still answers).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

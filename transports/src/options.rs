@@ -38,8 +38,8 @@ pub struct SocketOptions {
     /// Decoding limits.
     pub limits: Limits,
     /// How long a receive keeps polling, yielding the core between polls, before it
-    /// parks the thread. Waking a parked thread costs about 30 µs on small VMs
-    /// (BASELINES.md), so a reply that comes back within this window is picked up
+    /// parks the thread. Waking a parked thread costs about 30 µs on small VMs,
+    /// so a reply that comes back within this window is picked up
     /// without that cost; an idle thread still ends up parked and uses no CPU. Used by
     /// the stub's thread sockets.
     pub recv_spin: Duration,

@@ -1,4 +1,4 @@
-//! One conformance suite for every built backend (STYLE.md, example 11).
+//! One conformance suite for every built backend.
 //!
 //! Each case is written once against `RouterSocket`/`DealerSocket` and instantiated by
 //! `conformance_suite!` for `local`, `zmq` inproc and `zmq` tcp. The ZeroMQ guarantees
@@ -196,7 +196,7 @@ fn unknown_peer_returns_msg(backend: &str) {
     assert_eq!(err.msg.header.seq, 9);
 }
 
-/// Scenario 10 of RELIABILITY.md: a receiver that stops reading. The sender blocks
+/// A receiver that stops reading. The sender blocks
 /// until its deadline and gets its message back; nothing is lost: every message the
 /// sender was told went out arrives.
 fn hwm_slow_receiver(backend: &str) {

@@ -1,5 +1,5 @@
-//! Hostile peers against a live `RouterSocket` over tcp (issue 9, "the wire, hardened";
-//! RELIABILITY.md §3 scenarios 10, 15, 16, 17). Each test ends with a well-behaved
+//! Hostile peers against a live `RouterSocket` over tcp (issue 9, "the wire, hardened"):
+//! peers that never read, oversized frames, floods, garbage, identity takeover. Each test ends with a well-behaved
 //! client still served. The memory figures of the same attacks are measured in
 //! `hostile_memory.rs`, alone in its process.
 //!

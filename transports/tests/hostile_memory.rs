@@ -1,5 +1,5 @@
-//! What a hostile peer can make a `RouterSocket`'s process hold in memory (issue 9;
-//! RELIABILITY.md §3 scenario 17), measured with the process's RSS. Each attack runs
+//! What a hostile peer can make a `RouterSocket`'s process hold in memory (issue 9),
+//! measured with the process's RSS. Each attack runs
 //! in a fresh child process (this test binary, run again), so that neither other tests
 //! nor memory the allocator kept from an earlier attack blur the figures; the peer is
 //! a hand-written ZMTP client that streams its frames from a small buffer, so the

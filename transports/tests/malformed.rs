@@ -1,6 +1,6 @@
 //! Malformed input over the `zmq` backend: a raw libzmq DEALER (the `zmq` crate, its
-//! own context, so tcp only) sends a `RouterSocket` garbage of every kind in
-//! RELIABILITY.md §4; the router drops and counts each message
+//! own context, so tcp only) sends a `RouterSocket` garbage of every kind; the
+//! router drops and counts each message
 //! (`Router::dropped_malformed`), never hands one to the application, and keeps serving
 //! a well-behaved `DealerSocket`. A frame over `Limits::max_frame_bytes` is refused by
 //! libzmq itself (`MAXMSGSIZE` disconnects the raw peer), which also leaves the router

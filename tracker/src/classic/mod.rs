@@ -1,5 +1,5 @@
-//! The classic rabit protocol's tracker side as a state machine without sockets
-//! (`shared/rabit-protocol.md` §4–§8).
+//! The classic rabit protocol's tracker side (as rabit and XGBoost 1.7 speak it) as a
+//! state machine without sockets.
 //!
 //! The server feeds it what connections say (a hello, a good-link list, a port) and
 //! acts on what it returns: refusals, [`Action::Turn`]s (a connection holding a rank

@@ -3,7 +3,7 @@ use std::time::Duration;
 
 /// How a worker connects to its tracker and how long it waits for each step.
 ///
-/// Connecting retries like XGBoost 1.7's worker (`rabit-protocol.md` §9): up to
+/// Connecting retries like XGBoost 1.7's worker (the classic rabit protocol): up to
 /// [`connect_attempts`](Self::connect_attempts) tries, sleeping
 /// `k ×` [`connect_backoff`](Self::connect_backoff) after the `k`-th failure (2, 4, 6,
 /// 8 s with the defaults: about 20 s before giving up on a tracker that is not up).

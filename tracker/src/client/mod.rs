@@ -1,12 +1,10 @@
 //! The worker side of both tracker protocols: join a job, learn a rank and the links
 //! to other workers, send `print`s, and say `shutdown` at the end.
 //!
-//! - [`classic`]: the rabit protocol of XGBoost ≤ 2.0 (`shared/rabit-protocol.md`
-//!   §11, second half). The tracker assigns the rank and negotiates a tree and a ring;
+//! - [`classic`]: the rabit protocol of XGBoost ≤ 2.0. The tracker assigns the rank and negotiates a tree and a ring;
 //!   [`classic::Joined`] holds one connected [`TcpStream`](std::net::TcpStream) per
 //!   linked rank.
-//! - [`json`]: the protocol of XGBoost ≥ 2.1 (`shared/xgboost-collective-protocol.md`
-//!   §13.2). The tracker only names each worker's ring successor; [`json::Joined`]
+//! - [`json`]: the protocol of XGBoost ≥ 2.1. The tracker only names each worker's ring successor; [`json::Joined`]
 //!   holds the two ring links.
 //!
 //! Both share [`ClientConfig`] (connect retries, deadlines) and [`ClientError`].

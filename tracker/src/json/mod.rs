@@ -1,5 +1,4 @@
-//! The JSON protocol's tracker side (XGBoost 2.1+, `shared/xgboost-collective-protocol.md`
-//! §3–§8) as a state machine without sockets.
+//! The JSON protocol's tracker side (XGBoost 2.1+) as a state machine without sockets.
 //!
 //! `start`s wait in a batch of exactly n; when it is full they are sorted (§5) and
 //! each gets the peer frame of its ring successor. Differences from the reference,

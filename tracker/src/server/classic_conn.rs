@@ -1,7 +1,6 @@
 //! One classic connection: hello, then `print`, `shutdown`, `switchyard-silent` (a
 //! robust engine's silent-rank report), or `start`/`recover` with
-//! the wait for the batch and the turn, the assignment and the link negotiation
-//! (`shared/rabit-protocol.md` §3–§8).
+//! the wait for the batch and the turn, the assignment and the link negotiation.
 
 use super::accept::{await_decision, Bad, Waited};
 use super::shared::{lock, Go, Shared};

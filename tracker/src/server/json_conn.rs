@@ -1,6 +1,5 @@
 //! One JSON connection (XGBoost 2.1+): hello frame, command frame, and for `start` the
-//! `{"world_size"}` reply, the wait for the batch and the peer frame
-//! (`shared/xgboost-collective-protocol.md` §3–§8).
+//! `{"world_size"}` reply, the wait for the batch and the peer frame.
 
 use super::accept::{await_decision, Bad};
 use super::shared::{lock, Go, Shared};

@@ -1,6 +1,6 @@
 //! Hand-written byte clients for the tracker tests: every byte written here follows
-//! `shared/rabit-protocol.md` (Appendix B) and `shared/xgboost-collective-protocol.md`
-//! (Appendix A), independent of the crate's own codec.
+//! the classic rabit protocol and XGBoost's JSON tracker protocol as XGBoost 1.7.6 and
+//! 3.x exchanged them on the wire, independent of the crate's own codec.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{Read, Write};

@@ -1,4 +1,4 @@
-//! The assignment message of `rabit-protocol.md` §5.2, checked: a rank inside the
+//! The assignment message of the classic rabit protocol, checked: a rank inside the
 //! world, neighbours that are other ranks of it, a parent among the tree neighbours.
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,5 +1,4 @@
-//! The classic rabit protocol, worker side (`shared/rabit-protocol.md` §2–§8, and the
-//! worker half of the checklist in §11).
+//! The classic rabit protocol, worker side.
 //!
 //! [`ClassicClient::start`] opens the peer listener first, sends the `start` hello,
 //! waits (long: the tracker answers only when the whole batch has arrived) for the

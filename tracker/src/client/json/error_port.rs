@@ -1,4 +1,4 @@
-//! A worker's error port (`xgboost-collective-protocol.md` §8): a thread accepts
+//! A worker's error port (XGBoost's JSON tracker protocol): a thread accepts
 //! connections and reads one `i32` each; `1` (or the `-1` XGBoost's tracker sends)
 //! raises a flag the session can wait on, `0` ends the thread.
 

@@ -1,5 +1,4 @@
-//! The JSON protocol of XGBoost ≥ 2.1, worker side (`shared/xgboost-collective-protocol.md`
-//! §3–§8, checklist §13.2).
+//! The JSON protocol of XGBoost ≥ 2.1, worker side.
 //!
 //! [`JsonClient::start`] listens on a peer port and an error port, sends the `start`
 //! hello and command, reads `{"world_size"}` at once and, when the whole batch has
