@@ -1,6 +1,6 @@
 //! Hostile peers against a live `RouterSocket` over tcp (issue 9, "the wire, hardened"):
-//! peers that never read, oversized frames, floods, garbage, identity takeover. Each test ends with a well-behaved
-//! client still served. The memory figures of the same attacks are measured in
+//! peers that never read, oversized frames, floods, garbage, identity takeover. Each
+//! test ends with a well-behaved client still served. The memory figures of the same attacks are measured in
 //! `hostile_memory.rs`, alone in its process.
 //!
 //! Everything listens on 127.0.0.1 with a port chosen by the system, and every wait is
