@@ -366,6 +366,11 @@ impl<T: Value, P: Clone> Store<T, P> {
     /// [`Refusal::RoundIncomplete`] naming the missing workers, and the round starts
     /// afresh (with the pushes that were waiting for the next one).
     pub(crate) fn expire(&mut self, now: Instant, timeout: Duration) -> Vec<Reply<P>> {
+        // An open round always has a request waiting on it: without one, no key needs
+        // looking at (a server with many keys must not walk them all every scan).
+        if self.pending.is_empty() {
+            return Vec::new();
+        }
         let mut refused: Vec<(ReqKey, Refusal)> = Vec::new();
         let stale: Vec<u64> = self
             .keys
