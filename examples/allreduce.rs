@@ -12,7 +12,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 use switchyard::collective::{Communicator, ReduceOp};
-use switchyard::launch::{run_local, Bootstrap, LaunchOptions};
+use switchyard::launch::{Bootstrap, LaunchOptions, run_local};
 
 type Error = Box<dyn std::error::Error>;
 

@@ -77,7 +77,7 @@ fn parse_args() -> Result<Args, String> {
             _ => {
                 return Err(format!(
                     "unknown flag {flag}; flags: --rounds N --rate R --pause-ms MS"
-                ))
+                ));
             }
         }
     }

@@ -39,7 +39,7 @@ use std::net::{IpAddr, ToSocketAddrs, UdpSocket};
 use std::process::ExitCode;
 use std::time::Duration;
 use switchyard::collective::{CommOptions, Communicator, ReduceOp, TrackerJoin};
-use switchyard::launch::{UniqueId, ENV_IFNAME};
+use switchyard::launch::{ENV_IFNAME, UniqueId};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -81,7 +81,8 @@ fn parse() -> Result<Args, Error> {
             "--world" => parsed.world = Some(value.parse()?),
             "--id" => parsed.id = Some(value.parse()?),
             // Before any thread starts: nothing reads the environment concurrently.
-            "--ifname" => std::env::set_var(ENV_IFNAME, value),
+            // SAFETY: parsing runs before any thread starts, so nothing reads the environment concurrently.
+            "--ifname" => unsafe { std::env::set_var(ENV_IFNAME, value) },
             other => return Err(format!("unknown option {other}").into()),
         }
     }

@@ -27,7 +27,7 @@
 
 use std::process::ExitCode;
 use std::time::Duration;
-use switchyard::launch::{run_local, Bootstrap, LaunchOptions};
+use switchyard::launch::{Bootstrap, LaunchOptions, run_local};
 use switchyard::prelude::*;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -66,7 +66,7 @@ fn parse_args() -> Result<Config, String> {
             _ => {
                 return Err(format!(
                     "unknown flag {flag}; flags: --workers --servers --params --dim --steps"
-                ))
+                ));
             }
         }
     }

@@ -247,7 +247,7 @@ fn run(args: Args) -> Result<(), Error> {
                         want.is_some(),
                         got.is_some()
                     ))
-                    .into())
+                    .into());
                 }
             }
             c.version

@@ -4,8 +4,8 @@
 //! **Not a stable API.** Hidden from the documentation; names and signatures may
 //! change in any release. Programs should not use it.
 
-use crate::collective::link::framing::{self, Decoder};
 use crate::collective::Tag;
+use crate::collective::link::framing::{self, Decoder};
 use bytes::Bytes;
 
 /// The frame limit of [`decode_stream_frames`]: large enough for every structure of

@@ -60,13 +60,13 @@ pub use switchyard_secret as secret;
 pub use switchyard_stub as stub;
 pub use switchyard_transports as transports;
 
-pub use switchyard_msg::{payload, Addr, Header, Kind, Msg, Role, Target};
+pub use switchyard_msg::{Addr, Header, Kind, Msg, Role, Target, payload};
 pub use switchyard_stub::{ClusterLayout, Stub, StubSocket};
 
 /// Everything a worker or server program usually needs, in one `use`.
 pub mod prelude {
     pub use crate::collective::{CollectiveError, CommOptions, Communicator, ReduceOp};
-    pub use switchyard_msg::{payload, Addr, Kind, Msg, Role, Target};
+    pub use switchyard_msg::{Addr, Kind, Msg, Role, Target, payload};
     pub use switchyard_stub::{ClusterLayout, Stub, StubSocket};
     pub use switchyard_transports::{
         Dealer, DealerSocket, Poller, Router, RouterSocket, Socket, SocketOptions,

@@ -9,7 +9,7 @@
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use switchyard::launch::{bind_address, Bootstrap, LaunchError, Rendezvous};
+use switchyard::launch::{Bootstrap, LaunchError, Rendezvous, bind_address};
 
 /// Set in the child process: which case to run.
 const CHILD: &str = "SWITCHYARD_TEST_IFACE_CHILD";

@@ -6,8 +6,8 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, TcpStream};
 use std::time::Duration;
 use switchyard::collective::{CommOptions, Communicator, ReduceOp};
-use switchyard::launch::unique_id::{exchange, IdError};
 use switchyard::launch::UniqueId;
+use switchyard::launch::unique_id::{IdError, exchange};
 
 const LO: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 

@@ -93,13 +93,17 @@ mod in_mpi_job {
     #[ignore = "runs inside mpirun"]
     fn split_and_copied_calls() {
         for (max_count, in_place) in [("5", "1"), ("2147483647", "0"), ("1", "0")] {
-            std::env::set_var("SWITCHYARD_MPI_MAX_COUNT", max_count);
-            std::env::set_var("SWITCHYARD_MPI_IN_PLACE", in_place);
+            // SAFETY: each in_mpi_job test runs alone in its process (one test per mpirun rank).
+            unsafe { std::env::set_var("SWITCHYARD_MPI_MAX_COUNT", max_count) };
+            // SAFETY: each in_mpi_job test runs alone in its process (one test per mpirun rank).
+            unsafe { std::env::set_var("SWITCHYARD_MPI_IN_PLACE", in_place) };
             let mut comm = Communicator::mpi(options()).unwrap();
             suite(&mut comm);
         }
-        std::env::remove_var("SWITCHYARD_MPI_MAX_COUNT");
-        std::env::remove_var("SWITCHYARD_MPI_IN_PLACE");
+        // SAFETY: each in_mpi_job test runs alone in its process (one test per mpirun rank).
+        unsafe { std::env::remove_var("SWITCHYARD_MPI_MAX_COUNT") };
+        // SAFETY: each in_mpi_job test runs alone in its process (one test per mpirun rank).
+        unsafe { std::env::remove_var("SWITCHYARD_MPI_IN_PLACE") };
     }
 
     /// A lazy allreduce whose `prepare` fails on one rank runs on no rank: that rank

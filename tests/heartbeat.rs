@@ -15,8 +15,8 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver};
 use std::sync::Mutex;
+use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 use switchyard::collective::{CommOptions, Communicator, DataPath, ReduceOp};
 

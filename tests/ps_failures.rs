@@ -5,11 +5,11 @@
 
 mod ps_support;
 
-use ps_support::{config, endpoint, on_workers, Job};
+use ps_support::{Job, config, endpoint, on_workers};
 use std::time::{Duration, Instant};
 use switchyard::prelude::{Router, RouterSocket, Socket};
 use switchyard::ps::{
-    testing, Group, KvServer, KvWorker, Mode, NodeRole, PsError, Scheduler, Sharding, Update,
+    Group, KvServer, KvWorker, Mode, NodeRole, PsError, Scheduler, Sharding, Update, testing,
 };
 
 /// How long after `dead_timeout` (1.5 s in these tests) an error may come: a

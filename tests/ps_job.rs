@@ -3,9 +3,9 @@
 
 mod ps_support;
 
-use ps_support::{config, endpoint, on_workers, Job};
-use std::sync::atomic::{AtomicU32, Ordering};
+use ps_support::{Job, config, endpoint, on_workers};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use switchyard::ps::{Group, KvWorker, Mode, Sharding, Update};
 
 /// Four workers, two servers: each round's answer is the exact sum of every worker's

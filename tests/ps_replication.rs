@@ -5,8 +5,8 @@
 mod ps_support;
 
 use ps_support::{config, endpoint, on_workers};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use switchyard::ps::{KvServer, KvWorker, Mode, PsError, Scheduler, Update};
 

@@ -24,10 +24,12 @@ const ALL: [&str; 13] = [
 
 fn with(vars: &[(&str, &str)]) -> Result<Option<Bootstrap>, LaunchError> {
     for v in ALL {
-        std::env::remove_var(v);
+        // SAFETY: this binary has one test function, so no other thread reads the environment.
+        unsafe { std::env::remove_var(v) };
     }
     for (k, v) in vars {
-        std::env::set_var(k, v);
+        // SAFETY: this binary has one test function, so no other thread reads the environment.
+        unsafe { std::env::set_var(k, v) };
     }
     Bootstrap::from_env()
 }
@@ -102,9 +104,11 @@ fn dmlc_tracker_variables() {
     ];
     let (var, _) = env_error(with(&[tracker[0], tracker[1], ("DMLC_ROLE", "server")]));
     assert_eq!(var, "DMLC_ROLE");
-    assert!(with(&[tracker[0], tracker[1], ("DMLC_ROLE", "worker")])
-        .unwrap()
-        .is_some());
+    assert!(
+        with(&[tracker[0], tracker[1], ("DMLC_ROLE", "worker")])
+            .unwrap()
+            .is_some()
+    );
 
     // Malformed values.
     let (var, _) = env_error(with(&[

@@ -13,7 +13,7 @@
 mod tracker_support;
 
 use std::time::Duration;
-use tracker_support::{worker, RefTracker, Xgb};
+use tracker_support::{RefTracker, Xgb, worker};
 
 const LIMIT: Duration = Duration::from_secs(120);
 

@@ -11,7 +11,7 @@ mod tracker_cmd;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use std::time::Duration;
-use switchyard::launch::{run_local, LaunchError, LaunchOptions};
+use switchyard::launch::{LaunchError, LaunchOptions, run_local};
 
 #[derive(Parser, Debug)]
 #[command(

@@ -11,12 +11,12 @@
 
 mod support;
 
-use crossbeam_channel::{unbounded, Receiver};
+use crossbeam_channel::{Receiver, unbounded};
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{example, ChildGuard};
+use support::{ChildGuard, example};
 use switchyard::launch::rendezvous::{read_check_in, write_endpoints};
 use switchyard::launch::{ENV_RANK, ENV_RENDEZVOUS, ENV_WORLD_SIZE};
 

@@ -14,7 +14,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use support::{example, ChildGuard};
+use support::{ChildGuard, example};
 
 /// Variables by which some starter could have marked this test process.
 const LAUNCH_VARS: [&str; 17] = [

@@ -9,7 +9,7 @@
 mod netns;
 mod support;
 
-use netns::{ip, list, Net};
+use netns::{Net, ip, list};
 use std::time::Duration;
 use support::run_bounded;
 

@@ -11,13 +11,13 @@
 mod netns;
 mod support;
 
-use netns::ssh::SshCluster;
 use netns::Net;
+use netns::ssh::SshCluster;
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use support::{example, run_bounded, ChildGuard};
+use support::{ChildGuard, example, run_bounded};
 
 /// What a worker said when it joined.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -23,7 +23,7 @@
 mod robust_support;
 mod support;
 
-use robust_support::{baseline, one_job_at_a_time, run_job, words, Job, Launch};
+use robust_support::{Job, Launch, baseline, one_job_at_a_time, run_job, words};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use support::{switchyard, ChildGuard};
+use support::{ChildGuard, switchyard};
 
 const WAIT: Duration = Duration::from_secs(30);
 

@@ -23,10 +23,10 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 use harness::{
-    announced, check_results, job_dir, logs, one_job_at_a_time, read, scripts, spawn_logged,
-    wait_all_exit, wait_all_succeed, wait_for_files, Xgb, JOB_LIMIT, LAUNCH_MARGIN,
+    JOB_LIMIT, LAUNCH_MARGIN, Xgb, announced, check_results, job_dir, logs, one_job_at_a_time,
+    read, scripts, spawn_logged, wait_all_exit, wait_all_succeed, wait_for_files,
 };
-use support::{switchyard, ChildGuard};
+use support::{ChildGuard, switchyard};
 
 /// Whose tracker serves the job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

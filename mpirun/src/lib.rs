@@ -12,7 +12,7 @@
 
 mod job;
 
-pub use job::{expect_ranks_pass, run_ranks, JobOutput};
+pub use job::{JobOutput, expect_ranks_pass, run_ranks};
 
 use std::process::Command;
 

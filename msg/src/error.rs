@@ -16,7 +16,9 @@ pub enum DecodeError {
         prefix: usize,
     },
     /// The first two bytes are not the switchyard magic.
-    #[error("bad magic {found:02x?} in header frame (expected {expected:02x?}): not a switchyard message")]
+    #[error(
+        "bad magic {found:02x?} in header frame (expected {expected:02x?}): not a switchyard message"
+    )]
     BadMagic {
         /// The bytes found.
         found: [u8; 2],
@@ -24,9 +26,7 @@ pub enum DecodeError {
         expected: [u8; 2],
     },
     /// The wire version is one this build does not speak.
-    #[error(
-        "header wire version {found} is not supported (this build speaks version {supported})"
-    )]
+    #[error("header wire version {found} is not supported (this build speaks version {supported})")]
     UnsupportedVersion {
         /// Version found.
         found: u8,

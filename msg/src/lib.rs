@@ -40,7 +40,7 @@ mod message;
 pub mod payload;
 
 pub use addr::{Addr, Role};
-pub use codec::{decode_header, encode_header, MAGIC, WIRE_PREFIX_LEN, WIRE_VERSION};
+pub use codec::{MAGIC, WIRE_PREFIX_LEN, WIRE_VERSION, decode_header, encode_header};
 pub use error::{DecodeError, PayloadError};
 pub use header::{Header, Kind, Target};
 pub use limits::Limits;

@@ -25,7 +25,7 @@ compile_error!("switchyard's payload frames are little-endian; big-endian hosts 
 
 use crate::PayloadError;
 use bytes::Bytes;
-use serde::{de::DeserializeOwned, Serialize};
+use serde::{Serialize, de::DeserializeOwned};
 
 mod sealed {
     pub trait Sealed {}

@@ -12,7 +12,7 @@
 use bytes::Bytes;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use switchyard_msg::{decode_header, payload, Addr, DecodeError, Kind, Limits, Msg, Target};
+use switchyard_msg::{Addr, DecodeError, Kind, Limits, Msg, Target, decode_header, payload};
 
 /// What the decoder may allocate beyond a limit: error values and their text.
 const SLACK: usize = 256;

@@ -12,8 +12,8 @@ use bytes::Bytes;
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 use switchyard_msg::{
-    decode_header, encode_header, payload, Addr, DecodeError, Header, Kind, Limits, Msg,
-    PayloadError, Role, Target, MAGIC, WIRE_PREFIX_LEN, WIRE_VERSION,
+    Addr, DecodeError, Header, Kind, Limits, MAGIC, Msg, PayloadError, Role, Target,
+    WIRE_PREFIX_LEN, WIRE_VERSION, decode_header, encode_header, payload,
 };
 
 /// Offsets into a header frame (prefix included), from `msg/WIRE.md`.
@@ -353,7 +353,9 @@ fn wire_md_example_bytes() {
     assert_eq!(&wire[0][..], &expected[..]);
     assert_eq!(
         &wire[1][..],
-        &[0x00, 0x00, 0x00, 0x3f, 0x00, 0x00, 0x80, 0xbf, 0x00, 0x00, 0x00, 0x40][..]
+        &[
+            0x00, 0x00, 0x00, 0x3f, 0x00, 0x00, 0x80, 0xbf, 0x00, 0x00, 0x00, 0x40
+        ][..]
     );
 }
 

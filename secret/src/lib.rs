@@ -37,7 +37,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 mod job_id;
-pub use job_id::{JobId, ENV_JOB_ID};
+pub use job_id::{ENV_JOB_ID, JobId};
 
 /// The variable holding the secret itself.
 pub const ENV_SECRET: &str = "SWITCHYARD_JOB_SECRET";
@@ -218,7 +218,9 @@ fn warn_if_others_can_read(_file: &std::fs::File, _path: &str) {}
 #[non_exhaustive]
 pub enum AuthFailure {
     /// The acceptor did not open with [`MAGIC`]: it does not use a job secret.
-    #[error("the peer does not expect authentication (set the same job secret on every process, or none)")]
+    #[error(
+        "the peer does not expect authentication (set the same job secret on every process, or none)"
+    )]
     PeerNotAuthenticating,
     /// The connector's tag did not match: a wrong secret, no secret, or a replay.
     #[error("the peer's proof of the job secret is wrong (wrong or missing secret)")]
@@ -228,7 +230,9 @@ pub enum AuthFailure {
     BadAcceptorTag,
     /// The peer closed the connection mid-handshake; for a connector, what an acceptor
     /// that refused it does.
-    #[error("the peer closed the connection during authentication (it refused our secret or expects none)")]
+    #[error(
+        "the peer closed the connection during authentication (it refused our secret or expects none)"
+    )]
     Closed,
     /// The handshake did not finish in time.
     #[error("authentication did not finish within {0:?}")]
@@ -439,21 +443,23 @@ mod tests {
             .unwrap()
             .finalize()
             .into_bytes();
-        assert!(key
-            .tag(CONNECTOR_LABEL, "p", &nonces, 1)
-            .unwrap()
-            .verify_slice(&acceptor_tag)
-            .is_err());
+        assert!(
+            key.tag(CONNECTOR_LABEL, "p", &nonces, 1)
+                .unwrap()
+                .verify_slice(&acceptor_tag)
+                .is_err()
+        );
         // And the claimed rank is bound: rank 1's tag does not pass for rank 2.
         let rank_one = key
             .tag(CONNECTOR_LABEL, "p", &nonces, 1)
             .unwrap()
             .finalize()
             .into_bytes();
-        assert!(key
-            .tag(CONNECTOR_LABEL, "p", &nonces, 2)
-            .unwrap()
-            .verify_slice(&rank_one)
-            .is_err());
+        assert!(
+            key.tag(CONNECTOR_LABEL, "p", &nonces, 2)
+                .unwrap()
+                .verify_slice(&rank_one)
+                .is_err()
+        );
     }
 }

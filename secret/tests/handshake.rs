@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use switchyard_secret::{accept, connect, AuthFailure, JobSecret, MAGIC};
+use switchyard_secret::{AuthFailure, JobSecret, MAGIC, accept, connect};
 
 const PURPOSE: &str = "test";
 const LIMIT: Duration = Duration::from_secs(5);
@@ -198,9 +198,11 @@ fn strangers_do_not_stop_a_real_peer() {
 #[test]
 fn the_secret_comes_from_one_variable_or_a_file_and_fails_closed() {
     assert!(JobSecret::from_vars(None, None).unwrap().is_none());
-    assert!(JobSecret::from_vars(Some("0123456789abcdef".into()), None)
-        .unwrap()
-        .is_some());
+    assert!(
+        JobSecret::from_vars(Some("0123456789abcdef".into()), None)
+            .unwrap()
+            .is_some()
+    );
     let short = JobSecret::from_vars(Some("short".into()), None).unwrap_err();
     assert!(
         short.to_string().contains("SWITCHYARD_JOB_SECRET"),

@@ -1,11 +1,11 @@
 //! The rest of the typed collectives: byte strings, allgather, reduce-scatter,
 //! barrier. Each checks its arguments and makes one or two engine calls.
 
+use super::Communicator;
 use super::algo::split;
 use super::element::{ReduceOp, Reducible};
 use super::engine::{Collective, Elem};
 use super::error::{Call, CollectiveError};
-use super::Communicator;
 use std::ops::Range;
 use switchyard_msg::payload::Element;
 

@@ -1,7 +1,7 @@
 //! Stopping a call that is waiting, from another thread or a signal handler.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A flag that ends the running call of a communicator: once it is raised, a mesh
 /// call on the TCP data path ([`DataPath::Tcp`](super::DataPath::Tcp)) returns

@@ -5,15 +5,15 @@
 //! reinterpreted in place, never copied); copies (broadcast, allgather) run on the
 //! bytes, because any cut of a buffer copies the same.
 
-use super::algo::choice::{checks_everyone, choose, Algorithm, Kind};
-use super::algo::{direct, doubling, ring, tree, Round, AGREE_STEPS};
-use super::element::{with_dtype, DType, ReduceOp, Reducible};
-use super::engine::{share_fold_result, Collective, Combine, Elem, Engine};
+use super::Link;
+use super::algo::choice::{Algorithm, Kind, checks_everyone, choose};
+use super::algo::{AGREE_STEPS, Round, direct, doubling, ring, tree};
+use super::element::{DType, ReduceOp, Reducible, with_dtype};
+use super::engine::{Collective, Combine, Elem, Engine, share_fold_result};
 use super::error::{Call, CollectiveError};
 use super::link::{Clock, Notice};
 use super::options::Tuning;
-use super::signature::{Signature, CHECKED};
-use super::Link;
+use super::signature::{CHECKED, Signature};
 use std::ops::Range;
 use std::time::{Duration, Instant};
 use switchyard_msg::payload;
@@ -430,7 +430,7 @@ fn not_for(call: Call, algorithm: Algorithm) -> CollectiveError {
 
 #[cfg(test)]
 mod tests {
-    use super::{follow, Notice};
+    use super::{Notice, follow};
 
     fn notice(rank: usize, blames: Option<usize>) -> Notice {
         Notice {

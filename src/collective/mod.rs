@@ -82,11 +82,11 @@ pub use options::{
     ENV_LARGE_THRESHOLD, ENV_TIMEOUT,
 };
 pub use robust::{
-    Checkpoint, KillPoint, MockKill, RobustOptions, ENV_GLOBAL_REPLICA, ENV_LOCAL_REPLICA,
-    ENV_MOCK, ENV_RESULT_BUDGET, MOCK_EXIT_STATUS,
+    Checkpoint, ENV_GLOBAL_REPLICA, ENV_LOCAL_REPLICA, ENV_MOCK, ENV_RESULT_BUDGET, KillPoint,
+    MOCK_EXIT_STATUS, MockKill, RobustOptions,
 };
 pub use setup::MeshBuilder;
-pub use tracked::{TrackerJoin, TrackerProtocol, ENV_TRACKER_PROTOCOL};
+pub use tracked::{ENV_TRACKER_PROTOCOL, TrackerJoin, TrackerProtocol};
 
 use engine::{Collective, Elem, Engine};
 use switchyard_msg::payload::Element;

@@ -23,10 +23,10 @@
 //! tracker gives its rank back), and each binds a fresh endpoint; the tracker never
 //! hands out a listener of an earlier generation.
 
+use super::Communicator;
 use super::engine::{Engine, Solo};
 use super::error::{Call, CollectiveError};
 use super::options::CommOptions;
-use super::Communicator;
 use std::net::{IpAddr, TcpStream};
 use std::time::{Duration, Instant};
 use switchyard_tracker::client::classic::{ClassicClient, ClassicSession};

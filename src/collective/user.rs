@@ -3,11 +3,11 @@
 //! [`Collective::Fold`]: rank-ordered onto rank 0 (so the function need only be
 //! associative), then the result to every rank.
 
+use super::Communicator;
 use super::engine::{Collective, Elem};
 use super::error::{Call, CollectiveError};
 use super::signature::Signature;
-use super::Communicator;
-use serde::{de::DeserializeOwned, Serialize};
+use serde::{Serialize, de::DeserializeOwned};
 use std::borrow::Cow;
 use switchyard_msg::payload::{self, Element};
 

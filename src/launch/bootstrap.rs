@@ -1,5 +1,5 @@
-use super::{rendezvous, LaunchError, ENV_RANK, ENV_RENDEZVOUS, ENV_WORLD_SIZE};
-use crate::collective::{TrackerProtocol, ENV_TRACKER_PROTOCOL};
+use super::{ENV_RANK, ENV_RENDEZVOUS, ENV_WORLD_SIZE, LaunchError, rendezvous};
+use crate::collective::{ENV_TRACKER_PROTOCOL, TrackerProtocol};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 

@@ -19,8 +19,8 @@
 //! size is not part of it: ranks told different sizes reach the same root, which
 //! refuses the odd ones naming both sizes, where different tags read as strangers.
 
-use super::unique_id::UniqueId;
 use super::LaunchError;
+use super::unique_id::UniqueId;
 use std::net::{SocketAddr, ToSocketAddrs};
 
 /// The root port when `MASTER_PORT` is unset (torchrun's default).

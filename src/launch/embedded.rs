@@ -6,13 +6,13 @@
 //! and dropped connections become log lines; only the tracker's silent-rank reports
 //! ([`watchdog`]) become kills.
 
+use super::LaunchError;
 use super::supervise::Notice;
 use super::watchdog;
-use super::LaunchError;
 use crossbeam_channel::{RecvTimeoutError, Sender};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use switchyard_tracker::{Event, Tracker, TrackerConfig};
 
@@ -31,16 +31,18 @@ pub(crate) fn start(
     })?;
     let events = tracker.events();
     let mut indices = HashMap::new();
-    std::thread::spawn(move || loop {
-        let notice = match events.recv_timeout(Duration::from_millis(100)) {
-            Ok(event) => notice_for(event, &mut indices),
-            Err(RecvTimeoutError::Timeout) if done.load(Ordering::SeqCst) => return,
-            Err(RecvTimeoutError::Timeout) => None,
-            Err(RecvTimeoutError::Disconnected) => return,
-        };
-        if let Some(notice) = notice {
-            if notices.send(notice).is_err() {
-                return;
+    std::thread::spawn(move || {
+        loop {
+            let notice = match events.recv_timeout(Duration::from_millis(100)) {
+                Ok(event) => notice_for(event, &mut indices),
+                Err(RecvTimeoutError::Timeout) if done.load(Ordering::SeqCst) => return,
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => return,
+            };
+            if let Some(notice) = notice {
+                if notices.send(notice).is_err() {
+                    return;
+                }
             }
         }
     });

@@ -46,7 +46,9 @@ pub enum LaunchError {
     },
     /// Not every worker joined (checked in at the rendezvous or got a rank from the
     /// tracker) before the timeout.
-    #[error("rendezvous timed out after {waited:?}: ranks {missing:?} never checked in (at the rendezvous or the tracker; --rendezvous-timeout)")]
+    #[error(
+        "rendezvous timed out after {waited:?}: ranks {missing:?} never checked in (at the rendezvous or the tracker; --rendezvous-timeout)"
+    )]
     Missing {
         /// Ranks that did not arrive.
         missing: Vec<u32>,

@@ -99,7 +99,7 @@ pub(crate) use bootstrap::tcp_any_port;
 pub use bootstrap::{Bootstrap, Rendezvous};
 pub use error::LaunchError;
 pub(crate) use iface::ifname_address;
-pub use iface::{bind_address, ENV_IFNAME};
+pub use iface::{ENV_IFNAME, bind_address};
 pub use options::{LaunchOptions, LauncherKind};
 pub use process::run_local;
 pub use unique_id::{IdError, UniqueId};

@@ -4,13 +4,13 @@
 use super::console::Console;
 use super::hostfile::{self, Host};
 use super::supervise::{Proc, Role, Supervisor};
-use super::{embedded, rendezvous_server, signals};
-use super::{LaunchError, LaunchOptions, LauncherKind};
 use super::{ENV_RANK, ENV_RENDEZVOUS, ENV_WORLD_SIZE};
-use crossbeam_channel::{unbounded, Receiver};
+use super::{LaunchError, LaunchOptions, LauncherKind};
+use super::{embedded, rendezvous_server, signals};
+use crossbeam_channel::{Receiver, unbounded};
 use std::net::TcpListener;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long the launcher waits, after the job ended, for the last lines of output.
@@ -217,7 +217,7 @@ fn validate(options: &LaunchOptions) -> Result<(), LaunchError> {
 /// A secret given only by value cannot reach the remote hosts that way: refused, with
 /// the way out. Local processes inherit the launcher's environment: nothing to add.
 fn secret_env(kind: LauncherKind) -> Result<Vec<(String, String)>, LaunchError> {
-    use switchyard_secret::{JobSecret, ENV_SECRET, ENV_SECRET_FILE};
+    use switchyard_secret::{ENV_SECRET, ENV_SECRET_FILE, JobSecret};
     if kind == LauncherKind::Local {
         return Ok(Vec::new());
     }

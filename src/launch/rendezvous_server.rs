@@ -13,14 +13,14 @@
 //! concurrently, each on its own thread within its own deadline (see
 //! [`handshakes`](super::handshakes)), so idle connections delay no rank.
 
-use super::handshakes::{self, accept_all, Handshakes};
-use super::rendezvous::{read_check_in, write_endpoints, CheckIn, AUTH_PURPOSE};
+use super::handshakes::{self, Handshakes, accept_all};
+use super::rendezvous::{AUTH_PURPOSE, CheckIn, read_check_in, write_endpoints};
 use super::supervise::Notice;
 use crossbeam_channel::Sender;
 use std::collections::HashMap;
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use switchyard_secret::JobSecret;
 
@@ -143,10 +143,10 @@ fn serve(
         }
         let rank = check_in.rank;
         let generation = check_in.generation;
-        let gen = generations
+        let pending = generations
             .entry(generation)
             .or_insert_with(|| Generation::new(world));
-        let slot = &mut gen.endpoints[rank as usize];
+        let slot = &mut pending.endpoints[rank as usize];
         if slot.is_some() {
             tracing::info!(%peer, rank, generation, "rendezvous: rank checked in again (restarted); endpoint replaced");
         }
@@ -155,16 +155,16 @@ fn serve(
             index: rank,
             via: "rendezvous",
         });
-        if gen.answered {
-            answer(&mut stream, &gen.endpoints, rank);
+        if pending.answered {
+            answer(&mut stream, &pending.endpoints, rank);
         } else {
-            gen.waiting[rank as usize] = Some(stream);
-            if gen.endpoints.iter().all(Option::is_some) {
-                gen.answered = true;
+            pending.waiting[rank as usize] = Some(stream);
+            if pending.endpoints.iter().all(Option::is_some) {
+                pending.answered = true;
                 tracing::debug!(generation, "rendezvous: every rank checked in; answering");
-                for (rank, stream) in gen.waiting.iter_mut().enumerate() {
+                for (rank, stream) in pending.waiting.iter_mut().enumerate() {
                     if let Some(mut stream) = stream.take() {
-                        answer(&mut stream, &gen.endpoints, rank as u32);
+                        answer(&mut stream, &pending.endpoints, rank as u32);
                     }
                 }
             }

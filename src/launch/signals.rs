@@ -4,8 +4,8 @@
 //! safely do); the loop sees it within one poll interval, stops every child and
 //! returns [`LaunchError::Interrupted`](super::LaunchError::Interrupted).
 
-use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Once;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 /// The last signal received, 0 if none.
 static RECEIVED: AtomicI32 = AtomicI32::new(0);

@@ -6,11 +6,11 @@
 //! and the tracker, the signal flag and the deadlines. Polling rather than blocking
 //! keeps one thread in charge of every child, so no child is ever waited for twice.
 
-use super::console::{forward_output, Console, SummaryRow};
+use super::console::{Console, SummaryRow, forward_output};
 use super::group;
 use super::hostfile::Host;
 use super::remote::{self, Spec};
-use super::{signals, LaunchError, LaunchOptions};
+use super::{LaunchError, LaunchOptions, signals};
 use crossbeam_channel::{Receiver, Sender};
 use std::path::PathBuf;
 use std::process::{Child, Stdio};

@@ -69,10 +69,10 @@ use thiserror::Error;
 mod root;
 mod wire;
 
-use super::handshakes::{self, accept_all, Handshakes};
+use super::handshakes::{self, Handshakes, accept_all};
 
 pub use root::{RootState, Verdict};
-use wire::{put_text, Wire};
+use wire::{Wire, put_text};
 
 /// Magic of a check-in and of the root's answer.
 const CHECK_IN: [u8; 4] = *b"SYUI";
@@ -729,7 +729,7 @@ fn ring_exchange(
                 root: id.root,
                 rank,
                 reason: text,
-            })
+            });
         }
         LEFT => {
             let gone = text
@@ -747,7 +747,7 @@ fn ring_exchange(
                 root: id.root,
                 world,
                 reason: text,
-            })
+            });
         }
     };
     drop(to_root);

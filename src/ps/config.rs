@@ -184,7 +184,7 @@ impl PsEnv {
                 return Err(PsError::Env {
                     var: "DMLC_ROLE",
                     reason: format!("{other:?} is not scheduler, server or worker"),
-                })
+                });
             }
         };
         let need = |var: &'static str| {
@@ -237,7 +237,7 @@ impl PsEnv {
                 return Err(PsError::Env {
                     var: "SWITCHYARD_PS_REPLICATE",
                     reason: format!("{other:?} is not 0 or 1"),
-                })
+                });
             }
         };
         config.check()?;
@@ -255,7 +255,7 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
         let map: HashMap<String, String> = pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -8,8 +8,8 @@
 use super::wire::{self, Control, NodeRole};
 use super::{PsConfig, PsError};
 use crossbeam_channel::{Receiver, Sender};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use switchyard_transports::{Dealer, DealerSocket, RecvError, Socket};

@@ -36,7 +36,9 @@ pub enum PsError {
         server: String,
     },
     /// A push carried a different number of values for a key than the server holds.
-    #[error("key {key}: pushed {pushed} values but {server} holds {stored} (a key's length is fixed by its first push)")]
+    #[error(
+        "key {key}: pushed {pushed} values but {server} holds {stored} (a key's length is fixed by its first push)"
+    )]
     LengthChanged {
         /// The key.
         key: u64,
@@ -61,7 +63,9 @@ pub enum PsError {
     /// A [`Mode::Sync`](super::Mode::Sync) round of a key did not complete within
     /// [`PsConfig::request_timeout`](super::PsConfig::request_timeout): some workers
     /// never pushed the key. The round's partial sum is dropped.
-    #[error("key {key}: its sync round at {server} waited {waited:.1?} for workers {missing:?} (only workers {pushed:?} pushed it); in Mode::Sync every worker must push every key of a round (PsConfig::request_timeout)")]
+    #[error(
+        "key {key}: its sync round at {server} waited {waited:.1?} for workers {missing:?} (only workers {pushed:?} pushed it); in Mode::Sync every worker must push every key of a round (PsConfig::request_timeout)"
+    )]
     RoundIncomplete {
         /// The key.
         key: u64,

@@ -184,7 +184,7 @@ impl Node {
                     return Err(PsError::protocol(
                         format!("scheduler at {}", self.scheduler),
                         e,
-                    ))
+                    ));
                 }
             }
             between();

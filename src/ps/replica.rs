@@ -13,7 +13,7 @@ use super::wire::{self, ReplicaMeta, Runs};
 use super::{PsError, Value};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::thread::JoinHandle;
-use switchyard_msg::{payload, Addr, Msg};
+use switchyard_msg::{Addr, Msg, payload};
 use switchyard_transports::{Dealer, DealerSocket, PeerId, Socket, SocketOptions, TransportError};
 
 /// Copies of other servers' keys, by the server they belong to.

@@ -191,7 +191,9 @@ impl Scheduler {
                 let node = m.name();
                 if let Some(by) = self.failover_target(&members, i, failovers) {
                     let dead = members[i].rank;
-                    tracing::warn!("ps scheduler: {node} silent for {silent:.1?}; server {by} serves its keys from its replica");
+                    tracing::warn!(
+                        "ps scheduler: {node} silent for {silent:.1?}; server {by} serves its keys from its replica"
+                    );
                     // The silent server hears it too: if it is only slow, not dead,
                     // it learns that its keys are served elsewhere and stops.
                     self.broadcast(&members, &Control::Failover { dead, by });
@@ -243,7 +245,7 @@ impl Scheduler {
                         started.elapsed(),
                         count(&members, NodeRole::Worker),
                         count(&members, NodeRole::Server)
-                    )))
+                    )));
                 }
                 Err(e) => return Err(PsError::protocol("scheduler socket", e)),
             };

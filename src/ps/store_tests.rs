@@ -42,12 +42,16 @@ fn values(reply: &Reply<u32>) -> Vec<f32> {
 #[test]
 fn sync_round_answers_every_worker_with_the_sum() {
     let mut store = Store::<f32, u32>::new("server 0".into(), Mode::Sync, 3, Update::Sum);
-    assert!(store
-        .handle(0, req(0, 1, Op::PushPull, &[7], &[2], vec![1.0, 2.0]))
-        .is_empty());
-    assert!(store
-        .handle(1, req(1, 1, Op::PushPull, &[7], &[2], vec![10.0, 20.0]))
-        .is_empty());
+    assert!(
+        store
+            .handle(0, req(0, 1, Op::PushPull, &[7], &[2], vec![1.0, 2.0]))
+            .is_empty()
+    );
+    assert!(
+        store
+            .handle(1, req(1, 1, Op::PushPull, &[7], &[2], vec![10.0, 20.0]))
+            .is_empty()
+    );
     assert_eq!(store.waiting(), 2);
     let replies = store.handle(2, req(2, 5, Op::PushPull, &[7], &[2], vec![100.0, 200.0]));
     assert_eq!(replies.len(), 3);
@@ -64,12 +68,16 @@ fn sync_round_answers_every_worker_with_the_sum() {
 #[test]
 fn a_second_push_from_one_worker_waits_for_the_next_round() {
     let mut store = Store::<f32, u32>::new("s".into(), Mode::Sync, 2, Update::Sum);
-    assert!(store
-        .handle(0, req(0, 1, Op::Push, &[1], &[1], vec![1.0]))
-        .is_empty());
-    assert!(store
-        .handle(0, req(0, 2, Op::Push, &[1], &[1], vec![2.0]))
-        .is_empty());
+    assert!(
+        store
+            .handle(0, req(0, 1, Op::Push, &[1], &[1], vec![1.0]))
+            .is_empty()
+    );
+    assert!(
+        store
+            .handle(0, req(0, 2, Op::Push, &[1], &[1], vec![2.0]))
+            .is_empty()
+    );
     let first = store.handle(1, req(1, 1, Op::Push, &[1], &[1], vec![3.0]));
     assert_eq!(
         first.len(),
@@ -85,12 +93,14 @@ fn a_second_push_from_one_worker_waits_for_the_next_round() {
 #[test]
 fn multi_key_request_waits_for_all_its_keys() {
     let mut store = Store::<f32, u32>::new("s".into(), Mode::Sync, 2, Update::Sgd { rate: 0.5 });
-    assert!(store
-        .handle(
-            0,
-            req(0, 1, Op::PushPull, &[1, 2], &[1, 2], vec![2.0, 4.0, 6.0])
-        )
-        .is_empty());
+    assert!(
+        store
+            .handle(
+                0,
+                req(0, 1, Op::PushPull, &[1, 2], &[1, 2], vec![2.0, 4.0, 6.0])
+            )
+            .is_empty()
+    );
     let one = store.handle(1, req(1, 1, Op::PushPull, &[1], &[1], vec![2.0]));
     assert_eq!(one.len(), 1, "worker 1's request has only key 1");
     assert_eq!((one[0].peer, values(&one[0])), (1, vec![-2.0]));
@@ -212,9 +222,11 @@ fn an_adopted_store_carries_on_from_the_copy() {
     let r = replica.handle(1, req(1, 1, Op::PushPull, &[4], &[2], vec![2.0, 2.0]));
     assert_eq!(values(&r[0]), [3.0, 3.0]);
     assert_eq!(r[0].primary, 0);
-    assert!(replica
-        .handle(0, req(0, 2, Op::PushPull, &[4], &[2], vec![1.0, 1.0]))
-        .is_empty());
+    assert!(
+        replica
+            .handle(0, req(0, 2, Op::PushPull, &[4], &[2], vec![1.0, 1.0]))
+            .is_empty()
+    );
     let r = replica.handle(1, req(1, 2, Op::PushPull, &[4], &[2], vec![1.0, 1.0]));
     assert_eq!(r.len(), 2);
     assert_eq!(values(&r[0]), [5.0, 5.0]);
@@ -261,26 +273,34 @@ fn a_check_holds_new_lengths_until_released_and_pulls_do_not_see_them() {
         PsError::LengthChanged { key: 7, .. }
     ));
     // Released by its own request only: then any length may come first.
-    assert!(store
-        .handle(0, req(1, 9, Op::Release, &[7], &[3], vec![]))
-        .is_empty());
+    assert!(
+        store
+            .handle(0, req(1, 9, Op::Release, &[7], &[3], vec![]))
+            .is_empty()
+    );
     let r = store.handle(1, req(1, 3, Op::Push, &[7], &[2], vec![1.0; 2]));
     assert!(matches!(refused(&r[0], "s"), PsError::LengthChanged { .. }));
     store.handle(0, req(0, 1, Op::Release, &[7], &[3], vec![]));
-    assert!(store
-        .handle(1, req(1, 4, Op::Push, &[7], &[2], vec![1.0; 2]))
-        .is_empty());
+    assert!(
+        store
+            .handle(1, req(1, 4, Op::Push, &[7], &[2], vec![1.0; 2]))
+            .is_empty()
+    );
 }
 
 #[test]
 fn a_sync_round_that_some_workers_never_join_is_refused_naming_them() {
     let mut store = Store::<f32, u32>::new("s".into(), Mode::Sync, 3, Update::Sum);
-    assert!(store
-        .handle(0, req(2, 1, Op::Push, &[4], &[1], vec![1.0]))
-        .is_empty());
-    assert!(store
-        .expire(Instant::now(), Duration::from_secs(60))
-        .is_empty());
+    assert!(
+        store
+            .handle(0, req(2, 1, Op::Push, &[4], &[1], vec![1.0]))
+            .is_empty()
+    );
+    assert!(
+        store
+            .expire(Instant::now(), Duration::from_secs(60))
+            .is_empty()
+    );
     let r = store.expire(
         Instant::now() + Duration::from_millis(5),
         Duration::from_millis(1),

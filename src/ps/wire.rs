@@ -10,7 +10,7 @@
 use super::{PsError, Value};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use switchyard_msg::{payload, Addr, Kind, Msg};
+use switchyard_msg::{Addr, Kind, Msg, payload};
 
 /// Base of the parameter server's [`Kind::User`] codes ("PS").
 const BASE: u16 = 0x5053;

@@ -1,5 +1,5 @@
 use crate::{AddressTable, ClusterLayout, StubError, StubSocket};
-use crossbeam_channel::{bounded, Receiver, SendTimeoutError, Sender};
+use crossbeam_channel::{Receiver, SendTimeoutError, Sender, bounded};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;

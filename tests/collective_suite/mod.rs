@@ -17,8 +17,8 @@
 pub(crate) mod rank;
 pub(crate) mod reference;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use switchyard::collective::{CollectiveError, CommOptions, Communicator};
 

@@ -150,7 +150,7 @@ impl<'a> Deadline<'a> {
                         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                     ) =>
                 {
-                    return Err(self.timed_out(what))
+                    return Err(self.timed_out(what));
                 }
                 Err(e)
                     if matches!(
@@ -158,7 +158,7 @@ impl<'a> Deadline<'a> {
                         io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted
                     ) =>
                 {
-                    return Err(WireError::Closed { what })
+                    return Err(WireError::Closed { what });
                 }
                 Err(source) => return Err(WireError::Io { what, source }),
             }

@@ -12,8 +12,8 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
-use switchyard_tracker::client::classic::{ClassicClient, Joined};
 use switchyard_tracker::client::ClientConfig;
+use switchyard_tracker::client::classic::{ClassicClient, Joined};
 use switchyard_tracker::maps::link_maps;
 use switchyard_tracker::{Event, Tracker, TrackerConfig};
 
@@ -50,7 +50,7 @@ fn await_decided(events: &Receiver<Event>, rank: u32, how: How) {
             | (How::Recover, Event::Recovered { rank: r })
                 if r == rank =>
             {
-                return
+                return;
             }
             _ => {}
         }

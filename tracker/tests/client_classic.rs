@@ -5,7 +5,7 @@
 
 mod client_support;
 
-use client_support::{xgb17_python, RefTracker};
+use client_support::{RefTracker, xgb17_python};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::thread;

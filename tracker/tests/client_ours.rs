@@ -7,9 +7,9 @@
 use std::io::{Read, Write};
 use std::thread;
 use std::time::Duration;
+use switchyard_tracker::client::ClientConfig;
 use switchyard_tracker::client::classic::ClassicClient;
 use switchyard_tracker::client::json::JsonClient;
-use switchyard_tracker::client::ClientConfig;
 use switchyard_tracker::maps::link_maps;
 use switchyard_tracker::{Event, Tracker, TrackerConfig};
 

@@ -11,9 +11,9 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 use switchyard_secret::{JobSecret, MAGIC};
+use switchyard_tracker::client::ClientConfig;
 use switchyard_tracker::client::classic::ClassicClient;
 use switchyard_tracker::client::json::JsonClient;
-use switchyard_tracker::client::ClientConfig;
 use switchyard_tracker::{Event, Tracker, TrackerConfig};
 
 const CHILD: &str = "SWITCHYARD_TRACKER_SECRET_TEST_CHILD";

@@ -6,7 +6,7 @@
 //! [`BackendRouter`] contract in `backend/mod.rs`.
 
 use crate::backend::local::{LocalDealer, LocalRouter};
-use crate::backend::{route, BackendDealer, BackendRouter, BackendSocket, Deadline, Route, Side};
+use crate::backend::{BackendDealer, BackendRouter, BackendSocket, Deadline, Route, Side, route};
 use crate::poller::Watch;
 use crate::{Dealer, PeerId, RecvError, Router, SendError, Socket, SocketOptions, TransportError};
 use std::time::{Duration, Instant};

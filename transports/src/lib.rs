@@ -50,10 +50,10 @@ pub use dispatch::{DealerSocket, RouterSocket};
 #[cfg(feature = "mpi")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]
 pub mod mpi {
+    pub use crate::backend::mpi::{CallError, Collectives, Datatype, Operation, with_collectives};
     pub use crate::backend::mpi::{
-        error_string, run_on_progress_thread, world, MpiWorld, ThreadLevel, ENV_FINALIZE_TIMEOUT,
+        ENV_FINALIZE_TIMEOUT, MpiWorld, ThreadLevel, error_string, run_on_progress_thread, world,
     };
-    pub use crate::backend::mpi::{with_collectives, CallError, Collectives, Datatype, Operation};
 }
 pub use endpoint::Endpoint;
 

@@ -86,7 +86,7 @@ pub trait Router: Socket + Sized {
 
     /// Receives the next message and its sender, waiting until `deadline`.
     fn recv_from_deadline(&mut self, deadline: Option<Instant>)
-        -> Result<(PeerId, Msg), RecvError>;
+    -> Result<(PeerId, Msg), RecvError>;
 
     /// Receives a message and its sender if one is queued.
     fn try_recv_from(&mut self) -> Result<(PeerId, Msg), RecvError>;

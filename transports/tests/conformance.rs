@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
-use switchyard_msg::{payload, Addr, Kind, Msg};
+use switchyard_msg::{Addr, Kind, Msg, payload};
 use switchyard_transports::{
     Dealer, DealerSocket, PeerId, RecvError, Router, RouterSocket, SendErrorKind, Socket,
     SocketOptions, TransportError,

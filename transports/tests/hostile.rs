@@ -10,7 +10,7 @@
 
 mod hostile_support;
 
-use hostile_support::{bind, good_client_is_served, options, request, wire, RawDealer, Zmtp, WAIT};
+use hostile_support::{RawDealer, WAIT, Zmtp, bind, good_client_is_served, options, request, wire};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};

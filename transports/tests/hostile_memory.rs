@@ -12,7 +12,7 @@
 mod hostile_support;
 
 use hostile_support::{
-    bind, good_client_is_served, memory, options, request, reset_peak, Zmtp, WAIT,
+    WAIT, Zmtp, bind, good_client_is_served, memory, options, request, reset_peak,
 };
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -149,9 +149,11 @@ fn garbage_is_dropped_and_counted_over_tcp() {
     );
     assert_eq!(router.dropped_malformed(), count);
     // The raw peer never became a known peer: nothing it sent decoded.
-    assert!(!router
-        .peers()
-        .contains(&PeerId::new("raw-garbage").unwrap()));
+    assert!(
+        !router
+            .peers()
+            .contains(&PeerId::new("raw-garbage").unwrap())
+    );
 
     // Garbage after the good dealer joined is dropped the same way, one at a time.
     for (i, (what, frames)) in garbage.iter().enumerate() {
@@ -220,9 +222,11 @@ fn frame_over_max_frame_bytes_disconnects_the_raw_peer() {
         Err(RecvError::Timeout)
     );
     assert_eq!(router.dropped_malformed(), 0);
-    assert!(!router
-        .peers()
-        .contains(&PeerId::new("raw-oversized").unwrap()));
+    assert!(
+        !router
+            .peers()
+            .contains(&PeerId::new("raw-oversized").unwrap())
+    );
 }
 
 #[test]

@@ -16,10 +16,10 @@ mod in_mpi_job {
     use super::WAIT;
     use std::collections::HashMap;
     use std::time::Duration;
-    use switchyard_msg::{payload, Addr, Kind, Msg};
+    use switchyard_msg::{Addr, Kind, Msg, payload};
     use switchyard_transports::{
-        mpi, Dealer, DealerSocket, Router, RouterSocket, SendErrorKind, Socket, SocketOptions,
-        TransportError,
+        Dealer, DealerSocket, Router, RouterSocket, SendErrorKind, Socket, SocketOptions,
+        TransportError, mpi,
     };
 
     const THREADS: u64 = 2;

@@ -7,13 +7,13 @@
 //! match each other's messages.
 
 use super::report::header;
-use super::{median, Common, Row};
+use super::{Common, Row, median};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator as _, CommunicatorCollectives as _, Destination as _, Source as _};
 use std::time::{Duration, Instant};
 use switchyard::prelude::*;
-use switchyard::transports::mpi::{world, ThreadLevel};
 use switchyard::transports::PeerId;
+use switchyard::transports::mpi::{ThreadLevel, world};
 
 const SUITE: &str = "mpi";
 const SIZES: [usize; 4] = [64, 1024, 64 * 1024, 1024 * 1024];
@@ -43,11 +43,7 @@ fn relaunch() -> Result<()> {
 /// Messages per repetition: about 64 MiB of payload, between 200 and 100k messages.
 fn count_for(size: usize, quick: bool) -> usize {
     let n = ((64usize << 20) / size).clamp(200, 100_000);
-    if quick {
-        (n / 4).max(200)
-    } else {
-        n
-    }
+    if quick { (n / 4).max(200) } else { n }
 }
 
 fn probe(size: usize) -> Msg {

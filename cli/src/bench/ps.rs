@@ -11,7 +11,7 @@
 //! once it has heard from all four, with as many bytes back.
 
 use super::report::header;
-use super::{median, Common, Row};
+use super::{Common, Row, median};
 use bytes::Bytes;
 use std::sync::{Arc, Barrier};
 use std::thread;

@@ -42,7 +42,7 @@ mod worker;
 pub(crate) use worker::{UnixNanos, WorkerArgs};
 
 use super::report::header;
-use super::{median, Common, Row};
+use super::{Common, Row, median};
 use crossbeam_channel::{Receiver, Sender};
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 use switchyard::collective::{CommOptions, Communicator, ReduceOp, RobustOptions, TrackerJoin};
 use switchyard_tracker::{Tracker, TrackerConfig};
 use worker::{
-    unix_ns, CALL_FAILED, CAUGHT_UP, DONE, LOADED, MESH_BROKEN, NEW_MESH, READY, TIMINGS,
+    CALL_FAILED, CAUGHT_UP, DONE, LOADED, MESH_BROKEN, NEW_MESH, READY, TIMINGS, unix_ns,
 };
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;

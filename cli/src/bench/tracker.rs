@@ -13,13 +13,13 @@
 //!   with `switchyard launch` running `/bin/true` (what starting processes costs
 //!   alone); the ratio says how close to that floor the rendezvous and mesh setup are.
 
-use super::{median, Common, Row};
+use super::{Common, Row, median};
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use switchyard_tracker::client::{classic::ClassicClient, ClientConfig};
+use switchyard_tracker::client::{ClientConfig, classic::ClassicClient};
 use switchyard_tracker::{Tracker, TrackerConfig};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;

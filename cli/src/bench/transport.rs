@@ -1,7 +1,7 @@
 //! `switchyard bench transport`: what our sockets cost over the raw library under them.
 
 use super::report::header;
-use super::{median, paired, Common, Row};
+use super::{Common, Row, median, paired};
 use bytes::Bytes;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
@@ -26,11 +26,7 @@ fn unique(tag: &str) -> String {
 /// Messages per repetition: about 128 MiB of payload, between 256 and 200k messages.
 fn count_for(size: usize, quick: bool) -> usize {
     let n = ((128usize << 20) / size).clamp(256, 200_000);
-    if quick {
-        (n / 4).max(256)
-    } else {
-        n
-    }
+    if quick { (n / 4).max(256) } else { n }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -81,7 +81,9 @@ fn skip(why: &str) -> Option<Net> {
         !required,
         "{ENV_REQUIRE}=1 but network namespaces are unusable: {why}"
     );
-    eprintln!("skipped: network namespaces are unusable here ({why}); {ENV_REQUIRE}=1 makes this a failure");
+    eprintln!(
+        "skipped: network namespaces are unusable here ({why}); {ENV_REQUIRE}=1 makes this a failure"
+    );
     None
 }
 
@@ -144,7 +146,7 @@ impl Net {
                 return skip(&format!(
                     "`ip netns add` failed: {}",
                     String::from_utf8_lossy(&out.stderr).trim()
-                ))
+                ));
             }
             Ok(_) => {}
         }

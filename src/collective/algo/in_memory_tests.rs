@@ -4,7 +4,7 @@
 //! interleavings), each result against a sequential reference.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use super::{direct, doubling, ring, split, tree, Round, Signature};
+use super::{Round, Signature, direct, doubling, ring, split, tree};
 use crate::collective::error::{Call, CollectiveError};
 use crate::collective::link::{Clock, Link, MemoryLink, MemorySchedule};
 use bytes::Bytes;
@@ -29,11 +29,7 @@ fn lengths(n: usize) -> Vec<usize> {
 
 /// Pieces small enough that a large buffer takes several per block.
 fn piece_bytes(len: usize) -> usize {
-    if len >= LARGE {
-        256
-    } else {
-        16
-    }
+    if len >= LARGE { 256 } else { 16 }
 }
 
 /// The one call of every test, as the engine would describe it.

@@ -13,7 +13,7 @@
 //! ahead of what it received, so no send waits on a full queue while its receiver
 //! waits on it.
 
-use super::{split, Round};
+use super::{Round, split};
 use crate::collective::error::CollectiveError;
 use bytes::Bytes;
 use std::collections::VecDeque;

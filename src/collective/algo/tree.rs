@@ -1,7 +1,7 @@
 //! Binomial trees (order-preserving reduce, broadcast) and the pipelined chain
 //! broadcast for large buffers.
 
-use super::{split, Round};
+use super::{Round, split};
 use crate::collective::engine::Combine;
 use crate::collective::error::CollectiveError;
 use bytes::Bytes;

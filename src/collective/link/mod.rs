@@ -20,8 +20,8 @@ mod stream;
 
 pub use memory::{MemoryLink, MemorySchedule};
 pub use socket::{BoundLink, SocketLink};
-pub use stream::StreamLink;
 pub(crate) use stream::SILENT;
+pub use stream::StreamLink;
 
 use super::error::LinkError;
 use bytes::Bytes;

@@ -14,11 +14,11 @@
 //! before the connections are made, so that a rank is beating while a slower peer
 //! still connects.
 
-use super::framing::{decode_hello, encode_hello, HELLO_LEN};
-use super::liveness::{interval_for, random_tag, Announce, Beats, Liveness};
+use super::framing::{HELLO_LEN, decode_hello, encode_hello};
+use super::liveness::{Announce, Beats, Liveness, interval_for, random_tag};
 use super::{Link, SocketLink, Tag};
 use crate::collective::error::LinkError;
-use crate::launch::handshakes::{self, accept_all, Handshakes};
+use crate::launch::handshakes::{self, Handshakes, accept_all};
 use bytes::Bytes;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};

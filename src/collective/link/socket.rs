@@ -6,8 +6,8 @@ use super::{Clock, Link, Notice, Pending, Tag};
 use crate::collective::error::LinkError;
 use bytes::Bytes;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use switchyard_msg::{Addr, Kind, Msg};
 mod notices;
@@ -180,7 +180,7 @@ impl BoundLink {
             match self.router.await_peers(size - 1, slice) {
                 Ok(n) => break Ok(n),
                 Err(e) if failed.load(Ordering::SeqCst) || Instant::now() >= deadline => {
-                    break Err(e)
+                    break Err(e);
                 }
                 Err(_) => {}
             }
@@ -263,7 +263,7 @@ fn connect_until(
                     rank: peer,
                     endpoint: endpoint.to_string(),
                     reason: e.to_string(),
-                })
+                });
             }
             Err(_) => {
                 std::thread::sleep(pause);
@@ -381,19 +381,19 @@ impl SocketLink {
                 Ok(received) => break received,
                 Err(RecvError::Timeout) if Instant::now() < deadline => self.gone_check(from)?,
                 Err(RecvError::Timeout) if self.gone_since[from].is_some() => {
-                    return Err(self.gone_error(from))
+                    return Err(self.gone_error(from));
                 }
                 Err(RecvError::Timeout) => {
                     return Err(LinkError::Timeout {
                         rank: from,
                         waited: started.elapsed(),
-                    })
+                    });
                 }
                 Err(e) => {
                     return Err(LinkError::Transport {
                         rank: from,
                         reason: e.to_string(),
-                    })
+                    });
                 }
             }
         };

@@ -25,7 +25,7 @@ mod io;
 use super::framing::Decoder;
 use super::liveness::Liveness;
 use super::pool::Pool;
-use super::setup::{open_connections, Connection, Opened};
+use super::setup::{Connection, Opened, open_connections};
 use super::{Clock, Link, Notice, Pending, SocketLink, Tag};
 use crate::collective::error::LinkError;
 use crate::collective::interrupt::Interrupt;

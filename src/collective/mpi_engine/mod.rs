@@ -45,7 +45,7 @@
 mod split;
 
 use super::element::{DType, ReduceOp};
-use super::engine::{share_fold_result, Collective, Combine, Elem, Engine, Prepare};
+use super::engine::{Collective, Combine, Elem, Engine, Prepare, share_fold_result};
 use super::error::{Call, CollectiveError};
 use super::signature::Signature;
 use std::time::Duration;

@@ -18,8 +18,8 @@
 //! every rank is in the same call again and it runs for real.
 
 use super::mock::{self, KillPoint};
-use super::state::{decide, Kind, Plan, Rules, State, STATE_LEN};
-use super::store::{decode_local, encode_local, Global, Results, Saved};
+use super::state::{Kind, Plan, Rules, STATE_LEN, State, decide};
+use super::store::{Global, Results, Saved, decode_local, encode_local};
 use super::{Checkpoint, RobustOptions};
 use crate::collective::element::{DType, ReduceOp};
 use crate::collective::engine::{self, Collective, Elem, Engine};

@@ -1,15 +1,15 @@
 //! Forming a robust communicator through a tracker, and forming its mesh again after
 //! each failure (the tracker's `recover`).
 
-use super::engine::{Rejoin, Report, RobustEngine, SilentReport};
 use super::RobustOptions;
+use super::engine::{Rejoin, Report, RobustEngine, SilentReport};
 use crate::collective::error::{Call, CollectiveError};
-use crate::collective::tracked::{tracker_mesh, JoinAs, TrackerMesh};
-use crate::collective::{CommOptions, Communicator, TrackerJoin, TrackerProtocol, ENV_HEARTBEAT};
+use crate::collective::tracked::{JoinAs, TrackerMesh, tracker_mesh};
+use crate::collective::{CommOptions, Communicator, ENV_HEARTBEAT, TrackerJoin, TrackerProtocol};
 use crate::launch::{Bootstrap, Rendezvous};
 use std::time::{Duration, Instant};
-use switchyard_tracker::client::classic::ClassicClient;
 use switchyard_tracker::client::ClientConfig;
+use switchyard_tracker::client::classic::ClassicClient;
 
 /// The pause between two attempts to form a mesh.
 const REJOIN_PAUSE: Duration = Duration::from_millis(50);

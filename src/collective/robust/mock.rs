@@ -77,7 +77,7 @@ impl MockKill {
             Some(other) => {
                 return Err(format!(
                     "mock kill {text:?}: point {other:?} is not call, recover or replicate"
-                ))
+                ));
             }
         };
         Ok(MockKill {

@@ -36,13 +36,13 @@ mod state;
 mod store;
 
 pub(crate) use engine::RobustEngine;
-pub use mock::{KillPoint, MockKill, ENV_MOCK, MOCK_EXIT_STATUS};
+pub use mock::{ENV_MOCK, KillPoint, MOCK_EXIT_STATUS, MockKill};
 
+use super::Communicator;
 use super::element::{ReduceOp, Reducible};
 use super::engine::Collective;
 use super::error::{Call, CollectiveError};
-use super::Communicator;
-use serde::{de::DeserializeOwned, Serialize};
+use serde::{Serialize, de::DeserializeOwned};
 use std::sync::Arc;
 use store::Global;
 use switchyard_msg::payload;

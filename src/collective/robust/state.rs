@@ -270,7 +270,7 @@ pub(crate) fn decide(states: &[State], rules: Rules) -> Result<Plan, CollectiveE
                         return Err(CollectiveError::LocalModelLost {
                             rank: owner,
                             replicas_tried: holders,
-                        })
+                        });
                     }
                 }
             }

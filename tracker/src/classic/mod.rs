@@ -27,7 +27,7 @@
 //! consistent, since each side's choice depends on whether the other already reported
 //! its port.
 
-use crate::maps::{link_maps, Links};
+use crate::maps::{Links, link_maps};
 use crate::order::sort_batch;
 use crate::record::{Protocol, Record};
 use crate::server::SortBy;
@@ -384,7 +384,7 @@ impl Classic {
         // A state file is input too: a rank outside this world is ignored.
         match record {
             Record::Linked { rank, .. } | Record::ShutDown { rank, .. } if *rank >= self.n => {
-                return
+                return;
             }
             _ => {}
         }

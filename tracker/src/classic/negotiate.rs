@@ -1,7 +1,7 @@
 //! Link negotiation (§6) of the connection whose turn it is: the assignment, the
 //! rounds, the port report, and giving the turn back when a connection fails.
 
-use super::{Action, Classic, ConnId, Record, MAX_ROUNDS};
+use super::{Action, Classic, ConnId, MAX_ROUNDS, Record};
 use crate::maps::Links;
 use std::collections::{BTreeMap, BTreeSet};
 

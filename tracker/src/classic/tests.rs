@@ -121,33 +121,37 @@ fn refusals_name_what_was_wrong() {
     assert!(c.start(1, H, &h).unwrap_err().contains("world size 3"));
     let mut h = start(-1, None);
     h.command = Command::Recover;
-    assert!(c
-        .start(1, H, &h)
-        .unwrap_err()
-        .contains("recover with rank -1"));
-    assert!(c
-        .start(1, H, &start(2, None))
-        .unwrap_err()
-        .contains("not below the world size 2"));
+    assert!(
+        c.start(1, H, &h)
+            .unwrap_err()
+            .contains("recover with rank -1")
+    );
+    assert!(
+        c.start(1, H, &start(2, None))
+            .unwrap_err()
+            .contains("not below the world size 2")
+    );
     // Rank 0 explicitly, held while it negotiates: a second claim is refused (§10.8).
     assert_eq!(
         turns(&c.start(1, H, &start(0, Some("a"))).unwrap()),
         [(1, 0)]
     );
     assert!(c.start(2, H, &start(0, None)).unwrap_err().contains("held"));
-    assert!(c
-        .start(2, H, &start(-1, Some("a")))
-        .unwrap_err()
-        .contains("held"));
+    assert!(
+        c.start(2, H, &start(-1, Some("a")))
+            .unwrap_err()
+            .contains("held")
+    );
     // Rank 1 goes to the batch of one that is left; after that every rank is out.
     assert_eq!(
         assigned(&c.start(3, H, &start(-1, Some("b"))).unwrap()),
         [(1, Some("b".into()))]
     );
-    assert!(c
-        .start(4, H, &start(-1, Some("c")))
-        .unwrap_err()
-        .contains("every rank"));
+    assert!(
+        c.start(4, H, &start(-1, Some("c")))
+            .unwrap_err()
+            .contains("every rank")
+    );
 }
 
 #[test]
@@ -226,10 +230,11 @@ fn a_good_link_outside_the_link_set_and_endless_rounds_are_errors() {
     let not_linked = (0..4)
         .find(|r| *r != 0 && !a.links.link_set().contains(r))
         .unwrap();
-    assert!(c
-        .round(&mut neg, &[not_linked as i32])
-        .unwrap_err()
-        .contains("not one of its links"));
+    assert!(
+        c.round(&mut neg, &[not_linked as i32])
+            .unwrap_err()
+            .contains("not one of its links")
+    );
     for _ in 1..MAX_ROUNDS {
         c.round(&mut neg, &[]).unwrap();
     }
@@ -252,10 +257,11 @@ fn shutdown_counts_distinct_linked_ranks_only() {
     assert!(c.is_done());
     assert_eq!(c.shut_down(), [0, 1]);
     // A shut-down rank cannot start again.
-    assert!(c
-        .start(9, H, &start(0, None))
-        .unwrap_err()
-        .contains("already shut down"));
+    assert!(
+        c.start(9, H, &start(0, None))
+            .unwrap_err()
+            .contains("already shut down")
+    );
 }
 
 #[test]

@@ -8,7 +8,7 @@ use crate::wire::{self, Deadline, WireError};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
-use switchyard_secret::{JobSecret, HANDSHAKE_LIMIT};
+use switchyard_secret::{HANDSHAKE_LIMIT, JobSecret};
 
 /// Proves the job secret of this process's environment, if any, on a fresh
 /// connection (no rank claimed: the tracker assigns ranks, and peers check ranks in
@@ -72,7 +72,7 @@ pub(crate) fn connect_tracker(
                     addr: addr.to_string(),
                     attempts,
                     source,
-                })
+                });
             }
             Err(e) => {
                 tracing::debug!(%addr, attempt = k, error = %e, "tracker connect failed; retrying");

@@ -29,10 +29,11 @@ fn frames(actions: &[Action]) -> Vec<(ConnId, String, u16, u32)> {
 #[test]
 fn a_full_batch_gets_ring_successors_in_sorted_order() {
     let mut j = Json::new(3, SortBy::Host);
-    assert!(j
-        .start(1, "h", &hello("10"), 7010, 8010)
-        .unwrap()
-        .is_empty());
+    assert!(
+        j.start(1, "h", &hello("10"), 7010, 8010)
+            .unwrap()
+            .is_empty()
+    );
     assert!(j.start(2, "h", &hello("2"), 7002, 8002).unwrap().is_empty());
     let actions = j.start(3, "h", &hello("1"), 7001, 8001).unwrap();
     // Ranks: "1" → 0 (conn 3), "2" → 1 (conn 2), "10" → 2 (conn 1).
@@ -61,24 +62,28 @@ fn bad_starts_are_refused_and_a_start_after_the_batch_too() {
     let mut j = Json::new(1, SortBy::Host);
     let mut h = hello("a");
     h.world_size = 5;
-    assert!(j
-        .start(1, "h", &h, 7000, 0)
-        .unwrap_err()
-        .contains("world_size 5"));
-    assert!(j
-        .start(1, "h", &hello("a"), 0, 0)
-        .unwrap_err()
-        .contains("port 0"));
+    assert!(
+        j.start(1, "h", &h, 7000, 0)
+            .unwrap_err()
+            .contains("world_size 5")
+    );
+    assert!(
+        j.start(1, "h", &hello("a"), 0, 0)
+            .unwrap_err()
+            .contains("port 0")
+    );
     assert!(j.start(1, "h", &hello("a"), 70000, 0).is_err());
-    assert!(j
-        .start(1, "h", &hello("a"), 7000, -1)
-        .unwrap_err()
-        .contains("error_port"));
+    assert!(
+        j.start(1, "h", &hello("a"), 7000, -1)
+            .unwrap_err()
+            .contains("error_port")
+    );
     j.start(1, "h", &hello("a"), 7000, 0).unwrap();
-    assert!(j
-        .start(2, "h", &hello("b"), 7001, 0)
-        .unwrap_err()
-        .contains("after"));
+    assert!(
+        j.start(2, "h", &hello("b"), 7001, 0)
+            .unwrap_err()
+            .contains("after")
+    );
 }
 
 #[test]

@@ -4,12 +4,12 @@
 use super::shared::{Go, Inbox, Shared};
 use super::{classic_conn, json_conn};
 use crate::classic::ConnId;
-use crate::wire::{write_all_within, Deadline, WireError, MAGIC};
+use crate::wire::{Deadline, MAGIC, WireError, write_all_within};
 use crossbeam_channel::RecvTimeoutError;
 use std::io;
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// How often a waiting `start` checks its connection and the tracker's stop flag.

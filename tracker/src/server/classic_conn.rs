@@ -2,10 +2,10 @@
 //! robust engine's silent-rank report), or `start`/`recover` with
 //! the wait for the batch and the turn, the assignment and the link negotiation.
 
-use super::accept::{await_decision, Bad, Waited};
-use super::shared::{lock, Go, Shared};
-use crate::classic::{task_id, Assignment, Command, ConnId, Hello};
-use crate::wire::{put_i32, put_str, write_all_within, Deadline};
+use super::accept::{Bad, Waited, await_decision};
+use super::shared::{Go, Shared, lock};
+use crate::classic::{Assignment, Command, ConnId, Hello, task_id};
+use crate::wire::{Deadline, put_i32, put_str, write_all_within};
 use std::net::TcpStream;
 use std::time::Instant;
 
@@ -104,7 +104,7 @@ fn start(
             Ok(Go::Peer { .. }) => {
                 return Err(Bad::Protocol(
                     "internal: peer frame for a classic worker".into(),
-                ))
+                ));
             }
             Err(why) => {
                 let mut m = lock(&sh.machines);

@@ -1,11 +1,11 @@
 //! One JSON connection (XGBoost 2.1+): hello frame, command frame, and for `start` the
 //! `{"world_size"}` reply, the wait for the batch and the peer frame.
 
-use super::accept::{await_decision, Bad};
-use super::shared::{lock, Go, Shared};
+use super::accept::{Bad, await_decision};
+use super::shared::{Go, Shared, lock};
 use crate::classic::ConnId;
 use crate::json::Hello;
-use crate::wire::{put_i32, put_json, write_all_within, Deadline, WireError};
+use crate::wire::{Deadline, WireError, put_i32, put_json, write_all_within};
 use serde_json::Value;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};

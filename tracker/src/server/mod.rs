@@ -18,7 +18,7 @@ mod shared;
 use crate::journal::{Journal, JournalError};
 use crate::wire::Limits;
 use crossbeam_channel::Receiver;
-use shared::{lock, Ending, Shared};
+use shared::{Ending, Shared, lock};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -322,7 +322,7 @@ impl Tracker {
                 Some(Ending::Failed(reason)) => {
                     return Err(TrackerError::JobFailed {
                         reason: reason.clone(),
-                    })
+                    });
                 }
                 Some(Ending::Stopped) => return Err(TrackerError::Stopped),
                 None => {}

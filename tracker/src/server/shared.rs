@@ -8,7 +8,7 @@ use crate::classic::{self, Classic, ConnId};
 use crate::journal::Journal;
 use crate::json::{self, Json};
 use crate::record::Record;
-use crossbeam_channel::{unbounded, Receiver, Sender};
+use crossbeam_channel::{Receiver, Sender, unbounded};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};

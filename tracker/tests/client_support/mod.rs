@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver};
+use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
 /// The Python with XGBoost 1.7.6, from `SWITCHYARD_XGB17_PYTHON`; `None` (with a line

@@ -6,7 +6,7 @@
 //! for `local`, a rank, tag and credits for `mpi`. Control events travel in the same
 //! channel as data, so a peer is known before its first message.
 
-use super::{send_error, BackendRouter, BackendSocket, Deadline};
+use super::{BackendRouter, BackendSocket, Deadline, send_error};
 use crate::poller::Watch;
 use crate::{PeerId, RecvError, SendError, SendErrorKind, SocketOptions, TransportError};
 use crossbeam_channel::Receiver;
@@ -150,7 +150,7 @@ impl<D: Delivery> BackendRouter for InboxRouter<D> {
                         expected,
                         connected: self.peers.len(),
                         waited: started.elapsed(),
-                    })
+                    });
                 }
             }
         }
@@ -172,7 +172,7 @@ impl<D: Delivery> BackendRouter for InboxRouter<D> {
                         .map_or(RecvError::Timeout, |reason| RecvError::Backend {
                             endpoint: self.endpoint.clone(),
                             reason,
-                        }))
+                        }));
                 }
                 Err(e) => return Err(e),
             };

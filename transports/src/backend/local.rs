@@ -6,10 +6,10 @@
 //! sends `Data` events. Control events share the router's channel with data, so they
 //! keep their order with respect to the messages around them.
 
-use super::{send_error, BackendDealer, BackendSocket, Deadline, Delivery, Inbound, InboxRouter};
+use super::{BackendDealer, BackendSocket, Deadline, Delivery, Inbound, InboxRouter, send_error};
 use crate::poller::Watch;
 use crate::{PeerId, RecvError, SendError, SendErrorKind, SocketOptions, TransportError};
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crossbeam_channel::{Receiver, Sender, bounded};
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};

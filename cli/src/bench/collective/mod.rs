@@ -22,13 +22,13 @@
 
 mod worker;
 
-use super::report::human_size;
 use super::Row;
+use super::report::human_size;
 use clap::{Args, ValueEnum};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use switchyard::launch::{run_local, LaunchOptions};
+use switchyard::launch::{LaunchOptions, run_local};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 

@@ -3,7 +3,7 @@
 
 use super::{Engine, Op, Result};
 use crate::bench::report::human_size;
-use crate::bench::{median, Common};
+use crate::bench::{Common, median};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use switchyard::collective::{CommOptions, Communicator, ReduceOp};
@@ -30,19 +30,11 @@ fn sizes(quick: bool) -> Vec<usize> {
 /// Calls per repetition: enough for about 64 MiB of traffic, between 3 and 1000.
 fn iterations(size: usize, quick: bool) -> usize {
     let n = ((64usize << 20) / size.max(1)).clamp(3, 1000);
-    if quick {
-        (n / 4).max(2)
-    } else {
-        n
-    }
+    if quick { (n / 4).max(2) } else { n }
 }
 
 fn repetitions(quick: bool) -> usize {
-    if quick {
-        3
-    } else {
-        7
-    }
+    if quick { 3 } else { 7 }
 }
 
 /// The sizes `common` selects, each with its calls per repetition and repetitions,
@@ -163,7 +155,7 @@ fn measure(
 /// `MPI_COMM_WORLD`, as an MPI program would (no switchyard code on the path).
 #[cfg(feature = "mpi")]
 mod raw_mpi {
-    use super::{measure, Common, Op, Result, Step};
+    use super::{Common, Op, Result, Step, measure};
     use mpi::collective::SystemOperation;
     use mpi::topology::SimpleCommunicator;
     use mpi::traits::*;

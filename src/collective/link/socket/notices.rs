@@ -4,7 +4,7 @@
 //! process does), and the question whether a rank is alive (a stopped or dead process
 //! does not answer).
 
-use super::{SocketLink, ABORT_STEP};
+use super::{ABORT_STEP, SocketLink};
 use crate::collective::link::{Notice, Tag};
 use bytes::Bytes;
 use std::time::{Duration, Instant};

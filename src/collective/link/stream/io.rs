@@ -2,11 +2,11 @@
 //! into each peer's decoder, and waiting in `poll(2)` while every peer's reads go on
 //! (so that ranks writing to each other in a cycle never all block).
 
-use super::{Outbound, Peer, StreamLink, CONTROL_CHECK};
+use super::{CONTROL_CHECK, Outbound, Peer, StreamLink};
 use crate::collective::error::LinkError;
+use crate::collective::link::Tag;
 use crate::collective::link::framing::encode_head;
 use crate::collective::link::setup::io_error;
-use crate::collective::link::Tag;
 use bytes::Bytes;
 use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::os::fd::AsRawFd;

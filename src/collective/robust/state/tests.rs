@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use super::{decide, Kind, Plan, Rules, State};
+use super::{Kind, Plan, Rules, State, decide};
 use crate::collective::CollectiveError;
 
 fn at(kind: Kind, version: u64, seq: u64) -> State {

@@ -26,7 +26,7 @@
 mod assignment;
 
 use super::error::At;
-use super::{net, ClientConfig, ClientError};
+use super::{ClientConfig, ClientError, net};
 use crate::wire::{self, Deadline, WireError};
 use assignment::Assignment;
 use std::collections::BTreeMap;

@@ -30,7 +30,7 @@
 mod error_port;
 
 use super::error::At;
-use super::{net, ClientConfig, ClientError};
+use super::{ClientConfig, ClientError, net};
 use crate::wire::{self, Deadline, WireError};
 use error_port::ErrorWatch;
 use serde::Deserialize;
@@ -236,7 +236,7 @@ impl JsonClient {
                     return Err(ClientError::PeerIo {
                         what: "connecting to the ring successor",
                         source,
-                    })
+                    });
                 }
                 Err(_) => std::thread::sleep(self.config.backoff_after(k)),
             }

@@ -38,7 +38,7 @@ use super::ffi::{self, ThreadLevel};
 use super::progress::Progress;
 use super::wire::Encoded;
 use crate::{PeerId, TransportError};
-use crossbeam_channel::{unbounded, Sender};
+use crossbeam_channel::{Sender, unbounded};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::{self, Thread};

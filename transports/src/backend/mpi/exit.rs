@@ -53,7 +53,7 @@ fn at_exit(status: i32) {
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub(super) fn register_exit_hook() {
     use std::ffi::{c_int, c_void};
-    extern "C" {
+    unsafe extern "C" {
         // glibc: like atexit, but the handler learns the exit status.
         fn on_exit(function: extern "C" fn(c_int, *mut c_void), arg: *mut c_void) -> c_int;
     }

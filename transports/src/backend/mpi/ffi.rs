@@ -190,73 +190,75 @@ pub(crate) unsafe fn isend(
     dest: c_int,
     tag: c_int,
 ) -> Result<Request, MpiError> {
-    let mut request = MaybeUninit::<sys::MPI_Request>::uninit();
-    let blocks: Vec<&[u8]> = blocks.iter().copied().filter(|b| !b.is_empty()).collect();
-    let byte = sys::RSMPI_UINT8_T;
-    match blocks.as_slice() {
-        [] => check(
-            "MPI_Isend",
-            sys::MPI_Isend(
-                ptr::NonNull::<u8>::dangling().as_ptr() as *const c_void,
-                0,
-                byte,
-                dest,
-                tag,
-                comm,
-                request.as_mut_ptr(),
-            ),
-        )?,
-        [one] => check(
-            "MPI_Isend",
-            sys::MPI_Isend(
-                one.as_ptr() as *const c_void,
-                one.len() as c_int,
-                byte,
-                dest,
-                tag,
-                comm,
-                request.as_mut_ptr(),
-            ),
-        )?,
-        many => {
-            let base = many[0].as_ptr();
-            let lengths: Vec<c_int> = many.iter().map(|b| b.len() as c_int).collect();
-            let displacements: Vec<sys::MPI_Aint> = many
-                .iter()
-                .map(|b| (b.as_ptr() as isize).wrapping_sub(base as isize) as sys::MPI_Aint)
-                .collect();
-            let mut datatype = MaybeUninit::<sys::MPI_Datatype>::uninit();
-            check(
-                "MPI_Type_create_hindexed",
-                sys::MPI_Type_create_hindexed(
-                    many.len() as c_int,
-                    lengths.as_ptr(),
-                    displacements.as_ptr(),
-                    byte,
-                    datatype.as_mut_ptr(),
-                ),
-            )?;
-            let mut datatype = datatype.assume_init();
-            check("MPI_Type_commit", sys::MPI_Type_commit(&mut datatype))?;
-            let posted = check(
+    unsafe {
+        let mut request = MaybeUninit::<sys::MPI_Request>::uninit();
+        let blocks: Vec<&[u8]> = blocks.iter().copied().filter(|b| !b.is_empty()).collect();
+        let byte = sys::RSMPI_UINT8_T;
+        match blocks.as_slice() {
+            [] => check(
                 "MPI_Isend",
                 sys::MPI_Isend(
-                    base as *const c_void,
-                    1,
-                    datatype,
+                    ptr::NonNull::<u8>::dangling().as_ptr() as *const c_void,
+                    0,
+                    byte,
                     dest,
                     tag,
                     comm,
                     request.as_mut_ptr(),
                 ),
-            );
-            // Freeing a datatype only marks it: a pending send keeps using it.
-            let freed = check("MPI_Type_free", sys::MPI_Type_free(&mut datatype));
-            posted?;
-            freed?;
+            )?,
+            [one] => check(
+                "MPI_Isend",
+                sys::MPI_Isend(
+                    one.as_ptr() as *const c_void,
+                    one.len() as c_int,
+                    byte,
+                    dest,
+                    tag,
+                    comm,
+                    request.as_mut_ptr(),
+                ),
+            )?,
+            many => {
+                let base = many[0].as_ptr();
+                let lengths: Vec<c_int> = many.iter().map(|b| b.len() as c_int).collect();
+                let displacements: Vec<sys::MPI_Aint> = many
+                    .iter()
+                    .map(|b| (b.as_ptr() as isize).wrapping_sub(base as isize) as sys::MPI_Aint)
+                    .collect();
+                let mut datatype = MaybeUninit::<sys::MPI_Datatype>::uninit();
+                check(
+                    "MPI_Type_create_hindexed",
+                    sys::MPI_Type_create_hindexed(
+                        many.len() as c_int,
+                        lengths.as_ptr(),
+                        displacements.as_ptr(),
+                        byte,
+                        datatype.as_mut_ptr(),
+                    ),
+                )?;
+                let mut datatype = datatype.assume_init();
+                check("MPI_Type_commit", sys::MPI_Type_commit(&mut datatype))?;
+                let posted = check(
+                    "MPI_Isend",
+                    sys::MPI_Isend(
+                        base as *const c_void,
+                        1,
+                        datatype,
+                        dest,
+                        tag,
+                        comm,
+                        request.as_mut_ptr(),
+                    ),
+                );
+                // Freeing a datatype only marks it: a pending send keeps using it.
+                let freed = check("MPI_Type_free", sys::MPI_Type_free(&mut datatype));
+                posted?;
+                freed?;
+            }
         }
+        Ok(request.assume_init())
     }
-    Ok(request.assume_init())
 }
 
 /// Tests every request in `requests`, returning the indices of those that completed

@@ -36,7 +36,7 @@ mod sockets;
 mod tests;
 
 #[cfg(feature = "mpi")]
-pub use collective::{with_collectives, CallError, Collectives, Datatype, Operation};
+pub use collective::{CallError, Collectives, Datatype, Operation, with_collectives};
 #[cfg(feature = "mpi")]
 pub use engine::MpiWorld;
 #[cfg(feature = "mpi")]

@@ -4,11 +4,11 @@
 mod receive;
 
 use super::credits::{Credits, MpiInbound};
-use super::engine::{Command, CONTROL_TAG};
+use super::engine::{CONTROL_TAG, Command};
 use super::ffi::{self, MpiError, Request};
 use super::wire::{Control, Encoded};
-use crate::backend::warn_limit::PeerWarnings;
 use crate::PeerId;
+use crate::backend::warn_limit::PeerWarnings;
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

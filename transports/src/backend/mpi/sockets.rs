@@ -4,12 +4,12 @@
 use super::credits::{Credits, MpiRoute};
 use super::engine::{Command, Engine, ROUTER_TAG};
 use super::wire;
-use crate::backend::{send_error, BackendDealer, BackendSocket, Deadline, Delivery, InboxRouter};
+use crate::backend::{BackendDealer, BackendSocket, Deadline, Delivery, InboxRouter, send_error};
 use crate::poller::Watch;
 use crate::{PeerId, RecvError, SendError, SendErrorKind, SocketOptions, TransportError};
-use crossbeam_channel::{unbounded, Receiver};
-use std::sync::atomic::Ordering;
+use crossbeam_channel::{Receiver, unbounded};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 use switchyard_msg::Msg;
 

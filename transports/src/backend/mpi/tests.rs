@@ -13,7 +13,7 @@
 
 use super::engine::{Command, Engine, Job};
 use crate::{Dealer, DealerSocket, Router, RouterSocket, SocketOptions, TransportError};
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crossbeam_channel::{Receiver, Sender, bounded};
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(10);

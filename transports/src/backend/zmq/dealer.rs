@@ -1,6 +1,6 @@
 //! A libzmq DEALER: connects to one router, sends it a HELLO and waits for its READY.
 
-use super::{backend_error, decode_parts, hello, timeout_ms, tried, OverRaw, Parts, Raw};
+use super::{OverRaw, Parts, Raw, backend_error, decode_parts, hello, timeout_ms, tried};
 use crate::backend::warn_limit::PeerWarnings;
 use crate::backend::{BackendDealer, Deadline};
 use crate::{PeerId, RecvError, SendError, SocketOptions, TransportError};
@@ -64,7 +64,7 @@ impl ZmqDealer {
                         backend: "zmq",
                         endpoint: address.to_string(),
                         reason: e.to_string(),
-                    })
+                    });
                 }
             }
         }

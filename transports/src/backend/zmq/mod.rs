@@ -238,7 +238,7 @@ impl Raw {
             Err(zmq::Error::EAGAIN)
                 if ms == 0 && matches!(deadline, Deadline::At(d) if d <= Instant::now()) =>
             {
-                return Err(RecvError::Timeout)
+                return Err(RecvError::Timeout);
             }
             Err(zmq::Error::EAGAIN) => return Err(RecvError::Timeout),
             Err(e) => return Err(backend(e)),

@@ -3,7 +3,7 @@
 //! peer to send (one thread serves them all, so a wait on a peer that does not read
 //! would stall every other).
 
-use super::{backend_error, decode_parts, tried, OverRaw, Parts, Raw};
+use super::{OverRaw, Parts, Raw, backend_error, decode_parts, tried};
 use crate::backend::warn_limit::PeerWarnings;
 use crate::backend::{BackendRouter, Deadline};
 use crate::{PeerId, RecvError, SendError, SendErrorKind, SocketOptions, TransportError};
@@ -155,14 +155,14 @@ impl BackendRouter for ZmqRouter {
                         expected,
                         connected: self.peers.len(),
                         waited: started.elapsed(),
-                    })
+                    });
                 }
                 Err(e) => {
                     return Err(TransportError::Backend {
                         backend: "zmq",
                         endpoint: self.raw.endpoint.clone(),
                         reason: e.to_string(),
-                    })
+                    });
                 }
             }
         }

@@ -1,8 +1,8 @@
 //! The MPI calls a [`Collectives`] handle makes, one safe function each.
 
 use super::{
-    check, count, disjoint_blocks, elements, library_version, refused, CallError, Collectives,
-    Datatype, Operation,
+    CallError, Collectives, Datatype, Operation, check, count, disjoint_blocks, elements,
+    library_version, refused,
 };
 use mpi::ffi as sys;
 use std::ffi::{c_int, c_void};

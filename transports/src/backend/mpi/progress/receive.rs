@@ -1,13 +1,13 @@
 //! What the progress thread receives: control notes between ranks (which keep the
 //! table of peers), and data for this rank's router and dealers.
 
-use super::{PeerState, Progress, RouterEnd, BATCH};
+use super::{BATCH, PeerState, Progress, RouterEnd};
+use crate::PeerId;
+use crate::backend::Inbound;
 use crate::backend::mpi::credits::{Credits, MpiRoute};
 use crate::backend::mpi::engine::{CONTROL_TAG, ROUTER_TAG};
 use crate::backend::mpi::ffi::{self, MpiError};
 use crate::backend::mpi::wire::{self, Control};
-use crate::backend::Inbound;
-use crate::PeerId;
 use std::sync::atomic::Ordering;
 
 impl Progress {
