@@ -65,6 +65,7 @@ mod control;
 mod error;
 mod node;
 mod replica;
+mod schedule;
 mod scheduler;
 mod server;
 mod shard;
