@@ -65,6 +65,7 @@ mod control;
 mod error;
 mod node;
 mod replica;
+mod routing;
 mod schedule;
 mod scheduler;
 mod server;

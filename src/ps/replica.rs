@@ -99,26 +99,7 @@ impl ReplicaLink {
     ) -> Result<(), PsError> {
         let id = self.next_id;
         self.next_id += 1;
-        let mut meta = ReplicaMeta::default();
-        let mut values: Vec<T> = Vec::new();
-        for (key, b) in changed {
-            meta.kv.keys.push(key);
-            meta.kv.lens.push(b.value.len() as u64);
-            meta.kv.offsets.push(b.offset);
-            meta.kv.totals.push(b.total);
-            meta.included.push(b.included);
-            values.extend_from_slice(&b.value);
-        }
-        let buffer = payload::frame_from_vec(values);
-        let mut runs = Runs::default();
-        runs.add(&buffer, 0, buffer.len());
-        let msg = wire::replica_msg(
-            me,
-            wire::addr(wire::NodeRole::Server, self.target),
-            id,
-            &meta,
-            runs.finish(&buffer),
-        )?;
+        let msg = message(me, self.target, id, changed)?;
         self.queued.push_back(msg);
         self.held.insert(id, replies);
         self.flush()
@@ -186,6 +167,35 @@ impl ReplicaLink {
     pub(crate) fn release_all(self) -> Vec<Reply<PeerId>> {
         self.held.into_values().flatten().collect()
     }
+}
+
+/// Replica message `id` from `me` to server `target`, carrying the `changed` keys.
+pub(crate) fn message<T: Value>(
+    me: Addr,
+    target: u32,
+    id: u64,
+    changed: Vec<(u64, Backup<T>)>,
+) -> Result<Msg, PsError> {
+    let mut meta = ReplicaMeta::default();
+    let mut values: Vec<T> = Vec::new();
+    for (key, b) in changed {
+        meta.kv.keys.push(key);
+        meta.kv.lens.push(b.value.len() as u64);
+        meta.kv.offsets.push(b.offset);
+        meta.kv.totals.push(b.total);
+        meta.included.push(b.included);
+        values.extend_from_slice(&b.value);
+    }
+    let buffer = payload::frame_from_vec(values);
+    let mut runs = Runs::default();
+    runs.add(&buffer, 0, buffer.len());
+    wire::replica_msg(
+        me,
+        wire::addr(wire::NodeRole::Server, target),
+        id,
+        &meta,
+        runs.finish(&buffer),
+    )
 }
 
 /// The acknowledgement of replica message `msg`.

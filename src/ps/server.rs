@@ -1,21 +1,18 @@
 //! A server: holds its share of the keys and answers workers' requests.
 
 use super::node::{self, Node};
-use super::replica::{self, Backups, ReplicaLink};
-use super::store::{Op, Reply, Request, Store};
+use super::replica::{self, ReplicaLink};
+use super::routing::{Incoming, Routed, Routing, Shape};
+use super::store::Reply;
 use super::update::{Mode, Update};
-use super::wire::{self, Group, NodeRole, Refusal};
+use super::wire::{self, Group, NodeRole};
 use super::{PsConfig, PsError, Value};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use switchyard_msg::Msg;
 use switchyard_transports::{PeerId, Pollable, Poller, RecvError, Router, RouterSocket, Socket};
-
-/// How often a server looks for sync rounds that have waited past
-/// [`PsConfig::request_timeout`] (their pushes are refused, naming the missing workers).
-const EXPIRY_SCAN: Duration = Duration::from_millis(100);
 
 /// A server of a parameter-server job, registered and ready to [`run`](KvServer::run).
 ///
@@ -125,28 +122,34 @@ impl<T: Value> KvServer<T> {
 
     /// [`KvServer::run`], returning at once, without a word to anyone, when `kill`
     /// is set: a server dying mid-job, for tests of failover.
+    ///
+    /// The decisions are [`Routing`]'s; this loop receives, sends and keeps the
+    /// replica line.
     #[doc(hidden)]
     pub fn run_until(mut self, kill: &AtomicBool) -> Result<ServerReport, PsError> {
         let rank = self.node.rank;
         let name = format!("server {rank} at {}", self.router.endpoint());
-        let workers = self.node.num_workers as usize;
-        let replicate = self.node.config.replicate && self.node.servers.len() > 1;
-        let mut own =
-            Store::<T, PeerId>::new(name.clone(), self.mode, workers, self.update.clone())
-                .with_primary(rank);
-        if replicate {
-            own = own.with_tracking();
-        }
-        let mut stores = BTreeMap::from([(rank, own)]);
-        let mut backups = Backups::<T>::default();
+        let servers = self.node.servers.len() as u32;
+        let replicate = self.node.config.replicate && servers > 1;
+        let shape = Shape {
+            rank,
+            servers,
+            workers: self.node.num_workers as usize,
+            replicate,
+        };
+        let mut routing = Routing::new(
+            shape,
+            name.clone(),
+            self.mode,
+            self.update.clone(),
+            self.node.config.request_timeout,
+            Instant::now(),
+        );
         let mut link = replicate.then(|| {
-            let target = (rank + 1) % self.node.servers.len() as u32;
+            let target = (rank + 1) % servers;
             let endpoint = self.node.servers[target as usize].clone();
             ReplicaLink::start(target, &endpoint, self.node.config.socket.clone())
         });
-        let mut requests = 0u64;
-        let mut before_failover = Vec::new();
-        let mut next_expiry = Instant::now() + EXPIRY_SCAN;
         loop {
             if kill.load(Ordering::Relaxed) {
                 return Err(PsError::Aborted {
@@ -155,36 +158,12 @@ impl<T: Value> KvServer<T> {
             }
             match self.node.check() {
                 Ok(()) => {}
-                Err(PsError::Finished) => {
-                    let rounds = stores.values().map(Store::rounds).sum();
-                    return Ok(ServerReport {
-                        rank,
-                        rounds,
-                        requests,
-                    });
-                }
+                Err(PsError::Finished) => return Ok(routing.report()),
                 Err(e) => return Err(e),
             }
             for (dead, by) in self.node.take_failovers() {
-                if dead == rank {
-                    return Err(PsError::Aborted {
-                        reason: format!("the scheduler declared {name} dead"),
-                    });
-                }
-                if by == rank {
-                    tracing::warn!("ps {name}: serving server {dead}'s keys from its replica");
-                    let copy = backups.take(dead);
-                    let adopted = Store::adopt(
-                        format!("server {dead} (served by {name})"),
-                        self.mode,
-                        workers,
-                        self.update.clone(),
-                        copy,
-                    )
-                    .with_primary(dead);
-                    stores.insert(dead, adopted);
-                    self.early.extend(before_failover.drain(..));
-                }
+                let routed = routing.failover(dead, by)?;
+                self.send(&name, &mut link, routed)?;
                 if link.as_ref().is_some_and(|l| l.target == dead) {
                     // Our replica is gone: nothing will acknowledge what it held.
                     for reply in link
@@ -201,20 +180,8 @@ impl<T: Value> KvServer<T> {
                     self.answer(&name, reply);
                 }
             }
-            let now = Instant::now();
-            if now >= next_expiry {
-                next_expiry = now + EXPIRY_SCAN;
-                let timeout = self.node.config.request_timeout;
-                let expired: Vec<_> = stores
-                    .values_mut()
-                    .flat_map(|store| store.expire(now, timeout))
-                    .collect();
-                for reply in expired {
-                    if let Err(refusal) = &reply.body {
-                        tracing::warn!("ps {name}: {}", refusal.clone().into_error(&name));
-                    }
-                    self.answer(&name, reply);
-                }
+            for reply in routing.expire(Instant::now()) {
+                self.answer(&name, reply);
             }
             let got = match self.early.pop_front() {
                 Some(got) => Ok(got),
@@ -227,7 +194,7 @@ impl<T: Value> KvServer<T> {
             };
             if msg.header.kind == wire::REPLICA {
                 let primary = msg.header.src.id;
-                match backups.store(primary, &msg, &format!("server {primary}")) {
+                match routing.keep_replica(primary, &msg) {
                     Ok(()) => {
                         let ack = replica::ack(self.node.addr(), &msg);
                         if let Err(e) = self.router.send_to(&peer, ack) {
@@ -241,61 +208,31 @@ impl<T: Value> KvServer<T> {
                 }
                 continue;
             }
-            requests += 1;
-            let primary = msg.header.dst.id;
-            if !stores.contains_key(&primary) && replicate && self.is_replica_of(primary) {
-                // A worker heard of the failover before we did: keep the request
-                // until our own notice comes.
-                before_failover.push((peer, msg));
-                continue;
-            }
-            let Some(store) = stores.get_mut(&primary) else {
-                let reason = format!("{name} does not hold server {primary}'s keys");
-                self.answer(
-                    &name,
-                    Reply {
-                        peer,
-                        id: msg.header.seq,
-                        primary,
-                        body: Err(Refusal::Other(reason)),
-                    },
-                );
-                continue;
-            };
-            let replies = match decode::<T>(&msg, &peer) {
-                Ok(req) => store.handle(peer, req),
-                Err(e) => {
-                    tracing::warn!("ps {name}: {e}");
-                    vec![Reply {
-                        peer,
-                        id: msg.header.seq,
-                        primary,
-                        body: Err(Refusal::from_error(&e)),
-                    }]
-                }
-            };
-            let changed = if primary == rank {
-                store.take_changed()
-            } else {
-                Vec::new()
-            };
-            match link.as_mut() {
-                Some(l) if !changed.is_empty() => {
-                    l.replicate(self.node.addr(), changed, replies)?
-                }
-                _ => {
-                    for reply in replies {
-                        self.answer(&name, reply);
-                    }
-                }
-            }
+            let routed = routing.route(Incoming::decode(peer, &msg));
+            self.send(&name, &mut link, routed)?;
         }
     }
 
-    /// Whether this server keeps the copy of server `primary`'s keys.
-    fn is_replica_of(&self, primary: u32) -> bool {
-        let servers = self.node.servers.len() as u32;
-        servers > 1 && primary < servers && (primary + 1) % servers == self.node.rank
+    /// Sends what the routing decided: the replies at once, or, when this server's
+    /// own values changed and it replicates, through the replica line, which releases
+    /// the replies once the replica has the values.
+    fn send(
+        &mut self,
+        name: &str,
+        link: &mut Option<ReplicaLink>,
+        routed: Routed<T>,
+    ) -> Result<(), PsError> {
+        match link.as_mut() {
+            Some(l) if !routed.changed.is_empty() => {
+                l.replicate(self.node.addr(), routed.changed, routed.replies)
+            }
+            _ => {
+                for reply in routed.replies {
+                    self.answer(name, reply);
+                }
+                Ok(())
+            }
+        }
     }
 
     /// The next message from a worker or a replicating server, waiting one slice at
@@ -338,30 +275,4 @@ impl<T: Value> KvServer<T> {
             Err(e) => tracing::warn!("ps {name}: {e}"),
         }
     }
-}
-
-fn decode<T: Value>(msg: &Msg, peer: &PeerId) -> Result<Request<T>, PsError> {
-    let from = format!("worker {} ({peer})", msg.header.src.id);
-    let op = match msg.header.kind {
-        k if k == wire::PUSH => Op::Push,
-        k if k == wire::PUSH_PULL => Op::PushPull,
-        k if k == wire::PULL => Op::Pull,
-        k if k == wire::INIT => Op::Init,
-        k if k == wire::CHECK => Op::Check,
-        k if k == wire::RELEASE => Op::Release,
-        other => return Err(PsError::protocol(from, format!("unexpected {other:?}"))),
-    };
-    let (meta, count) = wire::read_meta(msg, &from)?;
-    let values = if matches!(op, Op::Pull | Op::Check | Op::Release) {
-        Vec::new()
-    } else {
-        wire::read_values::<T>(msg, count, &from)?
-    };
-    Ok(Request {
-        worker: msg.header.src.id,
-        id: msg.header.seq,
-        op,
-        meta,
-        values,
-    })
 }
