@@ -12,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 use switchyard_tracker::client::classic::ClassicClient;
 use switchyard_tracker::client::{ClientConfig, ClientError};
-use switchyard_tracker::maps::link_maps;
+use switchyard_tracker::testing::link_maps;
 
 const LIMIT: Duration = Duration::from_secs(20);
 

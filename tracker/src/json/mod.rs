@@ -9,26 +9,25 @@
 //! - `shutdown` counts distinct ranks of the batch only (§12.7);
 //! - `error` tells every worker of the batch, with i32 `1`, then the job fails (§12.9).
 
-use crate::classic::ConnId;
+use crate::common::{ConnId, SortBy};
 use crate::order::sort_batch;
 use crate::record::{JsonMember, Protocol, Record};
-use crate::server::SortBy;
 use std::collections::BTreeSet;
 
 /// The hello frame (§4.1).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
-pub struct Hello {
+pub(crate) struct Hello {
     /// The rank the worker claims (0 before it has one).
-    pub rank: i64,
+    pub(crate) rank: i64,
     /// Its task id, `""` for none.
-    pub task_id: String,
+    pub(crate) task_id: String,
     /// The world size; `-1` on `start`.
-    pub world_size: i64,
+    pub(crate) world_size: i64,
 }
 
 /// What the server must do for the machine.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// Send `conn` the peer frame of its successor, then close it.
     PeerFrame {
         /// The connection.
@@ -57,7 +56,7 @@ struct Pending {
 
 /// The JSON tracker's state.
 #[derive(Debug)]
-pub struct Json {
+pub(crate) struct Json {
     n: u32,
     sort_by: SortBy,
     pending: Vec<Pending>,
@@ -68,7 +67,7 @@ pub struct Json {
 
 impl Json {
     /// A job of `n` workers, batches ordered by `sort_by`.
-    pub fn new(n: u32, sort_by: SortBy) -> Json {
+    pub(crate) fn new(n: u32, sort_by: SortBy) -> Json {
         Json {
             n,
             sort_by,
@@ -80,34 +79,29 @@ impl Json {
     }
 
     /// Whether `n` distinct ranks of the batch have shut down.
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.shut_down.len() as u32 >= self.n
     }
 
     /// Why the job failed, if it did.
-    pub fn failed(&self) -> Option<&str> {
+    pub(crate) fn failed(&self) -> Option<&str> {
         self.failed.as_deref()
     }
 
     /// The ranks that shut down, ascending.
-    pub fn shut_down(&self) -> Vec<u32> {
+    pub(crate) fn shut_down(&self) -> Vec<u32> {
         self.shut_down.iter().copied().collect()
-    }
-
-    /// How many `start`s wait for their batch.
-    pub fn pending(&self) -> usize {
-        self.pending.len()
     }
 
     /// Whether any JSON worker has joined the job (waiting, in the batch, or shut
     /// down): a job has one protocol, so a classic `start` is then refused.
-    pub fn in_use(&self) -> bool {
+    pub(crate) fn in_use(&self) -> bool {
         !self.pending.is_empty() || self.batch.is_some() || !self.shut_down.is_empty()
     }
 
     /// A `start` (§4.2) with its ports. `Ok`: answer `{"world_size": n}` and wait for a
     /// peer frame (maybe among the actions). `Err`: close the connection, for that reason.
-    pub fn start(
+    pub(crate) fn start(
         &mut self,
         conn: ConnId,
         host: &str,
@@ -165,14 +159,14 @@ impl Json {
     }
 
     /// A pending `start` whose connection closed: it leaves the batch.
-    pub fn vanish(&mut self, conn: ConnId) -> bool {
+    pub(crate) fn vanish(&mut self, conn: ConnId) -> bool {
         let before = self.pending.len();
         self.pending.retain(|p| p.conn != conn);
         before != self.pending.len()
     }
 
     /// A `shutdown` (§4.4) from the rank in its hello. `Err` says why it does not count.
-    pub fn shutdown(&mut self, rank: i64) -> Result<Vec<Action>, String> {
+    pub(crate) fn shutdown(&mut self, rank: i64) -> Result<Vec<Action>, String> {
         if self.batch.is_none() {
             return Err(format!(
                 "shutdown from rank {rank} before the batch was formed"
@@ -195,7 +189,7 @@ impl Json {
 
     /// An `error` (§4.5): every worker of the batch (or, before it, of the pending
     /// `start`s) is told, and the job fails.
-    pub fn error(&mut self, rank: i64, code: i64, msg: &str) -> Vec<Action> {
+    pub(crate) fn error(&mut self, rank: i64, code: i64, msg: &str) -> Vec<Action> {
         let members: Vec<&JsonMember> = match &self.batch {
             Some(b) => b.iter().collect(),
             None => self.pending.iter().map(|p| &p.member).collect(),
@@ -211,7 +205,7 @@ impl Json {
     }
 
     /// Applies a durable record (also how a state file is replayed).
-    pub fn apply(&mut self, record: &Record) {
+    pub(crate) fn apply(&mut self, record: &Record) {
         match record {
             // A state file is input too: a batch or rank that does not fit is ignored.
             Record::JsonBatch { members } if members.len() == self.n as usize => {

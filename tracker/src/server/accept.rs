@@ -3,7 +3,7 @@
 
 use super::shared::{Go, Inbox, Shared};
 use super::{classic_conn, json_conn};
-use crate::classic::ConnId;
+use crate::common::ConnId;
 use crate::wire::{Deadline, MAGIC, WireError, write_all_within};
 use crossbeam_channel::RecvTimeoutError;
 use std::io;

@@ -4,7 +4,8 @@
 
 use super::accept::{Bad, Waited, await_decision};
 use super::shared::{Go, Shared, lock};
-use crate::classic::{Assignment, Command, ConnId, Hello, task_id};
+use crate::classic::{Assignment, Command, Hello, task_id};
+use crate::common::ConnId;
 use crate::wire::{Deadline, put_i32, put_str, write_all_within};
 use std::net::TcpStream;
 use std::time::Instant;

@@ -3,7 +3,7 @@
 
 use super::accept::{Bad, await_decision};
 use super::shared::{Go, Shared, lock};
-use crate::classic::ConnId;
+use crate::common::ConnId;
 use crate::json::Hello;
 use crate::wire::{Deadline, WireError, put_i32, put_json, write_all_within};
 use serde_json::Value;

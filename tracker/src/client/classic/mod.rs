@@ -403,12 +403,12 @@ impl ClassicSession {
     }
 
     /// Reports rank `rank`'s start `attempt` as silent
-    /// ([`SILENT_COMMAND`](crate::classic::SILENT_COMMAND)): a switchyard launcher
+    /// ([`SILENT_COMMAND`](crate::SILENT_COMMAND)): a switchyard launcher
     /// kills that process so that it is restarted. Meant for the robust engine; a
     /// tracker of rabit's refuses the command.
     pub fn report_silent(&self, rank: u32, attempt: u32, reason: &str) -> Result<(), ClientError> {
         let c = &self.client;
-        let command = crate::classic::SILENT_COMMAND;
+        let command = crate::common::SILENT_COMMAND;
         let stream = c.command(self.rank as i32, self.world as i32, command)?;
         let mut body = Vec::new();
         wire::put_i32(&mut body, i32::try_from(rank).unwrap_or(i32::MAX));
