@@ -97,8 +97,9 @@ fn a_world_of_one_speaks_the_reference_bytes() {
     tracker.join().unwrap();
 }
 
-/// Two workers; rank 1 is first sent to a dead port, reports the failure, and is
-/// sent again (§6 rounds). The links carry bytes both ways afterwards.
+/// Two workers; rank 1 is first sent to a dead port, reports the failure, and is sent
+/// again (docs/rabit-protocol.md, *Link negotiation*). The links carry bytes both ways
+/// afterwards.
 fn two_workers_at(host: &'static str) {
     let l = TcpListener::bind((host, 0)).unwrap();
     let port = l.local_addr().unwrap().port();

@@ -5,22 +5,30 @@
 //! acts on what it returns: refusals, [`Action::Turn`]s (a connection holding a rank
 //! may now send its assignment and negotiate) and [`Record`]s.
 //!
-//! Differences from the reference, each fixing an item of §10:
-//! - the world size is fixed by the configuration; another one is refused (§10.4);
-//! - refusals are the protocol's polite one (rank −1), never a crash (§10.4): unknown
-//!   task after every rank is out, `recover` without a rank or for a rank that never
-//!   joined (e.g. before the first `start`), a rank ≥ n, a rank held by
-//!   a connection that has not finished negotiating (§10.8), a rank already shut down;
-//! - an explicit rank is taken out of the batch's ranks (§10.9);
-//! - a worker that vanishes before it finishes negotiating gives its rank back (§10.5);
-//! - every rank handed out in any round loses one expected link (§10.6);
-//! - `shutdown` counts only ranks that finished negotiating, once each (§10.7); one
-//!   that arrives before the port report of a peer linking to it is accepted (§11);
+//! Section names in italics are those of docs/rabit-protocol.md. Differences from the
+//! reference, each fixing one of its *Weaknesses of the reference tracker*:
+//! - the world size is fixed by the configuration; another one is refused (*Asserts
+//!   as validation*);
+//! - refusals are the protocol's polite one (rank −1), never a crash (*Asserts as
+//!   validation*, *Refusals*): unknown task after every rank is out, `recover` without
+//!   a rank or for a rank that never joined (e.g. before the first `start`), a rank
+//!   ≥ n, a rank held by a connection that has not finished negotiating (*Trusted task
+//!   ids*), a rank already shut down;
+//! - an explicit rank is taken out of the batch's ranks (*Explicit ranks outside the
+//!   batch*);
+//! - a worker that vanishes before it finishes negotiating gives its rank back
+//!   (*Workers that vanish while pending*);
+//! - every rank handed out in any round loses one expected link (*Links reached in
+//!   earlier rounds*);
+//! - `shutdown` counts only ranks that finished negotiating, once each (*Unchecked
+//!   shutdowns*); one that arrives before the port report of a peer linking to it is
+//!   accepted (*Serving connections concurrently*);
 //! - a rank that negotiates again (`recover`, or a restarted process) forgets the port
 //!   it reported before, so no peer is sent to a listener of an earlier generation;
-//!   and a peer that a worker fails to reach [`STALE_AFTER`](negotiate::STALE_AFTER) rounds in a row (it died
-//!   after its negotiation) is forgotten too: the worker accepts the link from the
-//!   peer's next negotiation instead of failing after [`MAX_ROUNDS`] rounds.
+//!   and a peer that a worker fails to reach [`STALE_AFTER`](negotiate::STALE_AFTER)
+//!   rounds in a row (it died after its negotiation) is forgotten too: the worker
+//!   accepts the link from the peer's next negotiation instead of failing after
+//!   [`MAX_ROUNDS`] rounds.
 //!
 //! Negotiations run one at a time, in the order ranks were decided (a batch in rank
 //! order), as in the reference: that keeps every pair's connect/accept choice
@@ -74,7 +82,7 @@ impl Command {
     }
 }
 
-/// The fields of a classic hello (§3).
+/// The fields of a classic hello (docs/rabit-protocol.md, *The hello*).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Hello {
     /// The rank the worker claims, −1 for none.
@@ -286,7 +294,8 @@ impl Classic {
         Ok(actions)
     }
 
-    /// Gives the pending batch the smallest ranks left, in sorted order (§4 step 6).
+    /// Gives the pending batch the smallest ranks left, in sorted order
+    /// (docs/rabit-protocol.md, *Rank assignment*).
     fn run_batch(&mut self, actions: &mut Vec<Action>) {
         let mut batch = std::mem::take(&mut self.pending);
         sort_batch(&mut batch, self.sort_by, |p| {
@@ -347,7 +356,8 @@ impl Classic {
         before != self.pending.len()
     }
 
-    /// A `shutdown` from `rank` (§8). `Err` says why it does not count.
+    /// A `shutdown` from `rank` (docs/rabit-protocol.md, *Print and shutdown*). `Err`
+    /// says why it does not count.
     pub(crate) fn shutdown(&mut self, rank: i32) -> Result<Vec<Action>, String> {
         let r = u32::try_from(rank).map_err(|_| format!("shutdown from rank {rank}"))?;
         if !self.linked.contains(&r) {

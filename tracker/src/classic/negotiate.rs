@@ -1,4 +1,5 @@
-//! Link negotiation (§6) of the connection whose turn it is: the assignment, the
+//! Link negotiation (docs/rabit-protocol.md, *Link negotiation*) of the connection
+//! whose turn it is: the assignment, the
 //! rounds, the port report, and giving the turn back when a connection fails.
 
 use super::{Action, Classic, ConnId, MAX_ROUNDS, Record};
@@ -12,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 /// first try: it listens before it negotiates, so only a dead one refuses.
 pub(crate) const STALE_AFTER: u32 = 3;
 
-/// The assignment message (§5.2).
+/// The assignment message (docs/rabit-protocol.md, *The assignment message*).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Assignment {
     /// The rank.
@@ -23,7 +24,8 @@ pub(crate) struct Assignment {
     pub(crate) links: Links,
 }
 
-/// One connection's negotiation in progress (§6).
+/// One connection's negotiation in progress (docs/rabit-protocol.md, *Link
+/// negotiation*).
 #[derive(Clone, Debug)]
 pub(crate) struct Negotiation {
     conn: ConnId,
@@ -88,9 +90,10 @@ impl Classic {
         ))
     }
 
-    /// One round (§6 steps 1–3): `good` are the links the worker has. A peer it
-    /// failed to reach [`STALE_AFTER`] rounds in a row is forgotten (its port is not
-    /// handed to anybody again; it did not lose the link) and the worker accepts from it.
+    /// One round (docs/rabit-protocol.md, *Link negotiation*, steps 1–3): `good` are
+    /// the links the worker has. A peer it failed to reach [`STALE_AFTER`] rounds in a
+    /// row is forgotten (its port is not handed to anybody again; it did not lose the
+    /// link) and the worker accepts from it.
     pub(crate) fn round(&mut self, neg: &mut Negotiation, good: &[i32]) -> Result<Round, String> {
         neg.rounds += 1;
         if neg.rounds > MAX_ROUNDS {
@@ -148,7 +151,8 @@ impl Classic {
         })
     }
 
-    /// The worker reported its listening port (§6 step 6): the negotiation is over.
+    /// The worker reported its listening port (docs/rabit-protocol.md, *Link
+    /// negotiation*, step 6): the negotiation is over.
     pub(crate) fn finish(&mut self, neg: Negotiation, port: i32) -> Result<Vec<Action>, String> {
         let port = match u16::try_from(port) {
             Ok(p) if p > 0 => p,

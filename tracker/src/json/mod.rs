@@ -1,20 +1,23 @@
 //! The JSON protocol's tracker side (XGBoost 2.1+) as a state machine without sockets.
 //!
-//! `start`s wait in a batch of exactly n; when it is full they are sorted (§5) and
-//! each gets the peer frame of its ring successor. Differences from the reference,
-//! fixing §12:
+//! Section names in italics are those of docs/xgboost-protocol.md. `start`s wait in a
+//! batch of exactly n; when it is full they are sorted (*Rank assignment*) and each
+//! gets the peer frame of its ring successor. Differences from the reference, each
+//! fixing one of its *Weaknesses of the reference tracker*:
 //! - a `start` after bootstrap is refused (the connection is closed) instead of
-//!   putting the tracker into restart mode for good (§12.8);
-//! - a pending `start` whose connection closes leaves the batch (§12.6);
-//! - `shutdown` counts distinct ranks of the batch only (§12.7);
-//! - `error` tells every worker of the batch, with i32 `1`, then the job fails (§12.9).
+//!   putting the tracker into restart mode for good (*A start after bootstrap*);
+//! - a pending `start` whose connection closes leaves the batch (*Workers that vanish
+//!   while pending*);
+//! - `shutdown` counts distinct ranks of the batch only (*Unchecked shutdowns*);
+//! - `error` tells every worker of the batch, with i32 `1`, then the job fails (*An
+//!   error path that stops nobody*).
 
 use crate::common::{ConnId, SortBy};
 use crate::order::sort_batch;
 use crate::record::{JsonMember, Protocol, Record};
 use std::collections::BTreeSet;
 
-/// The hello frame (§4.1).
+/// The hello frame (docs/xgboost-protocol.md, *The hello frame*).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
 pub(crate) struct Hello {
     /// The rank the worker claims (0 before it has one).
@@ -99,8 +102,9 @@ impl Json {
         !self.pending.is_empty() || self.batch.is_some() || !self.shut_down.is_empty()
     }
 
-    /// A `start` (§4.2) with its ports. `Ok`: answer `{"world_size": n}` and wait for a
-    /// peer frame (maybe among the actions). `Err`: close the connection, for that reason.
+    /// A `start` (docs/xgboost-protocol.md, *start*) with its ports. `Ok`: answer
+    /// `{"world_size": n}` and wait for a peer frame (maybe among the actions). `Err`:
+    /// close the connection, for that reason.
     pub(crate) fn start(
         &mut self,
         conn: ConnId,
@@ -165,7 +169,8 @@ impl Json {
         before != self.pending.len()
     }
 
-    /// A `shutdown` (§4.4) from the rank in its hello. `Err` says why it does not count.
+    /// A `shutdown` (docs/xgboost-protocol.md, *shutdown*) from the rank in its hello.
+    /// `Err` says why it does not count.
     pub(crate) fn shutdown(&mut self, rank: i64) -> Result<Vec<Action>, String> {
         if self.batch.is_none() {
             return Err(format!(
@@ -187,8 +192,8 @@ impl Json {
         Ok(vec![Action::Record(record)])
     }
 
-    /// An `error` (§4.5): every worker of the batch (or, before it, of the pending
-    /// `start`s) is told, and the job fails.
+    /// An `error` (docs/xgboost-protocol.md, *error*): every worker of the batch (or,
+    /// before it, of the pending `start`s) is told, and the job fails.
     pub(crate) fn error(&mut self, rank: i64, code: i64, msg: &str) -> Vec<Action> {
         let members: Vec<&JsonMember> = match &self.batch {
             Some(b) => b.iter().collect(),

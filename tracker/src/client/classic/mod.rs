@@ -214,7 +214,8 @@ impl ClassicClient {
         Ok(stream)
     }
 
-    /// §5.2, checked: a rank in the world, neighbours that are other ranks in it.
+    /// docs/rabit-protocol.md, *The assignment message*, checked: a rank in the world,
+    /// neighbours that are other ranks in it.
     fn read_assignment(&self, stream: &TcpStream) -> Result<Assignment, ClientError> {
         let e = |err| At(self.addr).wire("waiting for the assignment", err);
         // The first field comes when the whole batch is in: the long wait.
@@ -245,8 +246,8 @@ impl ClassicClient {
             .map_err(|reason| At(self.addr).bad("assignment", reason))
     }
 
-    /// §6 rounds until the tracker's peers are all reached; returns the links and the
-    /// last round's `num_accept`.
+    /// docs/rabit-protocol.md, *Link negotiation*: rounds until the tracker's peers are
+    /// all reached; returns the links and the last round's `num_accept`.
     fn negotiate(
         &self,
         stream: &TcpStream,
@@ -427,7 +428,7 @@ impl ClassicSession {
     }
 }
 
-/// §7: send our rank, read the peer's.
+/// docs/rabit-protocol.md, *The peer handshake*: send our rank, read the peer's.
 fn handshake(stream: &TcpStream, me: u32, config: &ClientConfig) -> Result<i32, WireError> {
     let mut buf = Vec::with_capacity(4);
     wire::put_i32(&mut buf, me as i32);
