@@ -49,7 +49,9 @@
 //! The server ([`Tracker`], [`TrackerConfig`], [`Event`], [`JobOutcome`],
 //! [`TrackerError`], [`SortBy`], [`JournalError`]), the worker side ([`client`]), the
 //! byte-level helpers that both use ([`wire`]), and the wire name of switchyard's own
-//! classic command ([`SILENT_COMMAND`]). Everything else is private.
+//! classic command ([`SILENT_COMMAND`]). Everything else is private (the crate's own
+//! tests reach the link maps through a hidden module behind the non-default `testing`
+//! feature, which is not part of the API).
 //!
 //! # Layers
 //!
@@ -58,7 +60,7 @@
 //!
 //! | layer | modules | sits on |
 //! |-------|---------|---------|
-//! | 5. threaded server | `server/` | every layer below |
+//! | 5. threaded server | `server/` | layers 1 to 3 (not `client/`) |
 //! | 4. worker-side clients | `client/` | `wire`, `common` |
 //! | 3. sans-IO state machines | `classic/`, `json/`, and `journal` (the state file) | `maps`, `order`, `record`, `common` |
 //! | 2. pure helpers | `maps` (link maps), `order` (batch order), `record` (what the machines report) | `common` |
