@@ -6,7 +6,7 @@
 //! (`DMLC_NUM_ATTEMPT`), so a late report never kills the process that replaced it.
 //!
 //! The report is the tracker's own `switchyard-silent` command
-//! ([`switchyard_tracker::classic::SILENT_COMMAND`]), carrying the rank and start
+//! ([`switchyard_tracker::SILENT_COMMAND`]), carrying the rank and start
 //! number as integers, never a `print`: a print's text is the worker's (its log lines,
 //! anything it echoes), and a launcher that read a command in it would kill a
 //! healthy rank whenever a worker printed the right words. Prints are only logged.

@@ -47,7 +47,7 @@ pub enum JournalError {
 
 /// An open state file.
 #[derive(Debug)]
-pub struct Journal {
+pub(crate) struct Journal {
     path: PathBuf,
     file: File,
 }
@@ -55,7 +55,7 @@ pub struct Journal {
 impl Journal {
     /// Opens (or creates) the state file of a job of `workers`; returns it and the
     /// records to replay, oldest first.
-    pub fn open(path: &Path, workers: u32) -> Result<(Journal, Vec<Record>), JournalError> {
+    pub(crate) fn open(path: &Path, workers: u32) -> Result<(Journal, Vec<Record>), JournalError> {
         let io_err = |source| JournalError::Io {
             path: path.to_path_buf(),
             source,
@@ -84,7 +84,7 @@ impl Journal {
 
     /// Appends one record as a line, written in one call so that a kill leaves at most
     /// the last line incomplete.
-    pub fn append(&mut self, record: &Record) -> Result<(), JournalError> {
+    pub(crate) fn append(&mut self, record: &Record) -> Result<(), JournalError> {
         let mut line = serde_json::to_vec(record).map_err(|e| JournalError::Io {
             path: self.path.clone(),
             source: io::Error::other(e),

@@ -41,20 +41,59 @@
 //! state file whose job finished is refused ([`TrackerError::FinishedState`]): a new
 //! job needs a file of its own.
 //!
-//! Layers: [`wire`] (bytes, deadlines, caps), [`maps`] (link maps), the sans-IO state
-//! machines ([`classic`], [`json`], fed by [`order`] and reporting [`record`]s, which
-//! the [`journal`] keeps), the threaded [`server`], and the worker-side clients.
+//! Protocol references, in this repository: `docs/rabit-protocol.md` (the classic
+//! protocol) and `docs/xgboost-protocol.md` (the JSON protocol).
+//!
+//! # Public surface
+//!
+//! The server ([`Tracker`], [`TrackerConfig`], [`Event`], [`JobOutcome`],
+//! [`TrackerError`], [`SortBy`], [`JournalError`]), the worker side ([`client`]), the
+//! byte-level helpers that both use ([`wire`]), and the wire name of switchyard's own
+//! classic command ([`SILENT_COMMAND`]). Everything else is private (the crate's own
+//! tests reach the link maps through a hidden module behind the non-default `testing`
+//! feature, which is not part of the API).
+//!
+//! # Layers
+//!
+//! Each module imports only from the layers below it (the names are the source
+//! files under `src/`):
+//!
+//! | layer | modules | sits on |
+//! |-------|---------|---------|
+//! | 5. threaded server | `server/` | layers 1 to 3 (not `client/`) |
+//! | 4. worker-side clients | `client/` | `wire`, `common` |
+//! | 3. sans-IO state machines | `classic/`, `json/`, and `journal` (the state file) | `maps`, `order`, `record`, `common` |
+//! | 2. pure helpers | `maps` (link maps), `order` (batch order), `record` (what the machines report) | `common` |
+//! | 1. foundations | `wire` (bytes, deadlines, caps), `common` ([`SortBy`], [`SILENT_COMMAND`], connection ids, the job secret's purpose labels) | std and dependencies only |
+//!
+//! The clients and the server are siblings: neither imports the other. The state
+//! machines never name `server` or `client`; the server feeds them what connections
+//! say and acts on what they return.
 
 #![doc(test(attr(deny(warnings))))]
 
-pub mod classic;
+mod classic;
 pub mod client;
-pub mod journal;
-pub mod json;
-pub mod maps;
-pub mod order;
-pub mod record;
-pub mod server;
+mod common;
+mod journal;
+mod json;
+// Private but for the `testing` re-export below, which needs its items `pub`.
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
+mod maps;
+mod order;
+mod record;
+mod server;
 pub mod wire;
 
-pub use server::{Event, JobOutcome, SortBy, Tracker, TrackerConfig, TrackerError};
+pub use common::{SILENT_COMMAND, SortBy};
+pub use journal::JournalError;
+pub use server::{Event, JobOutcome, Tracker, TrackerConfig, TrackerError};
+
+/// Internals that the crate's own integration tests check against. **Not part of the
+/// API**: it exists only with the non-default `testing` feature, which this crate's
+/// tests turn on (a dev-dependency on itself), and may change in any release.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::maps::{Links, link_maps};
+}

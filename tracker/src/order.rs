@@ -7,7 +7,7 @@
 //! order: decimal integers (by value, ties by text), other ids (bytewise), and no id
 //! (`NULL` or empty), which are all equal and so keep their arrival order.
 
-use crate::server::SortBy;
+use crate::common::SortBy;
 use std::cmp::Ordering;
 
 /// A task id's place in the order.
@@ -35,12 +35,16 @@ fn task_key(task: Option<&str>) -> TaskKey<'_> {
 }
 
 /// Compares two task ids as described in the module docs.
-pub fn compare_tasks(a: Option<&str>, b: Option<&str>) -> Ordering {
+pub(crate) fn compare_tasks(a: Option<&str>, b: Option<&str>) -> Ordering {
     task_key(a).cmp(&task_key(b))
 }
 
 /// Compares two batch members, each given as (peer IP text, task id).
-pub fn compare(sort_by: SortBy, a: (&str, Option<&str>), b: (&str, Option<&str>)) -> Ordering {
+pub(crate) fn compare(
+    sort_by: SortBy,
+    a: (&str, Option<&str>),
+    b: (&str, Option<&str>),
+) -> Ordering {
     match sort_by {
         SortBy::Host => a.0.cmp(b.0).then_with(|| compare_tasks(a.1, b.1)),
         SortBy::Task => compare_tasks(a.1, b.1),
@@ -49,7 +53,11 @@ pub fn compare(sort_by: SortBy, a: (&str, Option<&str>), b: (&str, Option<&str>)
 
 /// Sorts `items` (in arrival order) into rank order; stable, so equal keys keep
 /// arrival order.
-pub fn sort_batch<T>(items: &mut [T], sort_by: SortBy, key: impl Fn(&T) -> (&str, Option<&str>)) {
+pub(crate) fn sort_batch<T>(
+    items: &mut [T],
+    sort_by: SortBy,
+    key: impl Fn(&T) -> (&str, Option<&str>),
+) {
     items.sort_by(|a, b| compare(sort_by, key(a), key(b)));
 }
 

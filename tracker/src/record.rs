@@ -1,5 +1,5 @@
 //! What the state machines report: facts about the job that are logged, turned into
-//! [`Event`](crate::Event)s and, when durable, appended to the state file.
+//! the server's events and, when durable, appended to the state file.
 //!
 //! A durable record is everything a restarted tracker needs to serve the calls that
 //! workers still make after bootstrap (`print`, `shutdown`, `recover`): who finished
@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 /// Which protocol a record belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Protocol {
+pub(crate) enum Protocol {
     /// The classic rabit protocol.
     Classic,
     /// The JSON protocol of XGBoost 2.1+.
@@ -19,22 +19,22 @@ pub enum Protocol {
 
 /// One member of a JSON batch, in rank order.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JsonMember {
+pub(crate) struct JsonMember {
     /// The IP address text the tracker saw.
-    pub host: String,
+    pub(crate) host: String,
     /// Its peer listening port.
-    pub port: u16,
+    pub(crate) port: u16,
     /// Its error listener's port.
-    pub error_port: u16,
+    pub(crate) error_port: u16,
     /// Its task id, if any.
-    pub task_id: Option<String>,
+    pub(crate) task_id: Option<String>,
 }
 
 /// A fact about the job.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 #[non_exhaustive]
-pub enum Record {
+pub(crate) enum Record {
     /// First line of a state file: the job it belongs to.
     Job {
         /// The number of workers.
@@ -82,7 +82,7 @@ pub enum Record {
 
 impl Record {
     /// Whether a restarted tracker needs this record.
-    pub fn is_durable(&self) -> bool {
+    pub(crate) fn is_durable(&self) -> bool {
         !matches!(self, Record::Assigned { .. })
     }
 }

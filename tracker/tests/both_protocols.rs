@@ -1,5 +1,5 @@
 //! One port, both protocols: after the magic the tracker tells a classic hello from a
-//! JSON one (JSON doc §11, last paragraph).
+//! JSON one (docs/xgboost-protocol.md, *Telling the protocols apart*).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;

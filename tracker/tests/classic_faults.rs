@@ -44,7 +44,8 @@ fn refused(st: &mut std::net::TcpStream) {
     assert_eq!(a.rank, -1, "expected the polite refusal, got {a:?}");
 }
 
-/// §10.1: a silent client, and one that stops mid-message, hold up nobody.
+/// docs/rabit-protocol.md, *Silent and stalled clients*: a silent client, and one that
+/// stops mid-message, hold up nobody.
 #[test]
 fn item_1_silent_and_stalled_clients_block_nobody() {
     let t = quick(2);
@@ -80,7 +81,8 @@ fn idle_strangers_past_the_connection_cap_make_room_for_workers() {
     drop(idle);
 }
 
-/// §10.2: a peer closing mid-message is an end of stream, not a spin.
+/// docs/rabit-protocol.md, *Connections closed mid-message*: a peer closing mid-message
+/// is an end of stream, not a spin.
 #[test]
 fn item_2_a_close_mid_message_drops_only_that_connection() {
     let t = quick(2);
@@ -95,7 +97,8 @@ fn item_2_a_close_mid_message_drops_only_that_connection() {
     good_job(&t, 2);
 }
 
-/// §10.3: lengths are capped, negative ones refused.
+/// docs/rabit-protocol.md, *Unbounded lengths*: lengths are capped, negative ones
+/// refused.
 #[test]
 fn item_3_huge_and_negative_lengths_are_refused() {
     let t = quick(2);
@@ -111,7 +114,8 @@ fn item_3_huge_and_negative_lengths_are_refused() {
     drop((st, st2));
 }
 
-/// §10.4: what the reference asserts on is a dropped connection or a polite refusal.
+/// docs/rabit-protocol.md, *Asserts as validation*: what the reference asserts on is a
+/// dropped connection or a polite refusal.
 #[test]
 fn item_4_bad_input_is_refused_not_fatal() {
     let t = quick(2);
@@ -173,7 +177,8 @@ fn item_4_bad_input_is_refused_not_fatal() {
     assert_eq!(t.wait(Some(WAIT)).unwrap().shut_down, [0, 1]);
 }
 
-/// §10.5: a pending worker that vanishes leaves the batch; a replacement completes it.
+/// docs/rabit-protocol.md, *Workers that vanish while pending*: a pending worker that
+/// vanishes leaves the batch; a replacement completes it.
 #[test]
 fn item_5_a_vanished_pending_worker_is_replaced() {
     let t = quick(2);
@@ -185,9 +190,10 @@ fn item_5_a_vanished_pending_worker_is_replaced() {
     good_job(&t, 2);
 }
 
-/// §10.6: covered byte by byte in `classic_job.rs`
-/// (`retry_rounds_keep_the_bookkeeping_right`); here with a dead first peer port as
-/// in the reference's check: the worker takes a second round and the job finishes.
+/// docs/rabit-protocol.md, *Links reached in earlier rounds*: covered byte by byte in
+/// `classic_job.rs` (`retry_rounds_keep_the_bookkeeping_right`); here with a dead first
+/// peer port as in the reference's check: the worker takes a second round and the job
+/// finishes.
 #[test]
 fn item_6_a_second_round_leaves_no_expected_link_behind() {
     let t = quick(2);
@@ -216,7 +222,8 @@ fn item_6_a_second_round_leaves_no_expected_link_behind() {
     assert_eq!(t.wait(Some(WAIT)).unwrap().shut_down, [0, 1]);
 }
 
-/// §10.7: shutdowns from ranks that never joined do not end the job.
+/// docs/rabit-protocol.md, *Unchecked shutdowns*: shutdowns from ranks that never
+/// joined do not end the job.
 #[test]
 fn item_7_stray_shutdowns_do_not_end_the_job() {
     let t = quick(2);
@@ -229,7 +236,8 @@ fn item_7_stray_shutdowns_do_not_end_the_job() {
     good_job(&t, 2);
 }
 
-/// §10.8: a task id whose holder is still negotiating is not handed out again.
+/// docs/rabit-protocol.md, *Trusted task ids*: a task id whose holder is still
+/// negotiating is not handed out again.
 #[test]
 fn item_8_a_duplicate_task_id_is_refused_while_its_holder_negotiates() {
     let t = quick(1);
@@ -251,7 +259,8 @@ fn item_8_a_duplicate_task_id_is_refused_while_its_holder_negotiates() {
     dropped(&events, "already shut down");
 }
 
-/// §10.9: an explicit rank is taken out of the batch; nobody else gets it.
+/// docs/rabit-protocol.md, *Explicit ranks outside the batch*: an explicit rank is
+/// taken out of the batch; nobody else gets it.
 #[test]
 fn item_9_an_explicit_rank_is_not_handed_out_twice() {
     let t = quick(2);
@@ -265,7 +274,8 @@ fn item_9_an_explicit_rank_is_not_handed_out_twice() {
     assert_eq!(t.wait(Some(WAIT)).unwrap().shut_down, [0, 1]);
 }
 
-/// §10.13: a wrong magic is never parsed as a hello.
+/// docs/rabit-protocol.md, *Wrong magic parsed as a hello*: a wrong magic is never
+/// parsed as a hello.
 #[test]
 fn item_13_bytes_after_a_wrong_magic_are_not_read_as_a_hello() {
     let t = quick(1);

@@ -8,7 +8,8 @@ use std::time::Duration;
 use support::*;
 use switchyard_tracker::{Event, SortBy, Tracker, TrackerConfig};
 
-/// Appendix B: one worker, task `T0`, every byte as XGBoost 1.7.6 exchanged them.
+/// docs/rabit-protocol.md, *Bytes of a world of one*: one worker, task `T0`, every byte
+/// as XGBoost 1.7.6 exchanged them.
 #[test]
 fn appendix_b_bytes_for_a_world_of_one() {
     let t = tracker(1);
@@ -61,7 +62,8 @@ fn appendix_b_bytes_for_a_world_of_one() {
     assert_eq!(outcome.shut_down, vec![0]);
 }
 
-/// Appendix B, rank 1 of 2: its assignment and its first round name rank 0's port.
+/// docs/rabit-protocol.md, *Bytes of a world of one*, rank 1 of 2: its assignment and
+/// its first round name rank 0's port.
 #[test]
 fn rank_one_of_two_connects_to_rank_zero() {
     let t = tracker(2);
@@ -155,7 +157,8 @@ fn task_ids_sort_numerically_for_both_sort_keys() {
 }
 
 /// A worker whose first connect fails takes a second round; the peer it reached in the
-/// first round must not keep an expected link (§10.6), so every shutdown counts.
+/// first round must not keep an expected link (docs/rabit-protocol.md, *Links reached
+/// in earlier rounds*), so every shutdown counts.
 #[test]
 fn retry_rounds_keep_the_bookkeeping_right() {
     let t = tracker(3);

@@ -14,7 +14,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 use switchyard_tracker::client::ClientConfig;
 use switchyard_tracker::client::classic::{ClassicClient, Joined};
-use switchyard_tracker::maps::link_maps;
+use switchyard_tracker::testing::link_maps;
 use switchyard_tracker::{Event, Tracker, TrackerConfig};
 
 /// Every wait of a worker or of the test is bounded by this.

@@ -12,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 use switchyard_tracker::client::classic::ClassicClient;
 use switchyard_tracker::client::{ClientConfig, ClientError};
-use switchyard_tracker::maps::link_maps;
+use switchyard_tracker::testing::link_maps;
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -97,8 +97,9 @@ fn a_world_of_one_speaks_the_reference_bytes() {
     tracker.join().unwrap();
 }
 
-/// Two workers; rank 1 is first sent to a dead port, reports the failure, and is
-/// sent again (§6 rounds). The links carry bytes both ways afterwards.
+/// Two workers; rank 1 is first sent to a dead port, reports the failure, and is sent
+/// again (docs/rabit-protocol.md, *Link negotiation*). The links carry bytes both ways
+/// afterwards.
 fn two_workers_at(host: &'static str) {
     let l = TcpListener::bind((host, 0)).unwrap();
     let port = l.local_addr().unwrap().port();

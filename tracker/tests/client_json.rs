@@ -146,8 +146,9 @@ fn three_workers_derive_their_ranks_and_link_a_ring() {
     tracker.join().unwrap();
 }
 
-/// The test plays rank 1 of 2 by hand: the client's ring link carries exactly the
-/// bytes of Appendix A.4 (two 64-byte host slots, then two port slots, own slot first).
+/// The test plays rank 1 of 2 by hand: the client's ring link carries exactly the bytes
+/// of docs/xgboost-protocol.md, *Bytes of the ring bootstrap* (two 64-byte host slots,
+/// then two port slots, own slot first).
 #[test]
 fn the_ring_bootstrap_bytes_match_the_reference() {
     let (l, port) = listener();

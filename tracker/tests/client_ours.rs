@@ -10,7 +10,7 @@ use std::time::Duration;
 use switchyard_tracker::client::ClientConfig;
 use switchyard_tracker::client::classic::ClassicClient;
 use switchyard_tracker::client::json::JsonClient;
-use switchyard_tracker::maps::link_maps;
+use switchyard_tracker::testing::link_maps;
 use switchyard_tracker::{Event, Tracker, TrackerConfig};
 
 const LIMIT: Duration = Duration::from_secs(30);

@@ -42,7 +42,8 @@ fn closed(st: &mut std::net::TcpStream) {
 
 const HELLO: &str = r#"{"rank":0,"task_id":"x","world_size":-1}"#;
 
-/// §12.1: a silent client does not hold the tracker.
+/// docs/xgboost-protocol.md, *Silent clients*: a silent client does not hold the
+/// tracker.
 #[test]
 fn item_1_a_silent_client_blocks_nobody() {
     let t = quick(2);
@@ -54,7 +55,8 @@ fn item_1_a_silent_client_blocks_nobody() {
     dropped(&events, "within");
 }
 
-/// §12.2: bad JSON and wrong JSON types drop only the connection.
+/// docs/xgboost-protocol.md, *Malformed JSON*: bad JSON and wrong JSON types drop only
+/// the connection.
 #[test]
 fn item_2_bad_json_and_wrong_types_are_dropped() {
     let t = quick(2);
@@ -84,7 +86,8 @@ fn item_2_bad_json_and_wrong_types_are_dropped() {
     good_job(&t, 2);
 }
 
-/// §12.3: an unknown command drops the connection.
+/// docs/xgboost-protocol.md, *Unknown commands*: an unknown command drops the
+/// connection.
 #[test]
 fn item_3_unknown_commands_are_dropped() {
     let t = quick(1);
@@ -96,7 +99,8 @@ fn item_3_unknown_commands_are_dropped() {
     good_job(&t, 1);
 }
 
-/// §12.4 and §12.5: negative and huge lengths are refused before anything is read.
+/// docs/xgboost-protocol.md, *Negative lengths* and *Unbounded frames*: negative and
+/// huge lengths are refused before anything is read.
 #[test]
 fn items_4_and_5_negative_and_huge_lengths_are_refused() {
     let t = quick(1);
@@ -122,8 +126,8 @@ fn items_4_and_5_negative_and_huge_lengths_are_refused() {
     good_job(&t, 1);
 }
 
-/// §12.6: a pending `start` that vanishes leaves the batch; no crash, a replacement
-/// completes it.
+/// docs/xgboost-protocol.md, *Workers that vanish while pending*: a pending `start`
+/// that vanishes leaves the batch; no crash, a replacement completes it.
 #[test]
 fn item_6_a_vanished_pending_start_is_replaced() {
     let t = quick(2);
@@ -133,7 +137,8 @@ fn item_6_a_vanished_pending_start_is_replaced() {
     good_job(&t, 2);
 }
 
-/// §12.7: shutdowns before any `start`, or from ranks outside the world, do not count.
+/// docs/xgboost-protocol.md, *Unchecked shutdowns*: shutdowns before any `start`, or
+/// from ranks outside the world, do not count.
 #[test]
 fn item_7_stray_shutdowns_do_not_end_the_job() {
     let t = quick(2);
@@ -154,7 +159,8 @@ fn item_7_stray_shutdowns_do_not_end_the_job() {
     good_job(&t, 2);
 }
 
-/// §12.8: a `start` after bootstrap is refused; the job goes on and ends normally.
+/// docs/xgboost-protocol.md, *A start after bootstrap*: a `start` after bootstrap is
+/// refused; the job goes on and ends normally.
 #[test]
 fn item_8_a_start_after_bootstrap_is_refused() {
     let t = quick(2);
@@ -178,8 +184,9 @@ fn item_8_a_start_after_bootstrap_is_refused() {
     assert_eq!(t.wait(Some(WAIT)).unwrap().shut_down, [0, 1]);
 }
 
-/// §12.9: `error` sends i32 1 to every worker's error port, the reporter's host
-/// included, and the job fails; the tracker still answers afterwards.
+/// docs/xgboost-protocol.md, *An error path that stops nobody*: `error` sends i32 1 to
+/// every worker's error port, the reporter's host included, and the job fails; the
+/// tracker still answers afterwards.
 #[test]
 fn item_9_an_error_stops_every_worker_and_fails_the_job() {
     let t = quick(2);

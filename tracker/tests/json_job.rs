@@ -7,7 +7,8 @@ use std::io::{Read, Write};
 use support::*;
 use switchyard_tracker::{Event, SortBy, Tracker, TrackerConfig};
 
-/// Appendix A.1: the bytes of `w1`'s and `w0`'s `start`, and the tracker's answers.
+/// docs/xgboost-protocol.md, *Bytes of a start*: the bytes of `w1`'s and `w0`'s
+/// `start`, and the tracker's answers.
 #[test]
 fn appendix_a_start_bytes() {
     let t = tracker(2);
@@ -53,7 +54,8 @@ fn appendix_a_start_bytes() {
     );
 }
 
-/// Appendix A.2 and A.3: `print` and `shutdown` get only the magic, then a close.
+/// docs/xgboost-protocol.md, *Bytes of a print and a shutdown*: `print` and `shutdown`
+/// get only the magic, then a close.
 #[test]
 fn appendix_a_print_and_shutdown() {
     let t = tracker(1);

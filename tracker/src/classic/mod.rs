@@ -5,47 +5,54 @@
 //! acts on what it returns: refusals, [`Action::Turn`]s (a connection holding a rank
 //! may now send its assignment and negotiate) and [`Record`]s.
 //!
-//! Differences from the reference, each fixing an item of §10:
-//! - the world size is fixed by the configuration; another one is refused (§10.4);
-//! - refusals are the protocol's polite one (rank −1), never a crash (§10.4): unknown
-//!   task after every rank is out, `recover` without a rank or for a rank that never
-//!   joined (e.g. before the first `start`), a rank ≥ n, a rank held by
-//!   a connection that has not finished negotiating (§10.8), a rank already shut down;
-//! - an explicit rank is taken out of the batch's ranks (§10.9);
-//! - a worker that vanishes before it finishes negotiating gives its rank back (§10.5);
-//! - every rank handed out in any round loses one expected link (§10.6);
-//! - `shutdown` counts only ranks that finished negotiating, once each (§10.7); one
-//!   that arrives before the port report of a peer linking to it is accepted (§11);
+//! Section names in italics are those of docs/rabit-protocol.md. Differences from the
+//! reference, each fixing one of its *Weaknesses of the reference tracker*:
+//! - the world size is fixed by the configuration; another one is refused (*Asserts
+//!   as validation*);
+//! - refusals are the protocol's polite one (rank −1), never a crash (*Asserts as
+//!   validation*, *Refusals*): unknown task after every rank is out, `recover` without
+//!   a rank or for a rank that never joined (e.g. before the first `start`), a rank
+//!   ≥ n, a rank held by a connection that has not finished negotiating (*Trusted task
+//!   ids*), a rank already shut down;
+//! - an explicit rank is taken out of the batch's ranks (*Explicit ranks outside the
+//!   batch*);
+//! - a worker that vanishes before it finishes negotiating gives its rank back
+//!   (*Workers that vanish while pending*);
+//! - every rank handed out in any round loses one expected link (*Links reached in
+//!   earlier rounds*);
+//! - `shutdown` counts only ranks that finished negotiating, once each (*Unchecked
+//!   shutdowns*); one that arrives before the port report of a peer linking to it is
+//!   accepted (*Serving connections concurrently*);
 //! - a rank that negotiates again (`recover`, or a restarted process) forgets the port
 //!   it reported before, so no peer is sent to a listener of an earlier generation;
-//!   and a peer that a worker fails to reach [`STALE_AFTER`] rounds in a row (it died
-//!   after its negotiation) is forgotten too: the worker accepts the link from the
-//!   peer's next negotiation instead of failing after [`MAX_ROUNDS`] rounds.
+//!   and a peer that a worker fails to reach [`STALE_AFTER`](negotiate::STALE_AFTER)
+//!   rounds in a row (it died after its negotiation) is forgotten too: the worker
+//!   accepts the link from the peer's next negotiation instead of failing after
+//!   [`MAX_ROUNDS`] rounds.
 //!
 //! Negotiations run one at a time, in the order ranks were decided (a batch in rank
 //! order), as in the reference: that keeps every pair's connect/accept choice
 //! consistent, since each side's choice depends on whether the other already reported
 //! its port.
 
+use crate::common::{ConnId, SILENT_COMMAND, SortBy};
 use crate::maps::{Links, link_maps};
 use crate::order::sort_batch;
 use crate::record::{Protocol, Record};
-use crate::server::SortBy;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 mod negotiate;
-pub use negotiate::{Assignment, Negotiation, Round, STALE_AFTER};
-
-/// Identifies a connection to the server.
-pub type ConnId = u64;
+pub(crate) use negotiate::Assignment;
+#[cfg(test)]
+use negotiate::{Round, STALE_AFTER};
 
 /// The most negotiation rounds one connection may take: a worker that cannot reach a
 /// peer would otherwise hold every later negotiation forever.
-pub const MAX_ROUNDS: u32 = 64;
+pub(crate) const MAX_ROUNDS: u32 = 64;
 
 /// A classic command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Command {
+pub(crate) enum Command {
     /// Join the job.
     Start,
     /// Rejoin with a known rank and repair links.
@@ -61,13 +68,9 @@ pub enum Command {
     Silent,
 }
 
-/// The wire name of [`Command::Silent`]; rabit never sends it, and a rabit tracker
-/// refuses it as an unknown command (the engine then only warns).
-pub const SILENT_COMMAND: &str = "switchyard-silent";
-
 impl Command {
     /// The command named `s`, if it is one of rabit's four or [`SILENT_COMMAND`].
-    pub fn parse(s: &str) -> Option<Command> {
+    pub(crate) fn parse(s: &str) -> Option<Command> {
         Some(match s {
             "start" => Command::Start,
             "recover" => Command::Recover,
@@ -79,21 +82,21 @@ impl Command {
     }
 }
 
-/// The fields of a classic hello (§3).
+/// The fields of a classic hello (docs/rabit-protocol.md, *The hello*).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Hello {
+pub(crate) struct Hello {
     /// The rank the worker claims, −1 for none.
-    pub rank: i32,
+    pub(crate) rank: i32,
     /// The world size it wants, −1 for "the tracker's".
-    pub world: i32,
+    pub(crate) world: i32,
     /// Its task id; `None` for `NULL` or empty.
-    pub task_id: Option<String>,
+    pub(crate) task_id: Option<String>,
     /// The command.
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 /// Normalises a task id as sent: `NULL` and empty mean none.
-pub fn task_id(raw: String) -> Option<String> {
+pub(crate) fn task_id(raw: String) -> Option<String> {
     if raw.is_empty() || raw == "NULL" {
         None
     } else {
@@ -103,7 +106,7 @@ pub fn task_id(raw: String) -> Option<String> {
 
 /// What the server must do for the machine.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// Connection `conn` holds `rank`: send the assignment and negotiate now.
     Turn {
         /// The connection.
@@ -138,7 +141,7 @@ struct Holder {
 
 /// The classic tracker's state.
 #[derive(Debug)]
-pub struct Classic {
+pub(crate) struct Classic {
     n: u32,
     sort_by: SortBy,
     maps: Vec<Links>,
@@ -155,7 +158,7 @@ pub struct Classic {
 
 impl Classic {
     /// A job of `n` workers, batches ordered by `sort_by`.
-    pub fn new(n: u32, sort_by: SortBy) -> Classic {
+    pub(crate) fn new(n: u32, sort_by: SortBy) -> Classic {
         Classic {
             n,
             sort_by,
@@ -172,29 +175,25 @@ impl Classic {
         }
     }
 
-    /// The world size.
-    pub fn world(&self) -> u32 {
-        self.n
-    }
-
     /// Whether `n` distinct ranks have shut down.
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.shut_down.len() as u32 >= self.n
     }
 
     /// The ranks that shut down, ascending.
-    pub fn shut_down(&self) -> Vec<u32> {
+    pub(crate) fn shut_down(&self) -> Vec<u32> {
         self.shut_down.iter().copied().collect()
     }
 
     /// How many `start`s wait for their batch.
-    pub fn pending(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn pending(&self) -> usize {
         self.pending.len()
     }
 
     /// Whether any classic worker has joined the job (waiting, negotiating, linked or
     /// shut down): a job has one protocol, so a JSON `start` is then refused.
-    pub fn in_use(&self) -> bool {
+    pub(crate) fn in_use(&self) -> bool {
         !self.pending.is_empty()
             || !self.held.is_empty()
             || !self.linked.is_empty()
@@ -204,7 +203,7 @@ impl Classic {
     /// A `start` or `recover` from `conn` at `host`. `Ok` with actions, the caller's
     /// connection either gets a [`Action::Turn`] now or later, or waits in the batch;
     /// `Err` with the reason to refuse it (assignment rank −1).
-    pub fn start(
+    pub(crate) fn start(
         &mut self,
         conn: ConnId,
         host: &str,
@@ -295,7 +294,8 @@ impl Classic {
         Ok(actions)
     }
 
-    /// Gives the pending batch the smallest ranks left, in sorted order (§4 step 6).
+    /// Gives the pending batch the smallest ranks left, in sorted order
+    /// (docs/rabit-protocol.md, *Rank assignment*).
     fn run_batch(&mut self, actions: &mut Vec<Action>) {
         let mut batch = std::mem::take(&mut self.pending);
         sort_batch(&mut batch, self.sort_by, |p| {
@@ -350,14 +350,15 @@ impl Classic {
 
     /// A waiting `start` whose connection closed or timed out: it leaves the batch.
     /// Returns whether it was waiting.
-    pub fn vanish(&mut self, conn: ConnId) -> bool {
+    pub(crate) fn vanish(&mut self, conn: ConnId) -> bool {
         let before = self.pending.len();
         self.pending.retain(|p| p.conn != conn);
         before != self.pending.len()
     }
 
-    /// A `shutdown` from `rank` (§8). `Err` says why it does not count.
-    pub fn shutdown(&mut self, rank: i32) -> Result<Vec<Action>, String> {
+    /// A `shutdown` from `rank` (docs/rabit-protocol.md, *Print and shutdown*). `Err`
+    /// says why it does not count.
+    pub(crate) fn shutdown(&mut self, rank: i32) -> Result<Vec<Action>, String> {
         let r = u32::try_from(rank).map_err(|_| format!("shutdown from rank {rank}"))?;
         if !self.linked.contains(&r) {
             return Err(format!(
@@ -380,7 +381,7 @@ impl Classic {
 
     /// Applies a durable record: what [`finish`](Self::finish) and
     /// [`shutdown`](Self::shutdown) do to the state, and how a state file is replayed.
-    pub fn apply(&mut self, record: &Record) {
+    pub(crate) fn apply(&mut self, record: &Record) {
         // A state file is input too: a rank outside this world is ignored.
         match record {
             Record::Linked { rank, .. } | Record::ShutDown { rank, .. } if *rank >= self.n => {
@@ -438,7 +439,7 @@ impl Classic {
     }
 
     /// Whether `conn` holds a rank (assigned and not finished).
-    pub fn holds(&self, conn: ConnId) -> Option<u32> {
+    pub(crate) fn holds(&self, conn: ConnId) -> Option<u32> {
         self.held
             .iter()
             .find(|(_, h)| h.conn == conn)
@@ -446,7 +447,7 @@ impl Classic {
     }
 
     /// Whether a connection holds `rank` (assigned, negotiation not finished).
-    pub fn is_held(&self, rank: u32) -> bool {
+    pub(crate) fn is_held(&self, rank: u32) -> bool {
         self.held.contains_key(&rank)
     }
 }

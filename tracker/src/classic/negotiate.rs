@@ -1,4 +1,5 @@
-//! Link negotiation (§6) of the connection whose turn it is: the assignment, the
+//! Link negotiation (docs/rabit-protocol.md, *Link negotiation*) of the connection
+//! whose turn it is: the assignment, the
 //! rounds, the port report, and giving the turn back when a connection fails.
 
 use super::{Action, Classic, ConnId, MAX_ROUNDS, Record};
@@ -10,22 +11,23 @@ use std::collections::{BTreeMap, BTreeSet};
 /// peer died, or gave up waiting and will rejoin), and the worker accepts the link
 /// instead, from the peer's next negotiation. A live listener is connected to at the
 /// first try: it listens before it negotiates, so only a dead one refuses.
-pub const STALE_AFTER: u32 = 3;
+pub(crate) const STALE_AFTER: u32 = 3;
 
-/// The assignment message (§5.2).
+/// The assignment message (docs/rabit-protocol.md, *The assignment message*).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Assignment {
+pub(crate) struct Assignment {
     /// The rank.
-    pub rank: u32,
+    pub(crate) rank: u32,
     /// The world size.
-    pub world: u32,
+    pub(crate) world: u32,
     /// Tree and ring links.
-    pub links: Links,
+    pub(crate) links: Links,
 }
 
-/// One connection's negotiation in progress (§6).
+/// One connection's negotiation in progress (docs/rabit-protocol.md, *Link
+/// negotiation*).
 #[derive(Clone, Debug)]
-pub struct Negotiation {
+pub(crate) struct Negotiation {
     conn: ConnId,
     rank: u32,
     task_id: Option<String>,
@@ -40,25 +42,22 @@ pub struct Negotiation {
     rounds: u32,
 }
 
-impl Negotiation {
-    /// The rank being negotiated.
-    pub fn rank(&self) -> u32 {
-        self.rank
-    }
-}
-
 /// One round's answer: peers to connect to, and how many will connect instead.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Round {
+pub(crate) struct Round {
     /// (host, port, rank) of each peer to connect to.
-    pub connect: Vec<(String, u16, u32)>,
+    pub(crate) connect: Vec<(String, u16, u32)>,
     /// How many connections to accept.
-    pub accept: u32,
+    pub(crate) accept: u32,
 }
 
 impl Classic {
     /// Starts the negotiation of `rank` on its turn; the assignment to send.
-    pub fn begin(&self, conn: ConnId, rank: u32) -> Result<(Assignment, Negotiation), String> {
+    pub(crate) fn begin(
+        &self,
+        conn: ConnId,
+        rank: u32,
+    ) -> Result<(Assignment, Negotiation), String> {
         let holder = self
             .held
             .get(&rank)
@@ -91,10 +90,11 @@ impl Classic {
         ))
     }
 
-    /// One round (§6 steps 1–3): `good` are the links the worker has. A peer it
-    /// failed to reach [`STALE_AFTER`] rounds in a row is forgotten (its port is not
-    /// handed to anybody again; it did not lose the link) and the worker accepts from it.
-    pub fn round(&mut self, neg: &mut Negotiation, good: &[i32]) -> Result<Round, String> {
+    /// One round (docs/rabit-protocol.md, *Link negotiation*, steps 1–3): `good` are
+    /// the links the worker has. A peer it failed to reach [`STALE_AFTER`] rounds in a
+    /// row is forgotten (its port is not handed to anybody again; it did not lose the
+    /// link) and the worker accepts from it.
+    pub(crate) fn round(&mut self, neg: &mut Negotiation, good: &[i32]) -> Result<Round, String> {
         neg.rounds += 1;
         if neg.rounds > MAX_ROUNDS {
             return Err(format!(
@@ -151,8 +151,9 @@ impl Classic {
         })
     }
 
-    /// The worker reported its listening port (§6 step 6): the negotiation is over.
-    pub fn finish(&mut self, neg: Negotiation, port: i32) -> Result<Vec<Action>, String> {
+    /// The worker reported its listening port (docs/rabit-protocol.md, *Link
+    /// negotiation*, step 6): the negotiation is over.
+    pub(crate) fn finish(&mut self, neg: Negotiation, port: i32) -> Result<Vec<Action>, String> {
         let port = match u16::try_from(port) {
             Ok(p) if p > 0 => p,
             _ if neg.accept == 0 => 0,
@@ -178,7 +179,7 @@ impl Classic {
 
     /// A connection holding `rank` failed before it finished: the rank is released (and
     /// goes back to the batch if it never finished a negotiation), the next turn starts.
-    pub fn abandon(&mut self, conn: ConnId, rank: u32, actions: &mut Vec<Action>) {
+    pub(crate) fn abandon(&mut self, conn: ConnId, rank: u32, actions: &mut Vec<Action>) {
         if self.held.get(&rank).is_some_and(|h| h.conn == conn) {
             let holder = self.held.remove(&rank);
             if !self.linked.contains(&rank) {

@@ -131,7 +131,8 @@ fn refusals_name_what_was_wrong() {
             .unwrap_err()
             .contains("not below the world size 2")
     );
-    // Rank 0 explicitly, held while it negotiates: a second claim is refused (§10.8).
+    // Rank 0 explicitly, held while it negotiates: a second claim is refused
+    // (docs/rabit-protocol.md, *Trusted task ids*).
     assert_eq!(
         turns(&c.start(1, H, &start(0, Some("a"))).unwrap()),
         [(1, 0)]
@@ -196,7 +197,8 @@ fn an_abandoned_turn_passes_on_and_its_rank_goes_back_to_the_batch() {
     );
 }
 
-/// §10.6: the peer reached in round 1 must lose its expected link too.
+/// docs/rabit-protocol.md, *Links reached in earlier rounds*: the peer reached in
+/// round 1 must lose its expected link too.
 #[test]
 fn every_round_counts_towards_the_peers_expected_links() {
     let mut c = Classic::new(3, SortBy::Host);

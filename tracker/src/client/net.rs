@@ -3,7 +3,7 @@
 //! [`switchyard_secret`]), the secret's challenge-response on every connection.
 
 use super::{ClientConfig, ClientError};
-use crate::server::auth::{PEER_PURPOSE, TRACKER_PURPOSE};
+use crate::common::{PEER_PURPOSE, TRACKER_PURPOSE};
 use crate::wire::{self, Deadline, WireError};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};

@@ -1,34 +1,36 @@
 //! The JSON protocol's tracker side (XGBoost 2.1+) as a state machine without sockets.
 //!
-//! `start`s wait in a batch of exactly n; when it is full they are sorted (§5) and
-//! each gets the peer frame of its ring successor. Differences from the reference,
-//! fixing §12:
+//! Section names in italics are those of docs/xgboost-protocol.md. `start`s wait in a
+//! batch of exactly n; when it is full they are sorted (*Rank assignment*) and each
+//! gets the peer frame of its ring successor. Differences from the reference, each
+//! fixing one of its *Weaknesses of the reference tracker*:
 //! - a `start` after bootstrap is refused (the connection is closed) instead of
-//!   putting the tracker into restart mode for good (§12.8);
-//! - a pending `start` whose connection closes leaves the batch (§12.6);
-//! - `shutdown` counts distinct ranks of the batch only (§12.7);
-//! - `error` tells every worker of the batch, with i32 `1`, then the job fails (§12.9).
+//!   putting the tracker into restart mode for good (*A start after bootstrap*);
+//! - a pending `start` whose connection closes leaves the batch (*Workers that vanish
+//!   while pending*);
+//! - `shutdown` counts distinct ranks of the batch only (*Unchecked shutdowns*);
+//! - `error` tells every worker of the batch, with i32 `1`, then the job fails (*An
+//!   error path that stops nobody*).
 
-use crate::classic::ConnId;
+use crate::common::{ConnId, SortBy};
 use crate::order::sort_batch;
 use crate::record::{JsonMember, Protocol, Record};
-use crate::server::SortBy;
 use std::collections::BTreeSet;
 
-/// The hello frame (§4.1).
+/// The hello frame (docs/xgboost-protocol.md, *The hello frame*).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
-pub struct Hello {
+pub(crate) struct Hello {
     /// The rank the worker claims (0 before it has one).
-    pub rank: i64,
+    pub(crate) rank: i64,
     /// Its task id, `""` for none.
-    pub task_id: String,
+    pub(crate) task_id: String,
     /// The world size; `-1` on `start`.
-    pub world_size: i64,
+    pub(crate) world_size: i64,
 }
 
 /// What the server must do for the machine.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// Send `conn` the peer frame of its successor, then close it.
     PeerFrame {
         /// The connection.
@@ -57,7 +59,7 @@ struct Pending {
 
 /// The JSON tracker's state.
 #[derive(Debug)]
-pub struct Json {
+pub(crate) struct Json {
     n: u32,
     sort_by: SortBy,
     pending: Vec<Pending>,
@@ -68,7 +70,7 @@ pub struct Json {
 
 impl Json {
     /// A job of `n` workers, batches ordered by `sort_by`.
-    pub fn new(n: u32, sort_by: SortBy) -> Json {
+    pub(crate) fn new(n: u32, sort_by: SortBy) -> Json {
         Json {
             n,
             sort_by,
@@ -80,34 +82,30 @@ impl Json {
     }
 
     /// Whether `n` distinct ranks of the batch have shut down.
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.shut_down.len() as u32 >= self.n
     }
 
     /// Why the job failed, if it did.
-    pub fn failed(&self) -> Option<&str> {
+    pub(crate) fn failed(&self) -> Option<&str> {
         self.failed.as_deref()
     }
 
     /// The ranks that shut down, ascending.
-    pub fn shut_down(&self) -> Vec<u32> {
+    pub(crate) fn shut_down(&self) -> Vec<u32> {
         self.shut_down.iter().copied().collect()
-    }
-
-    /// How many `start`s wait for their batch.
-    pub fn pending(&self) -> usize {
-        self.pending.len()
     }
 
     /// Whether any JSON worker has joined the job (waiting, in the batch, or shut
     /// down): a job has one protocol, so a classic `start` is then refused.
-    pub fn in_use(&self) -> bool {
+    pub(crate) fn in_use(&self) -> bool {
         !self.pending.is_empty() || self.batch.is_some() || !self.shut_down.is_empty()
     }
 
-    /// A `start` (§4.2) with its ports. `Ok`: answer `{"world_size": n}` and wait for a
-    /// peer frame (maybe among the actions). `Err`: close the connection, for that reason.
-    pub fn start(
+    /// A `start` (docs/xgboost-protocol.md, *start*) with its ports. `Ok`: answer
+    /// `{"world_size": n}` and wait for a peer frame (maybe among the actions). `Err`:
+    /// close the connection, for that reason.
+    pub(crate) fn start(
         &mut self,
         conn: ConnId,
         host: &str,
@@ -165,14 +163,15 @@ impl Json {
     }
 
     /// A pending `start` whose connection closed: it leaves the batch.
-    pub fn vanish(&mut self, conn: ConnId) -> bool {
+    pub(crate) fn vanish(&mut self, conn: ConnId) -> bool {
         let before = self.pending.len();
         self.pending.retain(|p| p.conn != conn);
         before != self.pending.len()
     }
 
-    /// A `shutdown` (§4.4) from the rank in its hello. `Err` says why it does not count.
-    pub fn shutdown(&mut self, rank: i64) -> Result<Vec<Action>, String> {
+    /// A `shutdown` (docs/xgboost-protocol.md, *shutdown*) from the rank in its hello.
+    /// `Err` says why it does not count.
+    pub(crate) fn shutdown(&mut self, rank: i64) -> Result<Vec<Action>, String> {
         if self.batch.is_none() {
             return Err(format!(
                 "shutdown from rank {rank} before the batch was formed"
@@ -193,9 +192,9 @@ impl Json {
         Ok(vec![Action::Record(record)])
     }
 
-    /// An `error` (§4.5): every worker of the batch (or, before it, of the pending
-    /// `start`s) is told, and the job fails.
-    pub fn error(&mut self, rank: i64, code: i64, msg: &str) -> Vec<Action> {
+    /// An `error` (docs/xgboost-protocol.md, *error*): every worker of the batch (or,
+    /// before it, of the pending `start`s) is told, and the job fails.
+    pub(crate) fn error(&mut self, rank: i64, code: i64, msg: &str) -> Vec<Action> {
         let members: Vec<&JsonMember> = match &self.batch {
             Some(b) => b.iter().collect(),
             None => self.pending.iter().map(|p| &p.member).collect(),
@@ -211,7 +210,7 @@ impl Json {
     }
 
     /// Applies a durable record (also how a state file is replayed).
-    pub fn apply(&mut self, record: &Record) {
+    pub(crate) fn apply(&mut self, record: &Record) {
         match record {
             // A state file is input too: a batch or rank that does not fit is ignored.
             Record::JsonBatch { members } if members.len() == self.n as usize => {

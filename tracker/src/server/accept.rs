@@ -3,7 +3,7 @@
 
 use super::shared::{Go, Inbox, Shared};
 use super::{classic_conn, json_conn};
-use crate::classic::ConnId;
+use crate::common::ConnId;
 use crate::wire::{Deadline, MAGIC, WireError, write_all_within};
 use crossbeam_channel::RecvTimeoutError;
 use std::io;
@@ -97,8 +97,9 @@ fn session(shared: &Shared, conn: ConnId, stream: &TcpStream, host: &str) -> Res
     let mut r = Deadline::new(stream, timeout);
     r.magic()?;
     write_all_within(stream, &MAGIC.to_le_bytes(), timeout, "magic")?;
-    // JSON doc §11: a JSON hello's length is followed by `{"`, where a classic worker
-    // sends its world size (`7b 22` would be a world of at least 8827).
+    // docs/xgboost-protocol.md, *Telling the protocols apart*: a JSON hello's length is
+    // followed by `{"`, where a classic worker sends its world size (`7b 22` would be a
+    // world of at least 8827).
     let mut head = [0u8; 8];
     r.read_exact(&mut head, "hello")?;
     shared.greeting.leave(conn);

@@ -4,15 +4,10 @@
 //! rabit/XGBoost workers cannot: jobs with them must leave the secret unset.
 
 use super::accept::Bad;
+use crate::common::TRACKER_PURPOSE;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 use switchyard_secret::JobSecret;
-
-/// The job secret's purpose label for worker-to-tracker connections.
-pub(crate) const TRACKER_PURPOSE: &str = "tracker";
-/// The job secret's purpose label for the links between workers that the tracker
-/// negotiates.
-pub(crate) const PEER_PURPOSE: &str = "tracker-peer";
 
 /// Runs the acceptor's side when the tracker has a secret (read once at start, where
 /// an unusable one stops the start).

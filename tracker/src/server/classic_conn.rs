@@ -4,7 +4,8 @@
 
 use super::accept::{Bad, Waited, await_decision};
 use super::shared::{Go, Shared, lock};
-use crate::classic::{Assignment, Command, ConnId, Hello, task_id};
+use crate::classic::{Assignment, Command, Hello, task_id};
+use crate::common::ConnId;
 use crate::wire::{Deadline, put_i32, put_str, write_all_within};
 use std::net::TcpStream;
 use std::time::Instant;
@@ -141,7 +142,7 @@ const MIXED_CLASSIC: &str = "a classic-protocol worker (rabit, XGBoost 2.0 or \
      older) cannot join this job: its workers speak the JSON protocol (XGBoost 2.1 or \
      newer); a job must use one protocol, i.e. one XGBoost generation";
 
-/// Rank −1: the protocol's only polite refusal (§5.2).
+/// Rank −1: the protocol's only polite refusal (docs/rabit-protocol.md, *Refusals*).
 fn refuse(sh: &Shared, stream: &TcpStream) {
     let mut buf = Vec::new();
     for v in [-1, -1, sh.config.workers as i32, 0, -1, -1] {
@@ -223,7 +224,7 @@ impl Drop for Turn<'_> {
     }
 }
 
-/// The assignment message (§5.2).
+/// The assignment message (docs/rabit-protocol.md, *The assignment message*).
 fn assignment_bytes(a: &Assignment) -> Vec<u8> {
     let mut buf = Vec::new();
     put_i32(&mut buf, a.rank as i32);

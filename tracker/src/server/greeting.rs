@@ -3,7 +3,7 @@
 //! these is closed to make room for the newcomer: idle strangers go first, so that a
 //! few thousand silent connections cannot lock real workers out until they time out.
 
-use crate::classic::ConnId;
+use crate::common::ConnId;
 use std::collections::VecDeque;
 use std::net::{Shutdown, TcpStream};
 use std::sync::Mutex;

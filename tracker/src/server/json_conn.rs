@@ -3,7 +3,7 @@
 
 use super::accept::{Bad, await_decision};
 use super::shared::{Go, Shared, lock};
-use crate::classic::ConnId;
+use crate::common::ConnId;
 use crate::json::Hello;
 use crate::wire::{Deadline, WireError, put_i32, put_json, write_all_within};
 use serde_json::Value;
@@ -174,7 +174,8 @@ const MIXED_JSON: &str = "a JSON-protocol worker (XGBoost 2.1 or newer) cannot j
      job: its workers speak the classic protocol (rabit, XGBoost 2.0 or older); a job \
      must use one protocol, i.e. one XGBoost generation";
 
-/// Tells each worker's error listener that the job failed: i32 `1` (JSON doc §8).
+/// Tells each worker's error listener that the job failed: i32 `1`
+/// (docs/xgboost-protocol.md, *Errors and the error port*).
 fn signal_error(targets: &[(String, u16)]) {
     let mut one = Vec::new();
     put_i32(&mut one, 1);

@@ -15,6 +15,7 @@ mod json_conn;
 mod sequence;
 mod shared;
 
+use crate::common::SortBy;
 use crate::journal::{Journal, JournalError};
 use crate::wire::Limits;
 use crossbeam_channel::Receiver;
@@ -25,16 +26,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-/// How a batch of `start`s is ordered into ranks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum SortBy {
-    /// By the peer's IP address text, then task id (the default).
-    #[default]
-    Host,
-    /// By task id.
-    Task,
-}
 
 /// What a [`Tracker`] serves and how patient it is.
 #[derive(Clone, Debug)]
@@ -119,7 +110,7 @@ pub enum Event {
         text: String,
     },
     /// A switchyard robust engine reported a peer as silent (the classic
-    /// [`SILENT_COMMAND`](crate::classic::SILENT_COMMAND), never a `print`): the only
+    /// [`SILENT_COMMAND`](crate::SILENT_COMMAND), never a `print`): the only
     /// event a launcher may act on by killing a process.
     Silent {
         /// The rank the reporter claimed.

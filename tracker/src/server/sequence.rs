@@ -15,7 +15,7 @@
 //! print whose wait ran out is still logged.
 
 use super::shared::lock;
-use crate::classic::ConnId;
+use crate::common::ConnId;
 use std::collections::BTreeMap;
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};

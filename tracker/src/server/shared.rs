@@ -4,7 +4,8 @@
 
 use super::sequence::Sequence;
 use super::{Event, JobOutcome, TrackerConfig};
-use crate::classic::{self, Classic, ConnId};
+use crate::classic::{self, Classic};
+use crate::common::ConnId;
 use crate::journal::Journal;
 use crate::json::{self, Json};
 use crate::record::Record;

@@ -76,7 +76,7 @@ pub fn shutdown(addr: SocketAddr, rank: i32, world: i32) {
     let _ = hello(addr, rank, world, "NULL", "shutdown");
 }
 
-/// The assignment message (§5.2).
+/// The assignment message (docs/rabit-protocol.md, *The assignment message*).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Assignment {
     pub rank: i32,
@@ -136,7 +136,8 @@ pub fn accept_within(listener: &TcpListener) -> TcpStream {
     }
 }
 
-/// A well-behaved classic worker: `start`, negotiation with real peer links (§6, §7).
+/// A well-behaved classic worker: `start`, negotiation with real peer links
+/// (docs/rabit-protocol.md, *Link negotiation* and *The peer handshake*).
 /// Returns its assignment and its links by peer rank.
 pub struct Worker {
     pub assignment: Assignment,

@@ -214,7 +214,8 @@ impl ClassicClient {
         Ok(stream)
     }
 
-    /// §5.2, checked: a rank in the world, neighbours that are other ranks in it.
+    /// docs/rabit-protocol.md, *The assignment message*, checked: a rank in the world,
+    /// neighbours that are other ranks in it.
     fn read_assignment(&self, stream: &TcpStream) -> Result<Assignment, ClientError> {
         let e = |err| At(self.addr).wire("waiting for the assignment", err);
         // The first field comes when the whole batch is in: the long wait.
@@ -245,8 +246,8 @@ impl ClassicClient {
             .map_err(|reason| At(self.addr).bad("assignment", reason))
     }
 
-    /// §6 rounds until the tracker's peers are all reached; returns the links and the
-    /// last round's `num_accept`.
+    /// docs/rabit-protocol.md, *Link negotiation*: rounds until the tracker's peers are
+    /// all reached; returns the links and the last round's `num_accept`.
     fn negotiate(
         &self,
         stream: &TcpStream,
@@ -403,12 +404,12 @@ impl ClassicSession {
     }
 
     /// Reports rank `rank`'s start `attempt` as silent
-    /// ([`SILENT_COMMAND`](crate::classic::SILENT_COMMAND)): a switchyard launcher
+    /// ([`SILENT_COMMAND`](crate::SILENT_COMMAND)): a switchyard launcher
     /// kills that process so that it is restarted. Meant for the robust engine; a
     /// tracker of rabit's refuses the command.
     pub fn report_silent(&self, rank: u32, attempt: u32, reason: &str) -> Result<(), ClientError> {
         let c = &self.client;
-        let command = crate::classic::SILENT_COMMAND;
+        let command = crate::common::SILENT_COMMAND;
         let stream = c.command(self.rank as i32, self.world as i32, command)?;
         let mut body = Vec::new();
         wire::put_i32(&mut body, i32::try_from(rank).unwrap_or(i32::MAX));
@@ -427,7 +428,7 @@ impl ClassicSession {
     }
 }
 
-/// §7: send our rank, read the peer's.
+/// docs/rabit-protocol.md, *The peer handshake*: send our rank, read the peer's.
 fn handshake(stream: &TcpStream, me: u32, config: &ClientConfig) -> Result<i32, WireError> {
     let mut buf = Vec::with_capacity(4);
     wire::put_i32(&mut buf, me as i32);

@@ -4,9 +4,10 @@
 //! hello and command, reads `{"world_size"}` at once and, when the whole batch has
 //! arrived, the frame naming its ring successor; its own rank is the successor's minus
 //! one. It then connects to the successor, accepts its predecessor, and runs the ring
-//! bootstrap of §6.1 (the allgather of 64-byte host slots and `i32` ports), so the
-//! ring links begin exactly as XGBoost's do. Links beyond the ring (§6.2) are not
-//! made: a job of switchyard workers builds what else it needs over the ring.
+//! bootstrap (docs/xgboost-protocol.md, *The ring bootstrap*: the allgather of 64-byte
+//! host slots and `i32` ports), so the ring links begin exactly as XGBoost's do. Links
+//! beyond the ring (*Links beyond the ring* there) are not made: a job of switchyard
+//! workers builds what else it needs over the ring.
 //!
 //! The error listener runs on a thread of its own: a tracker (or anyone) that sends
 //! `1` or `-1` there marks the session failed ([`JsonSession::error_signalled`]),
@@ -45,7 +46,7 @@ const HOST_SLOT: usize = 64;
 /// Longest wait for the tracker to close a `print` connection.
 const PRINT_CLOSE_WAIT: Duration = Duration::from_secs(5);
 
-/// Command codes (§3).
+/// Command codes (docs/xgboost-protocol.md, *One tracker connection*).
 const CMD_START: i32 = 1;
 const CMD_SHUTDOWN: i32 = 2;
 const CMD_ERROR: i32 = 3;
@@ -259,8 +260,9 @@ impl JsonClient {
         }
     }
 
-    /// §6.1: allgather of host slots, then of port slots; slot `s` describes rank
-    /// `s + 1`. Checks that the slot describing this worker carries its own port.
+    /// docs/xgboost-protocol.md, *The ring bootstrap*: allgather of host slots, then of
+    /// port slots; slot `s` describes rank `s + 1`. Checks that the slot describing
+    /// this worker carries its own port.
     #[allow(clippy::too_many_arguments)]
     fn ring_bootstrap(
         &self,
@@ -354,9 +356,10 @@ impl JsonSession {
         Ok(())
     }
 
-    /// Reports a failure to the tracker (cmd 3, §4.5) with an error `code` and a
-    /// message; a tracker that handles it (switchyard's does) tells every worker of
-    /// the job through its error port, and the job ends as failed.
+    /// Reports a failure to the tracker (cmd 3; docs/xgboost-protocol.md, *error*) with
+    /// an error `code` and a message; a tracker that handles it (switchyard's does)
+    /// tells every worker of the job through its error port, and the job ends as
+    /// failed.
     pub fn signal_error(&self, code: i32, msg: &str) -> Result<(), ClientError> {
         self.client
             .command(
