@@ -517,7 +517,8 @@ fn a_print_with_the_words_of_a_silent_report_kills_nobody() {
 }
 
 /// A rank busy in its own code for 1.5 s before every iteration, about twice the
-/// heartbeat deadline, is slow, not dead (§3 item 9): nobody is restarted.
+/// heartbeat deadline, is slow, not dead (docs/failure-model.md, *A slow but alive
+/// rank*): nobody is restarted.
 #[test]
 fn a_slow_rank_is_not_taken_for_dead() {
     let _one = one_job_at_a_time();

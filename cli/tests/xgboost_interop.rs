@@ -297,7 +297,8 @@ const NOTICE_LIMIT_S: u32 = 60;
 /// worker's error listener (i32 `1`), so the other worker, idle and in no collective,
 /// ends at once with XGBoost's "another worker is running into error" status 255, and
 /// the tracker exits non-zero. (XGBoost's own tracker sends `-1`, which workers ignore,
-/// JSON doc §12.9: there the healthy worker would wait out its hold.)
+/// see docs/xgboost-protocol.md, *An error path that stops nobody*: there the healthy
+/// worker would wait out its hold.)
 #[test]
 fn xgboost3_signal_error_ends_every_worker_and_fails_the_job() {
     let Some(python) = Xgb::V3.python() else {
