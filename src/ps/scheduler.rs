@@ -63,7 +63,8 @@ impl Scheduler {
     /// [`PsConfig::dead_timeout`] (everyone is told to abort) or when registration
     /// does not complete within [`PsConfig::join_timeout`].
     ///
-    /// The decisions are [`Schedule`]'s; this loop only receives, decodes and sends.
+    /// A state machine (the crate-private `schedule` module) makes every decision; this
+    /// loop only receives, decodes and sends.
     pub fn run(mut self) -> Result<JobReport, PsError> {
         let mut schedule = Schedule::new(&self.config, Instant::now());
         // Whether the last receive found the queue empty: only then is the schedule

@@ -123,8 +123,8 @@ impl<T: Value> KvServer<T> {
     /// [`KvServer::run`], returning at once, without a word to anyone, when `kill`
     /// is set: a server dying mid-job, for tests of failover.
     ///
-    /// The decisions are [`Routing`]'s; this loop receives, sends and keeps the
-    /// replica line.
+    /// The crate-private `routing` module makes the decisions; this loop receives, sends
+    /// and keeps the replica line.
     #[doc(hidden)]
     pub fn run_until(mut self, kill: &AtomicBool) -> Result<ServerReport, PsError> {
         let rank = self.node.rank;
