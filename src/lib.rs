@@ -47,7 +47,6 @@ pub mod collective;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod launch;
-pub mod ps;
 
 /// The README's Rust examples, compiled and run as doc tests so that they stay true.
 #[cfg(doctest)]
@@ -55,6 +54,8 @@ pub mod ps;
 pub struct ReadmeDoctests;
 
 pub use switchyard_msg as msg;
+/// The parameter server (the `switchyard-ps` crate).
+pub use switchyard_ps as ps;
 /// The optional job secret (`SWITCHYARD_JOB_SECRET` / `SWITCHYARD_JOB_SECRET_FILE`).
 pub use switchyard_secret as secret;
 pub use switchyard_stub as stub;

@@ -172,7 +172,7 @@ fn check_unique(keys: &[u64]) -> Result<(), PsError> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use crate::ps::Sharding;
+    use crate::Sharding;
 
     #[test]
     fn a_push_becomes_slices_of_the_callers_buffer() {

@@ -70,12 +70,22 @@ mod server;
 mod shard;
 mod split;
 mod store;
-#[doc(hidden)]
-pub mod testing;
+#[cfg(test)]
+mod testing;
 mod update;
 mod value;
 mod wire;
 mod worker;
+
+// The tests below drive the crate-private hooks (`KvServer::run_until`, `testing`) and
+// share the integration tests' job helpers (`tests/ps_support`), which name the crate
+// by its external name.
+#[cfg(test)]
+extern crate self as switchyard_ps;
+#[cfg(test)]
+mod failure_tests;
+#[cfg(test)]
+mod replication_tests;
 
 pub use config::{PsConfig, PsEnv, PsRole};
 pub use error::PsError;

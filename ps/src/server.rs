@@ -24,7 +24,7 @@ const EXPIRY_SCAN: Duration = Duration::from_millis(100);
 /// A whole job in one process: scheduler, one server, one worker, as threads.
 ///
 /// ```
-/// use switchyard::ps::{KvServer, KvWorker, Mode, PsConfig, Scheduler, Update};
+/// use switchyard_ps::{KvServer, KvWorker, Mode, PsConfig, Scheduler, Update};
 /// # fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 /// let config = PsConfig::new(1, 1);
 /// let scheduler = Scheduler::bind("local://ps-server-doc", &config)?;
@@ -124,9 +124,8 @@ impl<T: Value> KvServer<T> {
     }
 
     /// [`KvServer::run`], returning at once, without a word to anyone, when `kill`
-    /// is set: a server dying mid-job, for tests of failover.
-    #[doc(hidden)]
-    pub fn run_until(mut self, kill: &AtomicBool) -> Result<ServerReport, PsError> {
+    /// is set: a server dying mid-job, for the failover tests (`replication_tests`).
+    pub(crate) fn run_until(mut self, kill: &AtomicBool) -> Result<ServerReport, PsError> {
         let rank = self.node.rank;
         let name = format!("server {rank} at {}", self.router.endpoint());
         let workers = self.node.num_workers as usize;

@@ -46,7 +46,11 @@ const META_LIMIT: usize = 64 << 20;
 const MAX_RUNS: usize = 512;
 
 /// What a node is.
+///
+/// Non-exhaustive: it travels in registrations, so a later version may add a role
+/// without breaking programs that match on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum NodeRole {
     /// Computes, pushes and pulls.
     Worker,
@@ -64,7 +68,11 @@ impl std::fmt::Display for NodeRole {
 }
 
 /// Which nodes a barrier waits for.
+///
+/// Non-exhaustive: it travels in barrier requests, so a later version may add a group
+/// without breaking programs that match on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum Group {
     /// Every worker.
     Workers,

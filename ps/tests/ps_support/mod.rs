@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use switchyard::ps::{
+use switchyard_ps::{
     JobReport, KvServer, Mode, PsConfig, PsError, Scheduler, ServerReport, Update,
 };
 

@@ -49,8 +49,8 @@ pub struct Piece {
 /// # Examples
 ///
 /// ```
-/// use switchyard::ps::{Placement, Sharding};
-/// # fn main() -> Result<(), switchyard::ps::PsError> {
+/// use switchyard_ps::{Placement, Sharding};
+/// # fn main() -> Result<(), switchyard_ps::PsError> {
 /// let place = Placement::new(Sharding::Range { key_space: Some(10) }, 3, 1000);
 /// // 10 keys over 3 servers: 0..4, 4..7, 7..10 — key 9 is not lost.
 /// assert_eq!(place.owner(3)?, 0);

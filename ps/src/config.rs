@@ -127,7 +127,10 @@ impl PsConfig {
 }
 
 /// What a process is in a ps-lite style job (`DMLC_ROLE`).
+///
+/// Non-exhaustive: a later version may accept more of ps-lite's `DMLC_ROLE` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PsRole {
     /// `DMLC_ROLE=scheduler`.
     Scheduler,

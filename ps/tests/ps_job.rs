@@ -6,7 +6,7 @@ mod ps_support;
 use ps_support::{Job, config, endpoint, on_workers};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use switchyard::ps::{Group, KvWorker, Mode, Sharding, Update};
+use switchyard_ps::{Group, KvWorker, Mode, Sharding, Update};
 
 /// Four workers, two servers: each round's answer is the exact sum of every worker's
 /// push, for keys on both servers.
@@ -254,7 +254,7 @@ fn barrier_waits_for_every_worker() {
 /// while it waits there are kept and answered once it runs.
 #[test]
 fn barrier_over_all_includes_servers() {
-    use switchyard::ps::{KvServer, Scheduler};
+    use switchyard_ps::{KvServer, Scheduler};
     let config = config(2, 2);
     let scheduler = Scheduler::bind(&endpoint("tcp", "all"), &config).unwrap();
     let e = scheduler.endpoint().to_string();

@@ -1,11 +1,11 @@
-//! Pieces of the scheduler's protocol for tests that play a scheduler by hand (one
-//! that dies mid-job, say). Not a stable API.
+//! Pieces of the scheduler's protocol for the in-crate tests that play a scheduler by
+//! hand (one that dies mid-job, say).
 
 use super::wire::{self, Control, NodeRole};
 use switchyard_msg::Msg;
 
 /// The role and endpoint of a registration message, or `None` if `msg` is not one.
-pub fn registration(msg: &Msg) -> Option<(NodeRole, String)> {
+pub(crate) fn registration(msg: &Msg) -> Option<(NodeRole, String)> {
     match wire::read_control(msg, "test").ok()? {
         Control::Register { role, endpoint } => Some((role, endpoint)),
         _ => None,
@@ -13,7 +13,7 @@ pub fn registration(msg: &Msg) -> Option<(NodeRole, String)> {
 }
 
 /// The scheduler's rank assignment.
-pub fn assign(rank: u32, num_workers: u32, servers: Vec<String>) -> Msg {
+pub(crate) fn assign(rank: u32, num_workers: u32, servers: Vec<String>) -> Msg {
     let note = Control::Assign {
         rank,
         num_workers,
