@@ -43,10 +43,10 @@
 //! ```
 #![doc(test(attr(deny(warnings))))]
 
+pub mod bootstrap;
 pub mod collective;
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod launch;
 
 /// The README's Rust examples, compiled and run as doc tests so that they stay true.
 #[cfg(doctest)]

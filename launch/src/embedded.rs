@@ -8,12 +8,12 @@
 
 use super::LaunchError;
 use super::supervise::Notice;
-use super::watchdog;
 use crossbeam_channel::{RecvTimeoutError, Sender};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use switchyard::bootstrap::watchdog;
 use switchyard_tracker::{Event, Tracker, TrackerConfig};
 
 /// Starts a tracker for `workers` workers bound to `bind`, and a thread that forwards

@@ -17,7 +17,7 @@
 //! The choice (address, interface, root, and which rule) is logged at `tracing` info
 //! level the first time in a process, at debug after.
 
-use super::LaunchError;
+use super::BootstrapError;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs, UdpSocket};
 
 /// Environment variable naming the interface(s) to bind the mesh on.
@@ -31,15 +31,15 @@ pub const ENV_IFNAME: &str = "SWITCHYARD_IFNAME";
 ///
 /// # Errors
 ///
-/// [`LaunchError::Env`] when `SWITCHYARD_IFNAME` names no interface with an address;
-/// [`LaunchError::Rendezvous`] naming `host:port` when the host does not resolve or
+/// [`BootstrapError::Env`] when `SWITCHYARD_IFNAME` names no interface with an address;
+/// [`BootstrapError::Rendezvous`] naming `host:port` when the host does not resolve or
 /// there is no route to it.
 ///
 /// # Examples
 ///
 /// ```
-/// use switchyard::launch::bind_address;
-/// # fn main() -> Result<(), switchyard::launch::LaunchError> {
+/// use switchyard::bootstrap::bind_address;
+/// # fn main() -> Result<(), switchyard::bootstrap::BootstrapError> {
 /// if std::env::var_os("SWITCHYARD_IFNAME").is_none() {
 ///     // A root on loopback is reached from loopback.
 ///     assert!(bind_address("127.0.0.1", 9)?.is_loopback());
@@ -47,7 +47,7 @@ pub const ENV_IFNAME: &str = "SWITCHYARD_IFNAME";
 /// # Ok(())
 /// # }
 /// ```
-pub fn bind_address(host: &str, port: u16) -> Result<IpAddr, LaunchError> {
+pub fn bind_address(host: &str, port: u16) -> Result<IpAddr, BootstrapError> {
     let (ip, how) = match ifname_address()? {
         Some(ip) => (ip, ENV_IFNAME),
         None => (route_address(host, port)?, "the route to the root"),
@@ -77,14 +77,14 @@ fn interface_of(ip: IpAddr) -> String {
 
 /// The address of the interface named by [`ENV_IFNAME`], or `None` when it is unset
 /// or empty.
-pub(crate) fn ifname_address() -> Result<Option<IpAddr>, LaunchError> {
+pub(crate) fn ifname_address() -> Result<Option<IpAddr>, BootstrapError> {
     let Ok(names) = std::env::var(ENV_IFNAME) else {
         return Ok(None);
     };
     if names.trim().is_empty() {
         return Ok(None);
     }
-    let all = interface_addresses().map_err(|e| LaunchError::Env {
+    let all = interface_addresses().map_err(|e| BootstrapError::Env {
         var: ENV_IFNAME,
         value: names.clone(),
         reason: format!("cannot list the interfaces: {e}"),
@@ -103,7 +103,7 @@ pub(crate) fn ifname_address() -> Result<Option<IpAddr>, LaunchError> {
                     known.push(name);
                 }
             }
-            Err(LaunchError::Env {
+            Err(BootstrapError::Env {
                 var: ENV_IFNAME,
                 value: names,
                 reason: format!("no such interface with an address; there are {known:?}"),
@@ -129,9 +129,9 @@ fn pick<'a>(all: &'a [(String, IpAddr)], names: &str) -> Option<(&'a str, IpAddr
 
 /// The local address of the route to `host:port`: a UDP socket's "connect" picks the
 /// route and source address and sends nothing.
-pub(crate) fn route_address(host: &str, port: u16) -> Result<IpAddr, LaunchError> {
+pub(crate) fn route_address(host: &str, port: u16) -> Result<IpAddr, BootstrapError> {
     let at = format!("{host}:{port}");
-    let fail = |reason: String| LaunchError::Rendezvous {
+    let fail = |reason: String| BootstrapError::Rendezvous {
         addr: at.clone(),
         reason,
     };

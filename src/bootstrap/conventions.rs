@@ -19,7 +19,7 @@
 //! size is not part of it: ranks told different sizes reach the same root, which
 //! refuses the odd ones naming both sizes, where different tags read as strangers.
 
-use super::LaunchError;
+use super::BootstrapError;
 use super::unique_id::UniqueId;
 use std::net::{SocketAddr, ToSocketAddrs};
 
@@ -55,17 +55,17 @@ fn get(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
-fn missing(var: &'static str, because: &str) -> LaunchError {
-    LaunchError::Env {
+fn missing(var: &'static str, because: &str) -> BootstrapError {
+    BootstrapError::Env {
         var,
         value: String::new(),
         reason: format!("missing, but {because}"),
     }
 }
 
-fn number(var: &'static str, partner: &str, hint: &str) -> Result<u32, LaunchError> {
+fn number(var: &'static str, partner: &str, hint: &str) -> Result<u32, BootstrapError> {
     let text = get(var).ok_or_else(|| missing(var, &format!("{partner} is set{hint}")))?;
-    text.trim().parse().map_err(|_| LaunchError::Env {
+    text.trim().parse().map_err(|_| BootstrapError::Env {
         var,
         value: text,
         reason: "not a non-negative integer".into(),
@@ -74,7 +74,7 @@ fn number(var: &'static str, partner: &str, hint: &str) -> Result<u32, LaunchErr
 
 /// `torchrun`'s variables: `None` when none of the four is set; a half-set group is an
 /// error naming the first missing one.
-pub(crate) fn torchrun() -> Result<Option<Found>, LaunchError> {
+pub(crate) fn torchrun() -> Result<Option<Found>, BootstrapError> {
     const VARS: [&str; 4] = ["MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"];
     let Some(present) = VARS.into_iter().find(|v| get(v).is_some()) else {
         return Ok(None);
@@ -111,7 +111,7 @@ fn scheduler_present() -> bool {
 }
 
 /// A scheduler's variables (`mpirun`, `srun`), or `None`.
-pub(crate) fn scheduler() -> Result<Option<Found>, LaunchError> {
+pub(crate) fn scheduler() -> Result<Option<Found>, BootstrapError> {
     let Some(&(convention, rank_var, size_var)) = SCHEDULERS
         .iter()
         .find(|(_, r, s)| get(r).is_some() || get(s).is_some())
@@ -125,7 +125,7 @@ pub(crate) fn scheduler() -> Result<Option<Found>, LaunchError> {
     } else if let Some(h) = get("SLURM_LAUNCH_NODE_IPADDR") {
         ("SLURM_LAUNCH_NODE_IPADDR", h)
     } else if let Some(list) = get("SLURM_JOB_NODELIST") {
-        let first = first_host(&list).ok_or_else(|| LaunchError::Env {
+        let first = first_host(&list).ok_or_else(|| BootstrapError::Env {
             var: "SLURM_JOB_NODELIST",
             value: list.clone(),
             reason: "no host name in the list".into(),
@@ -157,11 +157,11 @@ fn rank_and_size(
     rank_var: &'static str,
     size_var: &'static str,
     hint: &str,
-) -> Result<(u32, u32), LaunchError> {
+) -> Result<(u32, u32), BootstrapError> {
     let rank = number(rank_var, size_var, hint)?;
     let world = number(size_var, rank_var, hint)?;
     if world == 0 || rank >= world {
-        return Err(LaunchError::Env {
+        return Err(BootstrapError::Env {
             var: rank_var,
             value: rank.to_string(),
             reason: format!("must be below {size_var}={world}"),
@@ -170,18 +170,19 @@ fn rank_and_size(
     Ok((rank, world))
 }
 
-fn port() -> Result<u16, LaunchError> {
+fn port() -> Result<u16, BootstrapError> {
     match get("MASTER_PORT") {
-        Some(text) => text
-            .trim()
-            .parse::<u16>()
-            .ok()
-            .filter(|&p| p != 0)
-            .ok_or(LaunchError::Env {
-                var: "MASTER_PORT",
-                value: text,
-                reason: "not a port number (1..65535)".into(),
-            }),
+        Some(text) => {
+            text.trim()
+                .parse::<u16>()
+                .ok()
+                .filter(|&p| p != 0)
+                .ok_or(BootstrapError::Env {
+                    var: "MASTER_PORT",
+                    value: text,
+                    reason: "not a port number (1..65535)".into(),
+                })
+        }
         None => {
             let offset = get("SLURM_JOB_ID")
                 .and_then(|j| j.trim().parse::<u64>().ok())
@@ -192,11 +193,11 @@ fn port() -> Result<u16, LaunchError> {
 }
 
 /// `host` resolved, IPv4 first (the mesh is IPv4).
-fn root_addr(var: &'static str, host: &str, port: u16) -> Result<SocketAddr, LaunchError> {
+fn root_addr(var: &'static str, host: &str, port: u16) -> Result<SocketAddr, BootstrapError> {
     let bare = host.trim().trim_start_matches('[').trim_end_matches(']');
     let all: Vec<SocketAddr> = (bare, port)
         .to_socket_addrs()
-        .map_err(|e| LaunchError::Env {
+        .map_err(|e| BootstrapError::Env {
             var,
             value: host.to_string(),
             reason: format!("cannot resolve the root host: {e}"),
@@ -206,7 +207,7 @@ fn root_addr(var: &'static str, host: &str, port: u16) -> Result<SocketAddr, Lau
         .find(|a| a.is_ipv4())
         .or(all.first())
         .copied()
-        .ok_or(LaunchError::Env {
+        .ok_or(BootstrapError::Env {
             var,
             value: host.to_string(),
             reason: "the root host has no address".into(),

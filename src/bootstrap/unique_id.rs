@@ -115,7 +115,7 @@ static PARKED: Mutex<Option<HashMap<u64, TcpListener>>> = Mutex::new(None);
 /// # Examples
 ///
 /// ```
-/// use switchyard::launch::UniqueId;
+/// use switchyard::bootstrap::UniqueId;
 /// let id: UniqueId = "syid:00000000000000ff@127.0.0.1:29500".parse().unwrap();
 /// assert_eq!(id.tag(), 255);
 /// assert_eq!(id.root().port(), 29500);

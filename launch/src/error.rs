@@ -1,20 +1,15 @@
 use std::time::Duration;
+use switchyard::bootstrap::BootstrapError;
 use thiserror::Error;
 
-/// Errors from launching a job or bootstrapping a process.
+/// Errors from launching and supervising a job.
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum LaunchError {
-    /// An environment variable is missing or does not parse.
-    #[error("environment variable {var}={value:?}: {reason}")]
-    Env {
-        /// The variable.
-        var: &'static str,
-        /// Its value (empty if unset).
-        value: String,
-        /// What is wrong.
-        reason: String,
-    },
+    /// The worker-side bootstrap failed: an environment variable, or the rendezvous
+    /// (which the launcher serves with the same protocol its processes speak).
+    #[error(transparent)]
+    Bootstrap(#[from] BootstrapError),
     /// A launch option has a value that cannot work. Shown as the `switchyard launch`
     /// flag of the same name: `--hostfile /etc/hosts: ...`, or `--hostfile: ...` for an
     /// option left out.
@@ -26,22 +21,6 @@ pub enum LaunchError {
         /// Its value (empty when the option was left out).
         value: String,
         /// What is wrong.
-        reason: String,
-    },
-    /// The rendezvous could not be reached or failed.
-    #[error("rendezvous at {addr}: {reason}")]
-    Rendezvous {
-        /// The rendezvous address, or the peer's.
-        addr: String,
-        /// What happened.
-        reason: String,
-    },
-    /// A peer sent a bad rendezvous frame.
-    #[error("rendezvous peer {peer}: {reason}")]
-    Protocol {
-        /// The peer's address.
-        peer: String,
-        /// What was wrong with what it sent.
         reason: String,
     },
     /// Not every worker joined (checked in at the rendezvous or got a rank from the

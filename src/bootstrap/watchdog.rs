@@ -16,9 +16,9 @@
 /// it the robust engine reports a silent rank as a plain `print`, for the log only:
 /// a tracker of rabit's or XGBoost's fails on a command it does not know, and no
 /// watchdog would act on the report there anyway.
-pub(crate) const ENV_SILENT_REPORTS: &str = "SWITCHYARD_SILENT_REPORTS";
+pub const ENV_SILENT_REPORTS: &str = "SWITCHYARD_SILENT_REPORTS";
 
 /// The line the launcher logs for a report, beside the kill.
-pub(crate) fn describe(rank: u32, attempt: u32, reason: &str) -> String {
+pub fn describe(rank: u32, attempt: u32, reason: &str) -> String {
     format!("switchyard robust: silent rank {rank} attempt {attempt}: {reason}")
 }

@@ -3,8 +3,8 @@
 //! All integers are little-endian `u32`s.
 //!
 //! 1. The process sends `"SYRV"`, its rank, the world size it was told, the length of
-//!    its endpoint string (at most [`MAX_ENDPOINT`] bytes) and the UTF-8 endpoint. For
-//!    any communicator after its first it sends [`MAGIC_GENERATION`] instead, and its
+//!    its endpoint string (at most 1024 bytes) and the UTF-8 endpoint. For
+//!    any communicator after its first it sends `"SYRG"` instead, and its
 //!    generation (1 for the second, ...) after the world size.
 //! 2. When every rank has checked in for a generation, the launcher sends each of them
 //!    `"SYRV"`, the world size, and for each rank in order its endpoint's length and
@@ -18,40 +18,40 @@
 //!
 //! With a job secret (`SWITCHYARD_JOB_SECRET` or `SWITCHYARD_JOB_SECRET_FILE`, see
 //! [`switchyard_secret`]) the connection first runs the secret's challenge-response
-//! (purpose [`AUTH_PURPOSE`], the process claiming its rank), and the launcher holds
+//! (purpose `rendezvous`, the process claiming its rank), and the launcher holds
 //! the check-in to the rank the handshake claimed.
 //!
 //! Every read is bounded by a deadline, and every length is checked against its limit
 //! before anything is allocated. A connection with a wrong magic, a rank outside the
 //! job, a rank already taken or a wrong world size is closed and logged; the launcher
-//! keeps accepting others.
+//! keeps accepting others. The launcher's end is [`RendezvousServer`](super::RendezvousServer).
 
-use super::LaunchError;
+use super::BootstrapError;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 /// The 4-byte magic that opens each direction.
-pub const MAGIC: [u8; 4] = *b"SYRV";
+pub(crate) const MAGIC: [u8; 4] = *b"SYRV";
 /// The magic of a check-in for a later generation of communicators, which carries the
 /// generation number.
-pub const MAGIC_GENERATION: [u8; 4] = *b"SYRG";
+pub(crate) const MAGIC_GENERATION: [u8; 4] = *b"SYRG";
 /// The job secret's purpose label for rendezvous connections.
-pub const AUTH_PURPOSE: &str = "rendezvous";
+pub(crate) const AUTH_PURPOSE: &str = "rendezvous";
 /// Longest endpoint string accepted.
-pub const MAX_ENDPOINT: u32 = 1024;
+pub(crate) const MAX_ENDPOINT: u32 = 1024;
 
-fn io_err(peer: &str, e: std::io::Error) -> LaunchError {
-    LaunchError::Protocol {
+fn io_err(peer: &str, e: std::io::Error) -> BootstrapError {
+    BootstrapError::Protocol {
         peer: peer.to_string(),
         reason: e.to_string(),
     }
 }
 
-fn set_deadline(stream: &TcpStream, deadline: Instant, peer: &str) -> Result<(), LaunchError> {
+fn set_deadline(stream: &TcpStream, deadline: Instant, peer: &str) -> Result<(), BootstrapError> {
     let left = deadline.saturating_duration_since(Instant::now());
     if left.is_zero() {
-        return Err(LaunchError::Protocol {
+        return Err(BootstrapError::Protocol {
             peer: peer.to_string(),
             reason: "deadline passed".into(),
         });
@@ -62,13 +62,13 @@ fn set_deadline(stream: &TcpStream, deadline: Instant, peer: &str) -> Result<(),
         .map_err(|e| io_err(peer, e))
 }
 
-fn read_u32(stream: &mut TcpStream, peer: &str) -> Result<u32, LaunchError> {
+fn read_u32(stream: &mut TcpStream, peer: &str) -> Result<u32, BootstrapError> {
     let mut word = [0u8; 4];
     stream.read_exact(&mut word).map_err(|e| io_err(peer, e))?;
     Ok(u32::from_le_bytes(word))
 }
 
-fn read_magic(stream: &mut TcpStream, peer: &str) -> Result<(), LaunchError> {
+fn read_magic(stream: &mut TcpStream, peer: &str) -> Result<(), BootstrapError> {
     read_magic_of(stream, peer, &[MAGIC]).map(|_| ())
 }
 
@@ -77,17 +77,17 @@ fn read_magic_of(
     stream: &mut TcpStream,
     peer: &str,
     allowed: &[[u8; 4]],
-) -> Result<[u8; 4], LaunchError> {
+) -> Result<[u8; 4], BootstrapError> {
     let mut magic = [0u8; 4];
     stream.read_exact(&mut magic).map_err(|e| io_err(peer, e))?;
     if switchyard_secret::looks_like_challenge(&magic) {
-        return Err(LaunchError::Protocol {
+        return Err(BootstrapError::Protocol {
             peer: peer.to_string(),
             reason: "the launcher expects a job secret: set the same SWITCHYARD_JOB_SECRET or SWITCHYARD_JOB_SECRET_FILE as the launcher".into(),
         });
     }
     if !allowed.contains(&magic) {
-        return Err(LaunchError::Protocol {
+        return Err(BootstrapError::Protocol {
             peer: peer.to_string(),
             reason: format!("bad magic {magic:02x?}, expected {MAGIC:02x?}"),
         });
@@ -95,17 +95,17 @@ fn read_magic_of(
     Ok(magic)
 }
 
-fn read_string(stream: &mut TcpStream, peer: &str) -> Result<String, LaunchError> {
+fn read_string(stream: &mut TcpStream, peer: &str) -> Result<String, BootstrapError> {
     let len = read_u32(stream, peer)?;
     if len > MAX_ENDPOINT {
-        return Err(LaunchError::Protocol {
+        return Err(BootstrapError::Protocol {
             peer: peer.to_string(),
             reason: format!("endpoint length {len} over the limit of {MAX_ENDPOINT}"),
         });
     }
     let mut bytes = vec![0u8; len as usize];
     stream.read_exact(&mut bytes).map_err(|e| io_err(peer, e))?;
-    String::from_utf8(bytes).map_err(|_| LaunchError::Protocol {
+    String::from_utf8(bytes).map_err(|_| BootstrapError::Protocol {
         peer: peer.to_string(),
         reason: "endpoint is not UTF-8".into(),
     })
@@ -118,19 +118,22 @@ fn push_string(out: &mut Vec<u8>, s: &str) {
 
 /// A process's check-in, as the launcher reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CheckIn {
+pub(crate) struct CheckIn {
     /// The rank the process claims.
-    pub rank: u32,
+    pub(crate) rank: u32,
     /// The world size it was told.
-    pub world: u32,
+    pub(crate) world: u32,
     /// Which of the process's communicators this is (0 for its first).
-    pub generation: u32,
+    pub(crate) generation: u32,
     /// Its endpoint.
-    pub endpoint: String,
+    pub(crate) endpoint: String,
 }
 
 /// Reads a check-in (launcher side), within `deadline`.
-pub fn read_check_in(stream: &mut TcpStream, deadline: Instant) -> Result<CheckIn, LaunchError> {
+pub(crate) fn read_check_in(
+    stream: &mut TcpStream,
+    deadline: Instant,
+) -> Result<CheckIn, BootstrapError> {
     let peer = stream
         .peer_addr()
         .map(|a| a.to_string())
@@ -154,11 +157,11 @@ pub fn read_check_in(stream: &mut TcpStream, deadline: Instant) -> Result<CheckI
 }
 
 /// Sends every rank's endpoint (launcher side).
-pub fn write_endpoints(
+pub(crate) fn write_endpoints(
     stream: &mut TcpStream,
     endpoints: &[String],
     deadline: Instant,
-) -> Result<(), LaunchError> {
+) -> Result<(), BootstrapError> {
     let peer = stream
         .peer_addr()
         .map(|a| a.to_string())
@@ -181,38 +184,39 @@ pub fn exchange(
     world: u32,
     endpoint: &str,
     timeout: Duration,
-) -> Result<Vec<String>, LaunchError> {
-    let secret = switchyard_secret::JobSecret::from_env().map_err(|e| LaunchError::Rendezvous {
-        addr: addr.to_string(),
-        reason: e.to_string(),
-    })?;
+) -> Result<Vec<String>, BootstrapError> {
+    let secret =
+        switchyard_secret::JobSecret::from_env().map_err(|e| BootstrapError::Rendezvous {
+            addr: addr.to_string(),
+            reason: e.to_string(),
+        })?;
     exchange_with_secret(addr, rank, world, endpoint, timeout, secret.as_ref())
 }
 
 /// [`exchange`] with the job secret given (`None`: no authentication).
-pub fn exchange_with_secret(
+pub(crate) fn exchange_with_secret(
     addr: &str,
     rank: u32,
     world: u32,
     endpoint: &str,
     timeout: Duration,
     secret: Option<&switchyard_secret::JobSecret>,
-) -> Result<Vec<String>, LaunchError> {
+) -> Result<Vec<String>, BootstrapError> {
     exchange_generation(addr, (rank, world, 0), endpoint, timeout, secret)
 }
 
 /// [`exchange_with_secret`] for the process's communicator number `generation` (0 for
 /// its first): the launcher answers with the endpoints the other ranks checked in for
 /// the same generation.
-pub fn exchange_generation(
+pub(crate) fn exchange_generation(
     addr: &str,
     (rank, world, generation): (u32, u32, u32),
     endpoint: &str,
     timeout: Duration,
     secret: Option<&switchyard_secret::JobSecret>,
-) -> Result<Vec<String>, LaunchError> {
+) -> Result<Vec<String>, BootstrapError> {
     let deadline = Instant::now() + timeout;
-    let unreachable = |reason: String| LaunchError::Rendezvous {
+    let unreachable = |reason: String| BootstrapError::Rendezvous {
         addr: addr.to_string(),
         reason,
     };
@@ -255,7 +259,7 @@ pub fn exchange_generation(
     read_magic(&mut stream, addr)?;
     let count = read_u32(&mut stream, addr)?;
     if count != world {
-        return Err(LaunchError::Protocol {
+        return Err(BootstrapError::Protocol {
             peer: addr.to_string(),
             reason: format!("launcher sent {count} endpoints for a world of {world}"),
         });

@@ -3,15 +3,17 @@
 
 use super::console::Console;
 use super::hostfile::{self, Host};
-use super::supervise::{Proc, Role, Supervisor};
-use super::{ENV_RANK, ENV_RENDEZVOUS, ENV_WORLD_SIZE};
+use super::supervise::{Notice, Proc, Role, Supervisor};
 use super::{LaunchError, LaunchOptions, LauncherKind};
-use super::{embedded, rendezvous_server, signals};
+use super::{embedded, signals};
 use crossbeam_channel::{Receiver, unbounded};
-use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use switchyard::bootstrap::{
+    ENV_RANK, ENV_RENDEZVOUS, ENV_TRACKER_PORT, ENV_TRACKER_URI, ENV_WORLD_SIZE, RendezvousServer,
+    watchdog,
+};
 
 /// How long the launcher waits, after the job ended, for the last lines of output.
 /// Bounded because a process may leave a pipe open in a daemon outside its group.
@@ -57,39 +59,35 @@ pub fn run_local(options: &LaunchOptions) -> Result<(), LaunchError> {
     } else {
         None
     };
-    let rendezvous_err = |reason: String| LaunchError::Rendezvous {
-        addr: format!("{bind}:0"),
-        reason,
-    };
-    let listener =
-        TcpListener::bind((bind.as_str(), 0)).map_err(|e| rendezvous_err(e.to_string()))?;
-    let port = listener
-        .local_addr()
-        .map_err(|e| rendezvous_err(e.to_string()))?
-        .port();
+    let rendezvous = RendezvousServer::bind(&bind, options.processes)?;
+    let port = rendezvous.port();
     // Processes are told the tracker's own choice when it bound every interface.
     let told = match (&told, &tracker) {
         (Some(host), _) => host.clone(),
         (None, Some(t)) => t
             .worker_env()
             .into_iter()
-            .find(|(k, _)| k == super::ENV_TRACKER_URI)
+            .find(|(k, _)| k == ENV_TRACKER_URI)
             .map(|(_, v)| v)
             .unwrap_or_else(|| "127.0.0.1".into()),
         (None, None) => "127.0.0.1".into(),
     };
     let rendezvous_addr = format!("{told}:{port}");
-    rendezvous_server::spawn(listener, options.processes, notice_tx, done.clone())
-        .map_err(|e| rendezvous_err(e.to_string()))?;
+    rendezvous.spawn(done.clone(), move |index| {
+        let _ = notice_tx.send(Notice::Joined {
+            index,
+            via: "rendezvous",
+        });
+    })?;
 
     let tracker_env: Vec<(String, String)> = tracker
         .as_ref()
         .map(|t| {
             vec![
-                (super::ENV_TRACKER_URI.into(), told.clone()),
-                (super::ENV_TRACKER_PORT.into(), t.addr().port().to_string()),
+                (ENV_TRACKER_URI.into(), told.clone()),
+                (ENV_TRACKER_PORT.into(), t.addr().port().to_string()),
                 // This tracker takes robust mode's silent-rank command (see watchdog).
-                (super::watchdog::ENV_SILENT_REPORTS.into(), "1".into()),
+                (watchdog::ENV_SILENT_REPORTS.into(), "1".into()),
             ]
         })
         .unwrap_or_default();
@@ -124,7 +122,7 @@ pub fn run_local(options: &LaunchOptions) -> Result<(), LaunchError> {
 /// decide the job's.
 fn start_ps_scheduler(
     options: &LaunchOptions,
-    config: crate::ps::PsConfig,
+    config: switchyard_ps::PsConfig,
     bind: &str,
 ) -> Result<u16, LaunchError> {
     let endpoint = format!("tcp://{bind}:0");
@@ -134,7 +132,7 @@ fn start_ps_scheduler(
         reason: format!("cannot serve the parameter-server scheduler at {endpoint}: {reason}"),
     };
     let scheduler =
-        crate::ps::Scheduler::bind(&endpoint, &config).map_err(|e| failed(e.to_string()))?;
+        switchyard_ps::Scheduler::bind(&endpoint, &config).map_err(|e| failed(e.to_string()))?;
     let port = scheduler
         .endpoint()
         .rsplit(':')
@@ -159,7 +157,7 @@ fn start_ps_scheduler(
 /// get (the launcher's, then `--env`): the scheduler must run with the liveness and
 /// replication settings the servers and workers run with, or a server's death that
 /// replication would survive aborts the job.
-fn ps_config(options: &LaunchOptions) -> Result<crate::ps::PsConfig, LaunchError> {
+fn ps_config(options: &LaunchOptions) -> Result<switchyard_ps::PsConfig, LaunchError> {
     let (workers, servers) = (options.processes.to_string(), options.servers.to_string());
     let lookup = |var: &str| -> Option<String> {
         match var {
@@ -182,7 +180,7 @@ fn ps_config(options: &LaunchOptions) -> Result<crate::ps::PsConfig, LaunchError
         value: options.servers.to_string(),
         reason,
     };
-    crate::ps::PsEnv::from_lookup(lookup)
+    switchyard_ps::PsEnv::from_lookup(lookup)
         .map_err(|e| refuse(e.to_string()))?
         .map(|env| env.config)
         .ok_or_else(|| refuse("no parameter-server role".into()))

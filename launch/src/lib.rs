@@ -7,7 +7,7 @@
 //! - a small **rendezvous** for switchyard programs: each process calls
 //!   [`Bootstrap::from_env`] to learn its rank and the job size, binds its stub wherever
 //!   it likes (port 0 is fine), and [`Bootstrap::exchange`]s its endpoint for
-//!   everyone's (protocol in [`rendezvous`]);
+//!   everyone's (protocol in [`rendezvous`], served here by a [`RendezvousServer`]);
 //! - a **rabit/XGBoost tracker** (`switchyard_tracker::Tracker`, both the classic and
 //!   the JSON protocol) for programs that speak it: an unmodified XGBoost 1.7 script
 //!   finds it through `DMLC_TRACKER_URI`/`DMLC_TRACKER_PORT`.
@@ -75,44 +75,31 @@
 //! Under `mpirun` (builds with the `mpi` feature) [`Bootstrap::from_env`] takes rank and
 //! size from MPI instead, and every endpoint is `mpi://RANK`: the same program runs
 //! either way if it binds [`Bootstrap::stub_endpoint`].
+//!
+//! [`Bootstrap::from_env`]: switchyard::bootstrap::Bootstrap::from_env
+//! [`Bootstrap::exchange`]: switchyard::bootstrap::Bootstrap::exchange
+//! [`Bootstrap::stub_endpoint`]: switchyard::bootstrap::Bootstrap::stub_endpoint
+//! [`rendezvous`]: switchyard::bootstrap::rendezvous
+//! [`RendezvousServer`]: switchyard::bootstrap::RendezvousServer
 
-mod bootstrap;
+//! # Who uses it
+//!
+//! The `switchyard` command (`switchyard launch`) and programs that start their own
+//! jobs. A worker program needs only the facade's `switchyard::bootstrap`, so it does
+//! not link this crate, its ssh/slurm/mpirun launchers, its console or the
+//! parameter-server scheduler it serves.
+
 mod console;
-pub mod conventions;
 mod embedded;
 mod error;
 mod group;
-pub(crate) mod handshakes;
 mod hostfile;
-mod iface;
 mod options;
 mod process;
 mod remote;
-pub mod rendezvous;
-mod rendezvous_server;
 mod signals;
 mod supervise;
-pub mod unique_id;
-pub(crate) mod watchdog;
 
-pub(crate) use bootstrap::tcp_any_port;
-pub use bootstrap::{Bootstrap, Rendezvous};
 pub use error::LaunchError;
-pub(crate) use iface::ifname_address;
-pub use iface::{ENV_IFNAME, bind_address};
 pub use options::{LaunchOptions, LauncherKind};
 pub use process::run_local;
-pub use unique_id::{IdError, UniqueId};
-
-/// Environment variable holding the rank.
-pub const ENV_RANK: &str = "SWITCHYARD_RANK";
-/// Environment variable holding the number of processes.
-pub const ENV_WORLD_SIZE: &str = "SWITCHYARD_WORLD_SIZE";
-/// Environment variable holding the rendezvous address.
-pub const ENV_RENDEZVOUS: &str = "SWITCHYARD_RENDEZVOUS";
-/// Environment variable holding the tracker's host (rabit's name).
-pub const ENV_TRACKER_URI: &str = "DMLC_TRACKER_URI";
-/// Environment variable holding the tracker's port (rabit's name).
-pub const ENV_TRACKER_PORT: &str = "DMLC_TRACKER_PORT";
-/// Environment variable holding how often this process was restarted (rabit's name).
-pub const ENV_NUM_ATTEMPT: &str = "DMLC_NUM_ATTEMPT";

@@ -9,7 +9,7 @@ use std::time::Duration;
 /// How the launcher hands a process to a machine.
 ///
 /// Every kind but [`LauncherKind::Local`] runs one wrapper command per process (see the
-/// `remote` module docs of [`crate::launch`] for the exact command lines and what a real
+/// `remote` module docs of [`crate`] for the exact command lines and what a real
 /// cluster needs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]

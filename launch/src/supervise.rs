@@ -33,7 +33,7 @@ pub(crate) enum Notice {
     /// A line for the log (a tracker `print`, a dropped connection).
     Log(String),
     /// A robust job's survivors gave up on worker `index`'s start number `attempt`
-    /// as silent ([`watchdog`](super::watchdog)): kill it, so that it is restarted.
+    /// as silent ([`watchdog`](switchyard::bootstrap::watchdog)): kill it, so that it is restarted.
     Silent {
         /// The worker's index.
         index: u32,
@@ -226,7 +226,10 @@ impl<'a> Supervisor<'a> {
         let options = self.options;
         let proc = &mut self.procs[i];
         let mut env = proc.env.clone();
-        env.push((super::ENV_NUM_ATTEMPT.into(), proc.attempt.to_string()));
+        env.push((
+            switchyard::bootstrap::ENV_NUM_ATTEMPT.into(),
+            proc.attempt.to_string(),
+        ));
         let spec = Spec {
             program: &options.program,
             args: &options.args,

@@ -1,5 +1,5 @@
-use super::{ENV_RANK, ENV_RENDEZVOUS, ENV_WORLD_SIZE, LaunchError, rendezvous};
-use crate::collective::{ENV_TRACKER_PROTOCOL, TrackerProtocol};
+use super::{BootstrapError, ENV_RANK, ENV_RENDEZVOUS, ENV_WORLD_SIZE, rendezvous};
+use super::{ENV_TRACKER_PROTOCOL, TrackerProtocol};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -35,8 +35,8 @@ static LAUNCHER_GENERATION: AtomicU32 = AtomicU32::new(0);
 /// # Examples
 ///
 /// ```
-/// use switchyard::launch::Bootstrap;
-/// # fn main() -> Result<(), switchyard::launch::LaunchError> {
+/// use switchyard::bootstrap::Bootstrap;
+/// # fn main() -> Result<(), switchyard::bootstrap::BootstrapError> {
 /// // Outside `switchyard launch`, a tracker and `mpirun` there is nothing to
 /// // bootstrap from.
 /// let launched = [
@@ -86,7 +86,7 @@ pub enum Rendezvous {
     /// `mpirun` wired the processes: rank `r`'s endpoint is `mpi://r`.
     Mpi,
     /// A rabit/XGBoost tracker at `host:port` assigns ranks and links the workers
-    /// ([`Communicator::from_tracker`](crate::collective::Communicator::from_tracker)).
+    /// (`collective::Communicator::from_tracker`).
     ///
     /// The rank is only known after joining: until then [`Bootstrap::rank`] is 0 and
     /// [`Bootstrap::world_size`] is `DMLC_NUM_WORKER` (0 when unset).
@@ -99,7 +99,7 @@ pub enum Rendezvous {
         task_id: Option<String>,
         /// Which protocol the tracker speaks: classic unless
         /// `SWITCHYARD_TRACKER_PROTOCOL=json`
-        /// ([`ENV_TRACKER_PROTOCOL`](crate::collective::ENV_TRACKER_PROTOCOL)).
+        /// ([`ENV_TRACKER_PROTOCOL`](super::ENV_TRACKER_PROTOCOL)).
         protocol: TrackerProtocol,
     },
 }
@@ -119,21 +119,24 @@ const ENV_DMLC_NUM_WORKER: &str = "DMLC_NUM_WORKER";
 /// Variables by which MPI launchers mark their processes.
 const MPI_RANK_VARS: [&str; 3] = ["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"];
 
-fn var(name: &'static str) -> Result<String, LaunchError> {
-    std::env::var(name).map_err(|e| LaunchError::Env {
+fn var(name: &'static str) -> Result<String, BootstrapError> {
+    std::env::var(name).map_err(|e| BootstrapError::Env {
         var: name,
         value: String::new(),
         reason: e.to_string(),
     })
 }
 
-fn number(name: &'static str) -> Result<u32, LaunchError> {
+fn number(name: &'static str) -> Result<u32, BootstrapError> {
     let value = var(name)?;
-    value.trim().parse::<u32>().map_err(|_| LaunchError::Env {
-        var: name,
-        value: value.clone(),
-        reason: "not a non-negative integer".into(),
-    })
+    value
+        .trim()
+        .parse::<u32>()
+        .map_err(|_| BootstrapError::Env {
+            var: name,
+            value: value.clone(),
+            reason: "not a non-negative integer".into(),
+        })
 }
 
 impl Bootstrap {
@@ -141,7 +144,7 @@ impl Bootstrap {
     /// nor an MPI launcher started the process; an error names any variable that is
     /// missing or malformed, or says that an `mpirun`-started program was built without
     /// the `mpi` feature.
-    pub fn from_env() -> Result<Option<Bootstrap>, LaunchError> {
+    pub fn from_env() -> Result<Option<Bootstrap>, BootstrapError> {
         if std::env::var_os(ENV_RANK).is_none() {
             if let Some(tracker) = Bootstrap::from_tracker_env()? {
                 tracing::debug!("bootstrap: a rabit/XGBoost tracker (DMLC_TRACKER_URI)");
@@ -164,7 +167,7 @@ impl Bootstrap {
         let rank = number(ENV_RANK)?;
         let world_size = number(ENV_WORLD_SIZE)?;
         if world_size == 0 || rank >= world_size {
-            return Err(LaunchError::Env {
+            return Err(BootstrapError::Env {
                 var: ENV_RANK,
                 value: rank.to_string(),
                 reason: format!("must be below {ENV_WORLD_SIZE}={world_size}"),
@@ -197,7 +200,7 @@ impl Bootstrap {
     /// without the URI and the port is an error naming the missing one. A URI of
     /// `NULL` (or empty) means no tracker, as for XGBoost's workers. `DMLC_ROLE`, when
     /// set, must be `worker`: servers and schedulers do not join the tracker.
-    pub(crate) fn from_tracker_env() -> Result<Option<Bootstrap>, LaunchError> {
+    pub(crate) fn from_tracker_env() -> Result<Option<Bootstrap>, BootstrapError> {
         let set = |v: &str| std::env::var_os(v).is_some();
         let no_tracker = std::env::var(ENV_DMLC_TRACKER_URI)
             .map(|u| u.trim().is_empty() || u.trim() == "NULL")
@@ -219,7 +222,7 @@ impl Bootstrap {
             .into_iter()
             .find(|v| !set(v))
         {
-            return Err(LaunchError::Env {
+            return Err(BootstrapError::Env {
                 var: absent,
                 value: String::new(),
                 reason: format!(
@@ -230,7 +233,7 @@ impl Bootstrap {
         }
         if let Ok(role) = std::env::var(ENV_DMLC_ROLE) {
             if role.trim() != "worker" {
-                return Err(LaunchError::Env {
+                return Err(BootstrapError::Env {
                     var: ENV_DMLC_ROLE,
                     value: role,
                     reason: "only workers join the tracker; this process has another role".into(),
@@ -244,7 +247,7 @@ impl Bootstrap {
             .parse::<u16>()
             .ok()
             .filter(|&p| p != 0)
-            .ok_or_else(|| LaunchError::Env {
+            .ok_or_else(|| BootstrapError::Env {
                 var: ENV_DMLC_TRACKER_PORT,
                 value: port_text.clone(),
                 reason: "not a port number (1..65535)".into(),
@@ -257,7 +260,7 @@ impl Bootstrap {
             None => 0,
         };
         let protocol = match std::env::var(ENV_TRACKER_PROTOCOL) {
-            Ok(text) => text.parse().map_err(|reason| LaunchError::Env {
+            Ok(text) => text.parse().map_err(|reason| BootstrapError::Env {
                 var: ENV_TRACKER_PROTOCOL,
                 value: text.clone(),
                 reason,
@@ -276,7 +279,7 @@ impl Bootstrap {
         }))
     }
 
-    fn from_mpi_env() -> Result<Option<Bootstrap>, LaunchError> {
+    fn from_mpi_env() -> Result<Option<Bootstrap>, BootstrapError> {
         let Some(marker) = MPI_RANK_VARS
             .into_iter()
             .find(|v| std::env::var_os(v).is_some())
@@ -286,7 +289,7 @@ impl Bootstrap {
         #[cfg(feature = "mpi")]
         {
             let _ = marker;
-            let world = switchyard_transports::mpi::world().map_err(|e| LaunchError::Env {
+            let world = switchyard_transports::mpi::world().map_err(|e| BootstrapError::Env {
                 var: "OMPI_COMM_WORLD_RANK",
                 value: String::new(),
                 reason: format!("started by an MPI launcher, but MPI did not start: {e}"),
@@ -298,7 +301,7 @@ impl Bootstrap {
             }))
         }
         #[cfg(not(feature = "mpi"))]
-        Err(LaunchError::Env {
+        Err(BootstrapError::Env {
             var: marker,
             value: std::env::var(marker).unwrap_or_default(),
             reason: "started by an MPI launcher that sets no size variable \
@@ -323,7 +326,7 @@ impl Bootstrap {
     /// [`stub_endpoint`](Bootstrap::stub_endpoint), or the error naming why no address
     /// could be chosen (a `SWITCHYARD_IFNAME` that matches nothing, a root host that
     /// does not resolve or has no route).
-    pub fn bind_endpoint(&self) -> Result<String, LaunchError> {
+    pub fn bind_endpoint(&self) -> Result<String, BootstrapError> {
         let (host, port) = match &self.rendezvous {
             Rendezvous::Mpi => return Ok(format!("mpi://{}", self.rank)),
             Rendezvous::Launcher(addr) => split_host_port(addr)?,
@@ -343,14 +346,18 @@ impl Bootstrap {
     ///
     /// Under `mpirun` nothing travels: the endpoints are `mpi://0` .. `mpi://N-1`, and
     /// `endpoint` must be this rank's.
-    pub fn exchange(&self, endpoint: &str, timeout: Duration) -> Result<Vec<String>, LaunchError> {
+    pub fn exchange(
+        &self,
+        endpoint: &str,
+        timeout: Duration,
+    ) -> Result<Vec<String>, BootstrapError> {
         match &self.rendezvous {
             Rendezvous::Launcher(addr) => {
                 // Each exchange is this process's next communicator: the launcher
                 // gathers it with the other ranks' of the same number.
                 let generation = LAUNCHER_GENERATION.fetch_add(1, Ordering::SeqCst);
                 let secret = switchyard_secret::JobSecret::from_env().map_err(|e| {
-                    LaunchError::Rendezvous {
+                    BootstrapError::Rendezvous {
                         addr: addr.clone(),
                         reason: e.to_string(),
                     }
@@ -365,7 +372,7 @@ impl Bootstrap {
             }
             Rendezvous::Mpi => {
                 if endpoint != self.stub_endpoint() {
-                    return Err(LaunchError::Rendezvous {
+                    return Err(BootstrapError::Rendezvous {
                         addr: "mpirun".into(),
                         reason: format!(
                             "under mpirun rank {} is reached at {}, not {endpoint}; bind \
@@ -381,12 +388,12 @@ impl Bootstrap {
                 let root = id.root();
                 let ip = super::bind_address(&root.ip().to_string(), root.port())?;
                 super::unique_id::exchange(id, self.rank, self.world_size, ip, endpoint, timeout)
-                    .map_err(|e| LaunchError::Rendezvous {
+                    .map_err(|e| BootstrapError::Rendezvous {
                         addr: root.to_string(),
                         reason: e.to_string(),
                     })
             }
-            Rendezvous::Tracker { host, port, .. } => Err(LaunchError::Rendezvous {
+            Rendezvous::Tracker { host, port, .. } => Err(BootstrapError::Rendezvous {
                 addr: format!("{host}:{port}"),
                 reason: "a tracker assigns ranks and links workers itself: join it with \
                          Communicator::from_tracker (or Communicator::from_env)"
@@ -405,8 +412,8 @@ pub(crate) fn tcp_any_port(ip: std::net::IpAddr) -> String {
 }
 
 /// `host:port` (or `[v6]:port`) split; an error names the address.
-pub(crate) fn split_host_port(addr: &str) -> Result<(String, u16), LaunchError> {
-    let bad = |reason: &str| LaunchError::Rendezvous {
+pub(crate) fn split_host_port(addr: &str) -> Result<(String, u16), BootstrapError> {
+    let bad = |reason: &str| BootstrapError::Rendezvous {
         addr: addr.to_string(),
         reason: reason.to_string(),
     };

@@ -4,8 +4,8 @@
 //! Each generation of communicators (see [`rendezvous`](super::rendezvous)) is gathered
 //! apart. A rank that checks in again at a generation (a restarted process) replaces
 //! its endpoint; once every rank has checked in at least once at a generation, each
-//! later check-in at it is answered at once with the current list. Every check-in is reported to the supervision loop, which counts it as
-//! the rank having joined.
+//! later check-in at it is answered at once with the current list. Every check-in is
+//! reported to the caller, whose supervision loop counts it as the rank having joined.
 //!
 //! With a job secret in the launcher's environment (which its processes inherit), every
 //! connection must first pass the secret's challenge-response; one that fails is logged
@@ -13,10 +13,9 @@
 //! concurrently, each on its own thread within its own deadline (see
 //! [`handshakes`](super::handshakes)), so idle connections delay no rank.
 
+use super::BootstrapError;
 use super::handshakes::{self, Handshakes, accept_all};
 use super::rendezvous::{AUTH_PURPOSE, CheckIn, read_check_in, write_endpoints};
-use super::supervise::Notice;
-use crossbeam_channel::Sender;
 use std::collections::HashMap;
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
@@ -35,29 +34,89 @@ const MAX_GENERATIONS: usize = 4096;
 /// How long writing the endpoint list to one client may take.
 const ANSWER_LIMIT: Duration = Duration::from_secs(10);
 
-/// Serves the rendezvous on a background thread until `done` is set, with the job
-/// secret of this process's environment, if any (an unusable one is an error: fail
-/// closed).
-pub(crate) fn spawn(
+/// The launcher's end of the [`rendezvous`](super::rendezvous): `switchyard launch`
+/// binds one per job, tells its processes the address (`SWITCHYARD_RENDEZVOUS`) and
+/// serves it until the job ends.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// use std::time::Duration;
+/// use switchyard::bootstrap::{RendezvousServer, rendezvous};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let server = RendezvousServer::bind("127.0.0.1", 1)?;
+/// let addr = format!("127.0.0.1:{}", server.port());
+/// let done = Arc::new(AtomicBool::new(false));
+/// server.spawn(done.clone(), |rank| println!("rank {rank} checked in"))?;
+/// let endpoints = rendezvous::exchange(&addr, 0, 1, "tcp://a:1", Duration::from_secs(10))?;
+/// assert_eq!(endpoints, ["tcp://a:1"]);
+/// done.store(true, Ordering::SeqCst);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct RendezvousServer {
     listener: TcpListener,
+    addr: String,
+    port: u16,
     world: u32,
-    notices: Sender<Notice>,
-    done: Arc<AtomicBool>,
-) -> Result<(), std::io::Error> {
-    let secret = JobSecret::from_env().map_err(|e| std::io::Error::other(e.to_string()))?;
-    spawn_with_secret(listener, world, notices, done, secret)
 }
 
-/// [`spawn`] with the job secret given (`None`: no authentication).
-pub(crate) fn spawn_with_secret(
+impl RendezvousServer {
+    /// Listens on `host` at a port the OS picks, for a job of `world` workers.
+    pub fn bind(host: &str, world: u32) -> Result<RendezvousServer, BootstrapError> {
+        let addr = format!("{host}:0");
+        let failed = |e: std::io::Error| BootstrapError::Rendezvous {
+            addr: addr.clone(),
+            reason: e.to_string(),
+        };
+        let listener = TcpListener::bind((host, 0)).map_err(failed)?;
+        let port = listener.local_addr().map_err(failed)?.port();
+        Ok(RendezvousServer {
+            listener,
+            addr,
+            port,
+            world,
+        })
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Serves on a background thread until `done` is set, with the job secret of this
+    /// process's environment, if any (an unusable one is an error: fail closed).
+    /// `on_check_in(rank)` runs for every check-in, a restarted rank's again: the
+    /// launcher counts it as the rank having joined.
+    pub fn spawn(
+        self,
+        done: Arc<AtomicBool>,
+        on_check_in: impl Fn(u32) + Send + 'static,
+    ) -> Result<(), BootstrapError> {
+        let failed = |reason: String| BootstrapError::Rendezvous {
+            addr: self.addr.clone(),
+            reason,
+        };
+        let secret = JobSecret::from_env().map_err(|e| failed(e.to_string()))?;
+        spawn_with_secret(self.listener, self.world, on_check_in, done, secret)
+            .map_err(|e| failed(e.to_string()))
+    }
+}
+
+/// Serves `listener` on a background thread until `done` is set, with the job secret
+/// given (`None`: no authentication).
+fn spawn_with_secret(
     listener: TcpListener,
     world: u32,
-    notices: Sender<Notice>,
+    on_check_in: impl Fn(u32) + Send + 'static,
     done: Arc<AtomicBool>,
     secret: Option<JobSecret>,
 ) -> Result<(), std::io::Error> {
     listener.set_nonblocking(true)?;
-    std::thread::spawn(move || serve(listener, world, &notices, &done, secret));
+    std::thread::spawn(move || serve(listener, world, &on_check_in, &done, secret));
     Ok(())
 }
 
@@ -107,7 +166,7 @@ impl Generation {
 fn serve(
     listener: TcpListener,
     world: u32,
-    notices: &Sender<Notice>,
+    on_check_in: &dyn Fn(u32),
     done: &AtomicBool,
     secret: Option<JobSecret>,
 ) {
@@ -151,10 +210,7 @@ fn serve(
             tracing::info!(%peer, rank, generation, "rendezvous: rank checked in again (restarted); endpoint replaced");
         }
         *slot = Some(check_in.endpoint);
-        let _ = notices.send(Notice::Joined {
-            index: rank,
-            via: "rendezvous",
-        });
+        on_check_in(rank);
         if pending.answered {
             answer(&mut stream, &pending.endpoints, rank);
         } else {
@@ -187,17 +243,17 @@ fn answer(stream: &mut TcpStream, endpoints: &[Option<String>], rank: u32) {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use crate::launch::rendezvous::exchange;
+    use crate::bootstrap::rendezvous::exchange;
 
     const LIMIT: Duration = Duration::from_secs(10);
 
     #[test]
     fn a_restarted_rank_checks_in_again_and_gets_the_current_list() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
+        let server = RendezvousServer::bind("127.0.0.1", 2).unwrap();
+        let addr = format!("127.0.0.1:{}", server.port());
         let (tx, notices) = crossbeam_channel::unbounded();
         let done = Arc::new(AtomicBool::new(false));
-        spawn(listener, 2, tx, done.clone()).unwrap();
+        server.spawn(done.clone(), reporting(tx)).unwrap();
 
         let a = addr.clone();
         let zero = std::thread::spawn(move || exchange(&a, 0, 2, "tcp://a:1", LIMIT));
@@ -216,19 +272,17 @@ mod tests {
         );
         done.store(true, Ordering::SeqCst);
 
-        let joined: Vec<Notice> = notices.try_iter().collect();
-        let ranks: Vec<u32> = joined
-            .iter()
-            .map(|n| match n {
-                Notice::Joined {
-                    index,
-                    via: "rendezvous",
-                } => *index,
-                other => panic!("unexpected {other:?}"),
-            })
-            .collect();
-        assert_eq!(ranks.len(), 4, "{joined:?}");
-        assert_eq!(ranks.iter().filter(|r| **r == 1).count(), 2, "{joined:?}");
+        let ranks: Vec<u32> = notices.try_iter().collect();
+        assert_eq!(ranks.len(), 4, "{ranks:?}");
+        assert_eq!(ranks.iter().filter(|r| **r == 1).count(), 2, "{ranks:?}");
+    }
+}
+
+/// A check-in callback that sends each rank to `tx`, for tests to count.
+#[cfg(test)]
+fn reporting(tx: crossbeam_channel::Sender<u32>) -> impl Fn(u32) + Send + 'static {
+    move |rank| {
+        let _ = tx.send(rank);
     }
 }
 
@@ -236,7 +290,7 @@ mod tests {
 mod generation_tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use crate::launch::rendezvous::exchange_generation;
+    use crate::bootstrap::rendezvous::exchange_generation;
 
     const LIMIT: Duration = Duration::from_secs(10);
 
@@ -245,7 +299,7 @@ mod generation_tests {
         let addr = listener.local_addr().unwrap().to_string();
         let (tx, _notices) = crossbeam_channel::unbounded();
         let done = Arc::new(AtomicBool::new(false));
-        spawn_with_secret(listener, 2, tx, done.clone(), secret).unwrap();
+        spawn_with_secret(listener, 2, reporting(tx), done.clone(), secret).unwrap();
         (addr, done)
     }
 
@@ -291,9 +345,9 @@ mod generation_tests {
             let a = addr.clone();
             let s = secret.clone();
             let zero = std::thread::spawn(move || {
-                crate::launch::rendezvous::exchange_with_secret(&a, 0, 2, "a", LIMIT, s.as_ref())
+                crate::bootstrap::rendezvous::exchange_with_secret(&a, 0, 2, "a", LIMIT, s.as_ref())
             });
-            let one = crate::launch::rendezvous::exchange_with_secret(
+            let one = crate::bootstrap::rendezvous::exchange_with_secret(
                 &addr,
                 1,
                 2,
@@ -318,7 +372,7 @@ mod generation_tests {
 mod secret_tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use crate::launch::rendezvous::exchange_with_secret;
+    use crate::bootstrap::rendezvous::exchange_with_secret;
 
     const LIMIT: Duration = Duration::from_secs(10);
 
@@ -335,7 +389,7 @@ mod secret_tests {
         let addr = listener.local_addr().unwrap().to_string();
         let (tx, notices) = crossbeam_channel::unbounded();
         let done = Arc::new(AtomicBool::new(false));
-        spawn_with_secret(listener, 2, tx, done.clone(), Some(good.clone())).unwrap();
+        spawn_with_secret(listener, 2, reporting(tx), done.clone(), Some(good.clone())).unwrap();
 
         let a = addr.clone();
         let g = good.clone();
@@ -368,7 +422,7 @@ mod secret_tests {
         let addr = listener.local_addr().unwrap().to_string();
         let (tx, notices) = crossbeam_channel::unbounded();
         let done = Arc::new(AtomicBool::new(false));
-        spawn_with_secret(listener, 2, tx, done.clone(), Some(good.clone())).unwrap();
+        spawn_with_secret(listener, 2, reporting(tx), done.clone(), Some(good.clone())).unwrap();
 
         let mut liar = TcpStream::connect(&addr).unwrap();
         switchyard_secret::connect(&mut liar, &good, AUTH_PURPOSE, 1, Instant::now() + LIMIT)
@@ -396,7 +450,7 @@ mod secret_tests {
         assert_eq!(notices.try_iter().count(), 2);
     }
 
-    const MAGIC_CHECK_IN: [u8; 4] = crate::launch::rendezvous::MAGIC;
+    const MAGIC_CHECK_IN: [u8; 4] = crate::bootstrap::rendezvous::MAGIC;
 
     /// A process with a secret facing a launcher without one is told so within the
     /// handshake's limit, not left hanging.
@@ -406,7 +460,7 @@ mod secret_tests {
         let addr = listener.local_addr().unwrap().to_string();
         let (tx, _notices) = crossbeam_channel::unbounded();
         let done = Arc::new(AtomicBool::new(false));
-        spawn_with_secret(listener, 1, tx, done.clone(), None).unwrap();
+        spawn_with_secret(listener, 1, reporting(tx), done.clone(), None).unwrap();
         let good = key("0123456789abcdef0123456789abcdef");
         let start = Instant::now();
         let err = exchange_with_secret(
