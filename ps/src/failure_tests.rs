@@ -2,12 +2,9 @@
 //! crate-private `testing` hooks) assigns ranks and then falls silent.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../tests/ps_support/mod.rs"]
-mod ps_support;
-
+use crate::ps_support::config;
 use crate::testing;
 use crate::{Group, KvServer, KvWorker, Mode, NodeRole, PsError, Update};
-use ps_support::config;
 use std::time::{Duration, Instant};
 use switchyard_transports::{Router, RouterSocket, Socket};
 

@@ -85,6 +85,9 @@ extern crate self as switchyard_ps;
 #[cfg(test)]
 mod failure_tests;
 #[cfg(test)]
+#[path = "../tests/ps_support/mod.rs"]
+mod ps_support;
+#[cfg(test)]
 mod replication_tests;
 
 pub use config::{PsConfig, PsEnv, PsRole};

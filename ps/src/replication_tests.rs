@@ -2,11 +2,8 @@
 //! training goes on with exact sums.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../tests/ps_support/mod.rs"]
-mod ps_support;
-
+use crate::ps_support::{config, endpoint, on_workers};
 use crate::{KvServer, KvWorker, Mode, PsError, Scheduler, Update};
-use ps_support::{config, endpoint, on_workers};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
