@@ -67,7 +67,7 @@ impl FromStr for LauncherKind {
 ///
 /// ```
 /// use std::time::Duration;
-/// use switchyard::launch::LaunchOptions;
+/// use switchyard_launch::LaunchOptions;
 /// let opts = LaunchOptions::new(3, "target/release/examples/param_server")
 ///     .with_timeout(Duration::from_secs(60))
 ///     .with_max_restarts(2);
