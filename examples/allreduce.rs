@@ -11,8 +11,9 @@
 
 use std::process::ExitCode;
 use std::time::Duration;
+use switchyard::bootstrap::Bootstrap;
 use switchyard::collective::{Communicator, ReduceOp};
-use switchyard::launch::{Bootstrap, LaunchOptions, run_local};
+use switchyard_launch::{LaunchOptions, run_local};
 
 type Error = Box<dyn std::error::Error>;
 

@@ -254,6 +254,7 @@ fn run_role(env: &PsEnv, args: Args) -> Result<(), Error> {
             }
         }
         PsRole::Worker => worker(env, args)?,
+        other => return Err(format!("DMLC_ROLE: this program has no {other:?} part").into()),
     }
     Ok(())
 }

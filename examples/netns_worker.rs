@@ -38,8 +38,8 @@
 use std::net::{IpAddr, ToSocketAddrs, UdpSocket};
 use std::process::ExitCode;
 use std::time::Duration;
+use switchyard::bootstrap::{ENV_IFNAME, UniqueId};
 use switchyard::collective::{CommOptions, Communicator, ReduceOp, TrackerJoin};
-use switchyard::launch::{ENV_IFNAME, UniqueId};
 
 type Error = Box<dyn std::error::Error>;
 

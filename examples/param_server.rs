@@ -27,8 +27,9 @@
 
 use std::process::ExitCode;
 use std::time::Duration;
-use switchyard::launch::{Bootstrap, LaunchOptions, run_local};
+use switchyard::bootstrap::Bootstrap;
 use switchyard::prelude::*;
+use switchyard_launch::{LaunchOptions, run_local};
 
 const WAIT: Duration = Duration::from_secs(30);
 const LEARNING_RATE: f32 = 0.5;

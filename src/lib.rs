@@ -1,23 +1,23 @@
 //! switchyard: message passing for distributed machine-learning programs.
 //!
-//! Worker and server threads in many processes exchange [`Msg`]s through Dealer/Router
-//! sockets; a per-process [`Stub`] routes each message by its destination [`Addr`].
-//! This crate is the facade: it re-exports the layers below and adds the launcher and
-//! bootstraps ([`launch`]), the collectives ([`collective`], which can also join a
-//! rabit/XGBoost tracker: `Communicator::from_tracker`) and a ps-lite-style parameter
-//! server ([`ps`]). The tracker itself is the `switchyard-tracker` crate. Collectives
-//! in robust mode (`Communicator::robust_from_tracker`) survive a worker's death with
-//! rabit's checkpoints and result replay.
+//! This crate is the facade a worker or server program depends on. A map of the whole
+//! library, top to bottom:
 //!
-//! | crate | what it holds |
+//! | where | what it holds |
 //! |---|---|
+//! | [`collective`] | `Communicator`: allreduce, broadcast, allgather, ... over a TCP or ZeroMQ mesh, or MPI's own collectives under `mpirun`; it can join a rabit/XGBoost tracker (`Communicator::from_tracker`), and in **robust mode** (`Communicator::robust_from_tracker`) survives a worker's death with rabit's checkpoints and result replay |
+//! | [`bootstrap`] | the worker side of starting a job: rank, job size and the other ranks' endpoints from `switchyard launch`, a tracker, torchrun's or a scheduler's variables, `mpirun`, or a shared `UniqueId` |
+//! | [`ps`] | a ps-lite-style parameter server (scheduler, key-range servers, push/pull workers, replication): the `switchyard-ps` crate, re-exported |
+//! | `switchyard-tracker` | the rabit/XGBoost tracker (classic and JSON protocols), a crate of its own: the collectives join it as clients, the launcher serves it |
+//! | `switchyard-launch` | the job launcher behind the `switchyard launch` command: starts and supervises processes (locally, over ssh, slurm or mpirun), serves their rendezvous, tracker and parameter-server scheduler. A worker program does not link it |
 //! | [`msg`] | `Addr`, `Msg`, the wire codec, typed payload frames |
-//! | [`transports`] | `Socket`, `Dealer`, `Router`, `Poller`; backends `local` and `zmq` |
-//! | [`stub`] | `ClusterLayout`, `AddressTable`, `Stub`, `StubSocket` |
+//! | [`transports`] | `Socket`, `Dealer`, `Router`, `Poller`; backends `local`, `zmq` and `mpi`: what the collectives' ZeroMQ path and the parameter server send through |
+//! | [`stub`] | the Singa-style messaging layer: a per-process [`Stub`] routes [`Msg`]s between worker and server threads of many processes by their destination [`Addr`] (`ClusterLayout`, `AddressTable`, `StubSocket`). User programs may use it directly; neither the collectives nor the parameter server are built on it |
+//! | [`secret`] | the optional job secret: challenge-response on the rendezvous and data links |
 //!
 //! # Examples
 //!
-//! A worker and a server thread in one process, talking through the stub:
+//! A worker and a server thread in one process, exchanging parameters through the stub:
 //!
 //! ```
 //! use std::time::Duration;
@@ -43,11 +43,10 @@
 //! ```
 #![doc(test(attr(deny(warnings))))]
 
+pub mod bootstrap;
 pub mod collective;
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod launch;
-pub mod ps;
 
 /// The README's Rust examples, compiled and run as doc tests so that they stay true.
 #[cfg(doctest)]
@@ -55,6 +54,8 @@ pub mod ps;
 pub struct ReadmeDoctests;
 
 pub use switchyard_msg as msg;
+/// The parameter server (the `switchyard-ps` crate).
+pub use switchyard_ps as ps;
 /// The optional job secret (`SWITCHYARD_JOB_SECRET` / `SWITCHYARD_JOB_SECRET_FILE`).
 pub use switchyard_secret as secret;
 pub use switchyard_stub as stub;

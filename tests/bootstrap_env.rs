@@ -6,8 +6,8 @@
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use switchyard::bootstrap::{Bootstrap, BootstrapError, Rendezvous};
 use switchyard::collective::{Communicator, ReduceOp};
-use switchyard::launch::{Bootstrap, LaunchError, Rendezvous};
 
 /// Set in a child: which case it runs.
 const CHILD: &str = "SWITCHYARD_TEST_ENV_CHILD";
@@ -127,9 +127,9 @@ fn free_port() -> u16 {
         .expect("a free port in 20000-31999")
 }
 
-fn env_error(r: Result<Option<Bootstrap>, LaunchError>) -> &'static str {
+fn env_error(r: Result<Option<Bootstrap>, BootstrapError>) -> &'static str {
     match r {
-        Err(LaunchError::Env { var, .. }) => var,
+        Err(BootstrapError::Env { var, .. }) => var,
         other => panic!("expected an environment error, got {other:?}"),
     }
 }
@@ -389,7 +389,7 @@ fn all_pass_within(mut children: Children, limit: Duration) -> Duration {
 }
 
 /// The unique id a torchrun job on `port` of `world` ranks derives (from a child).
-fn torchrun_id(port: &str, world: usize) -> switchyard::launch::UniqueId {
+fn torchrun_id(port: &str, world: usize) -> switchyard::bootstrap::UniqueId {
     let mut c = Children(vec![child("print-id", &torchrun_vars(port, 1, world))]);
     let out = {
         let status = c.0[0].wait().unwrap();
@@ -405,7 +405,7 @@ fn torchrun_id(port: &str, world: usize) -> switchyard::launch::UniqueId {
 /// is closed when the returned pair is dropped (retrying until rank 0 listens, 30 s
 /// at most).
 fn fake_check_in(
-    id: &switchyard::launch::UniqueId,
+    id: &switchyard::bootstrap::UniqueId,
     rank: u32,
     world: u32,
 ) -> (std::net::TcpStream, std::net::TcpListener) {

@@ -9,7 +9,7 @@
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use switchyard::launch::{Bootstrap, LaunchError, Rendezvous, bind_address};
+use switchyard::bootstrap::{Bootstrap, BootstrapError, Rendezvous, bind_address};
 
 /// Set in the child process: which case to run.
 const CHILD: &str = "SWITCHYARD_TEST_IFACE_CHILD";
@@ -62,7 +62,7 @@ fn child_case() {
             );
         }
         "missing" => match bind_address("127.0.0.1", 9) {
-            Err(LaunchError::Env { var, reason, .. }) => {
+            Err(BootstrapError::Env { var, reason, .. }) => {
                 assert_eq!(var, "SWITCHYARD_IFNAME");
                 assert!(reason.contains("\"lo\""), "{reason}");
                 // Each interface once, though lo has an IPv4 and an IPv6 address.
@@ -116,7 +116,7 @@ fn unreachable_rendezvous_is_an_error_naming_it_within_the_timeout() {
         l.local_addr().unwrap().to_string()
     };
     let started = Instant::now();
-    let e = switchyard::launch::rendezvous::exchange(
+    let e = switchyard::bootstrap::rendezvous::exchange(
         &addr,
         0,
         2,

@@ -8,8 +8,8 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use switchyard::launch::UniqueId;
-use switchyard::launch::unique_id::exchange;
+use switchyard::bootstrap::UniqueId;
+use switchyard::bootstrap::unique_id::exchange;
 use switchyard_secret::JobSecret;
 
 const LO: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);

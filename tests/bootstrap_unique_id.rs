@@ -5,9 +5,9 @@
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, TcpStream};
 use std::time::Duration;
+use switchyard::bootstrap::UniqueId;
+use switchyard::bootstrap::unique_id::{IdError, exchange};
 use switchyard::collective::{CommOptions, Communicator, ReduceOp};
-use switchyard::launch::UniqueId;
-use switchyard::launch::unique_id::{IdError, exchange};
 
 const LO: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
@@ -181,7 +181,7 @@ fn bad_ranks_are_refused_before_any_traffic() {
 
 #[test]
 fn bootstrap_exchange_swaps_stub_endpoints_through_the_root() {
-    use switchyard::launch::{Bootstrap, Rendezvous};
+    use switchyard::bootstrap::{Bootstrap, Rendezvous};
     let id = UniqueId::new_on(LO).unwrap();
     let ranks: Vec<_> = (0..3u32)
         .map(|rank| {

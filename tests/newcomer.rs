@@ -24,7 +24,7 @@ fn prelude_brings_the_collectives() -> Result<(), Box<dyn std::error::Error>> {
 
 #[test]
 fn launching_zero_processes_names_the_option() {
-    let err = switchyard::launch::run_local(&switchyard::launch::LaunchOptions::new(0, "true"))
+    let err = switchyard_launch::run_local(&switchyard_launch::LaunchOptions::new(0, "true"))
         .unwrap_err()
         .to_string();
     assert!(err.contains("processes"), "{err}");

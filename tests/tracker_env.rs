@@ -3,8 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use switchyard::bootstrap::{Bootstrap, BootstrapError, Rendezvous};
 use switchyard::collective::TrackerProtocol;
-use switchyard::launch::{Bootstrap, LaunchError, Rendezvous};
 
 const ALL: [&str; 13] = [
     "DMLC_ROLE",
@@ -22,7 +22,7 @@ const ALL: [&str; 13] = [
     "OMPI_COMM_WORLD_SIZE",
 ];
 
-fn with(vars: &[(&str, &str)]) -> Result<Option<Bootstrap>, LaunchError> {
+fn with(vars: &[(&str, &str)]) -> Result<Option<Bootstrap>, BootstrapError> {
     for v in ALL {
         // SAFETY: this binary has one test function, so no other thread reads the environment.
         unsafe { std::env::remove_var(v) };
@@ -34,9 +34,9 @@ fn with(vars: &[(&str, &str)]) -> Result<Option<Bootstrap>, LaunchError> {
     Bootstrap::from_env()
 }
 
-fn env_error(r: Result<Option<Bootstrap>, LaunchError>) -> (&'static str, String) {
+fn env_error(r: Result<Option<Bootstrap>, BootstrapError>) -> (&'static str, String) {
     match r {
-        Err(LaunchError::Env { var, reason, .. }) => (var, reason),
+        Err(BootstrapError::Env { var, reason, .. }) => (var, reason),
         other => panic!("expected an environment error, got {other:?}"),
     }
 }
@@ -65,7 +65,7 @@ fn dmlc_tracker_variables() {
     assert_eq!(boot.stub_endpoint(), "tcp://127.0.0.1:0");
     assert!(matches!(
         boot.exchange("tcp://127.0.0.1:1", std::time::Duration::from_secs(1)),
-        Err(LaunchError::Rendezvous { .. })
+        Err(BootstrapError::Rendezvous { .. })
     ));
 
     let boot = with(&[

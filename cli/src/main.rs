@@ -11,7 +11,7 @@ mod tracker_cmd;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use std::time::Duration;
-use switchyard::launch::{LaunchError, LaunchOptions, run_local};
+use switchyard_launch::{LaunchError, LaunchOptions, run_local};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -44,7 +44,7 @@ enum Command {
         servers: u32,
         /// How to start each process: local, ssh, slurm (srun) or mpi (mpirun).
         #[arg(long, default_value = "local", value_parser = parse_launcher)]
-        launcher: switchyard::launch::LauncherKind,
+        launcher: switchyard_launch::LauncherKind,
         /// Hosts for --launcher ssh|slurm|mpi: one per line, optional `slots=N`.
         #[arg(long)]
         hostfile: Option<std::path::PathBuf>,
@@ -90,7 +90,7 @@ enum Command {
 
 /// `--launcher`: clap already names the flag and the value, so the error is only the
 /// reason (the library's own error would name them a second time).
-fn parse_launcher(value: &str) -> Result<switchyard::launch::LauncherKind, String> {
+fn parse_launcher(value: &str) -> Result<switchyard_launch::LauncherKind, String> {
     value
         .parse()
         .map_err(|_| "expected one of local, ssh, slurm, mpi".to_string())
@@ -150,7 +150,7 @@ fn main() -> ExitCode {
                 options = options.with_host(host);
             }
             if let Some(interface) = interface {
-                options = options.with_env(switchyard::launch::ENV_IFNAME, interface);
+                options = options.with_env(switchyard::bootstrap::ENV_IFNAME, interface);
             }
             match run_local(&options) {
                 Err(e @ LaunchError::Interrupted { .. }) => {

@@ -13,12 +13,12 @@ mod support;
 
 use crossbeam_channel::{Receiver, unbounded};
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use support::{ChildGuard, example};
-use switchyard::launch::rendezvous::{read_check_in, write_endpoints};
-use switchyard::launch::{ENV_RANK, ENV_RENDEZVOUS, ENV_WORLD_SIZE};
+use switchyard::bootstrap::{ENV_RANK, ENV_RENDEZVOUS, ENV_WORLD_SIZE, RendezvousServer};
 
 /// The silence timeout the ranks run with.
 const TIMEOUT: Duration = Duration::from_secs(1);
@@ -40,9 +40,9 @@ impl Job {
     /// Starts the ranks with `env` set, serves their rendezvous, and returns once
     /// every rank has finished a few calls.
     fn start(n: usize, env: &[(&str, &str)]) -> Job {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let rendezvous = std::thread::spawn(move || serve(listener, n));
+        let server = RendezvousServer::bind("127.0.0.1", n as u32).unwrap();
+        let addr = format!("127.0.0.1:{}", server.port());
+        let rendezvous = std::thread::spawn(move || serve(server, n));
         let (tx, lines) = unbounded();
         let mut ranks = Vec::new();
         for rank in 0..n {
@@ -130,27 +130,26 @@ impl Job {
     }
 }
 
-/// The launcher's side of the rendezvous for `n` ranks, bounded by 30 s.
-fn serve(listener: TcpListener, n: usize) {
+/// The launcher's side of the rendezvous for `n` ranks, until each has checked in
+/// (and so been answered), bounded by 30 s.
+fn serve(server: RendezvousServer, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    listener.set_nonblocking(true).unwrap();
-    let mut streams = Vec::new();
-    let mut endpoints = vec![String::new(); n];
-    while streams.len() < n {
-        assert!(Instant::now() < deadline, "rendezvous: not every rank came");
-        match listener.accept() {
-            Ok((mut stream, _)) => {
-                stream.set_nonblocking(false).unwrap();
-                let check_in = read_check_in(&mut stream, deadline).unwrap();
-                endpoints[check_in.rank as usize] = check_in.endpoint;
-                streams.push(stream);
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(10)),
-        }
+    let done = Arc::new(AtomicBool::new(false));
+    let (tx, checked_in) = unbounded();
+    server
+        .spawn(done.clone(), move |rank| {
+            let _ = tx.send(rank);
+        })
+        .unwrap();
+    let mut came = vec![false; n];
+    while !came.iter().all(|&c| c) {
+        let rank = checked_in
+            .recv_deadline(deadline)
+            .expect("rendezvous: not every rank came");
+        came[rank as usize] = true;
     }
-    for stream in &mut streams {
-        write_endpoints(stream, &endpoints, deadline).unwrap();
-    }
+    // The last check-in is answered before the server looks at `done` again.
+    done.store(true, Ordering::SeqCst);
 }
 
 /// Whether `error` blames `rank` as the peer that went away or silent.

@@ -16,7 +16,7 @@ use std::time::Duration;
 use switchyard::collective::{
     CollectiveError, CommOptions, Communicator, DType, ReduceOp, RobustOptions,
 };
-use switchyard::launch::UniqueId;
+use switchyard::bootstrap::UniqueId;
 
 /// How often a waiting `init` looks at Python's signals.
 const SIGNAL_POLL: Duration = Duration::from_millis(50);

@@ -7,7 +7,7 @@ use super::mesh::MeshEngine;
 use super::options::{CommOptions, DataPath};
 // Through the re-exports, which stay whatever files the links live in.
 use super::{BoundLink, Communicator, Link, StreamLink, TrackerJoin};
-use crate::launch::{Bootstrap, Rendezvous, UniqueId};
+use crate::bootstrap::{Bootstrap, Rendezvous, UniqueId};
 
 /// A mesh communicator whose endpoint is bound but whose peers are not connected:
 /// hand [`MeshBuilder::endpoint`] to the other ranks, then [`MeshBuilder::connect`].
@@ -221,15 +221,15 @@ impl Communicator {
     /// bootstrap): every rank calls this with the same id, rank 0 in the process that
     /// made the id with [`UniqueId::new`] (or binding the root of an id from
     /// [`UniqueId::at`]). The mesh binds on the address
-    /// [`bind_address`](crate::launch::bind_address) chooses towards the root, the
-    /// endpoints are exchanged as [`unique_id`](crate::launch::unique_id) describes,
+    /// [`bind_address`](crate::bootstrap::bind_address) chooses towards the root, the
+    /// endpoints are exchanged as [`unique_id`](crate::bootstrap::unique_id) describes,
     /// and the mesh opens; everything within [`CommOptions::timeout`].
     ///
     /// # Examples
     ///
     /// ```
     /// use switchyard::collective::{CommOptions, Communicator, ReduceOp};
-    /// use switchyard::launch::UniqueId;
+    /// use switchyard::bootstrap::UniqueId;
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let id = UniqueId::new_on([127, 0, 0, 1].into())?;
     /// // Pass `id.to_string()` to the other processes; here they are threads.
@@ -281,13 +281,13 @@ impl Communicator {
             _ => return Err(setup(format!("rank {rank} is outside a world of {world}"))),
         };
         let root = id.root();
-        let ip = crate::launch::bind_address(&root.ip().to_string(), root.port())
+        let ip = crate::bootstrap::bind_address(&root.ip().to_string(), root.port())
             .map_err(|e| setup(format!("choosing the mesh address: {e}")))?;
         let timeout = options.timeout;
         let mut builder =
-            Communicator::bind_mesh(rank, world, &crate::launch::tcp_any_port(ip), options)?;
+            Communicator::bind_mesh(rank, world, &crate::bootstrap::tcp_any_port(ip), options)?;
         builder.exchanged = true;
-        let endpoints = crate::launch::unique_id::exchange(
+        let endpoints = crate::bootstrap::unique_id::exchange(
             id,
             rank32,
             world32,

@@ -34,13 +34,9 @@ use switchyard_tracker::client::json::{JsonClient, JsonSession};
 use switchyard_tracker::client::{ClientConfig, ClientError};
 use switchyard_tracker::wire::{self, Deadline};
 
-pub use switchyard_tracker::client::Protocol as TrackerProtocol;
-
-/// Environment variable choosing the tracker protocol for
-/// [`Communicator::from_env`]: `classic` (the default: rabit, XGBoost ≤ 2.0's
-/// tracker, switchyard's tracker) or `json` (XGBoost ≥ 2.1's tracker; switchyard's
-/// tracker serves it too).
-pub const ENV_TRACKER_PROTOCOL: &str = "SWITCHYARD_TRACKER_PROTOCOL";
+// Defined with the bootstrap, which reads it to pick the tracker's protocol; the
+// collectives keep their public path to it.
+pub use crate::bootstrap::{ENV_TRACKER_PROTOCOL, TrackerProtocol};
 
 /// Longest mesh endpoint accepted from a peer during the ring allgather.
 const MAX_ENDPOINT: usize = 4096;
@@ -331,11 +327,11 @@ pub(crate) fn tracker_mesh(
                 )));
             };
             // SWITCHYARD_IFNAME wins over the address of the tracker connection.
-            let local_ip = crate::launch::ifname_address()
+            let local_ip = crate::bootstrap::ifname_address()
                 .map_err(|e| setup_error(format!("choosing the mesh address: {e}")))?
                 .unwrap_or(joined.local_ip);
             tracing::debug!(ip = %local_ip, "mesh address for the {at} job");
-            let endpoint = crate::launch::tcp_any_port(local_ip);
+            let endpoint = crate::bootstrap::tcp_any_port(local_ip);
             let builder = Communicator::bind_mesh(rank, world, &endpoint, options.clone())
                 .map_err(|e| match local_ip {
                     // The zmq backend does not enable IPv6 on its sockets.

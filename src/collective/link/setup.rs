@@ -17,8 +17,8 @@
 use super::framing::{HELLO_LEN, decode_hello, encode_hello};
 use super::liveness::{Announce, Beats, Liveness, interval_for, random_tag};
 use super::{Link, SocketLink, Tag};
+use crate::bootstrap::handshakes::{self, Handshakes, accept_all};
 use crate::collective::error::LinkError;
-use crate::launch::handshakes::{self, Handshakes, accept_all};
 use bytes::Bytes;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};

@@ -32,7 +32,7 @@ pub(crate) type Rejoin = Box<dyn FnMut() -> Result<Box<dyn Engine>, CollectiveEr
 
 /// Reports a silent peer to the tracker (its `switchyard-silent` command, never a
 /// `print`), whose events `switchyard launch`'s watchdog acts on
-/// ([`crate::launch::watchdog`]).
+/// ([`crate::bootstrap::watchdog`]).
 pub(crate) type Report = Box<dyn Fn(SilentReport<'_>) + Send>;
 
 /// A peer this rank gave up on as silent, for the launcher's watchdog.

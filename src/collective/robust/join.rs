@@ -3,10 +3,10 @@
 
 use super::RobustOptions;
 use super::engine::{Rejoin, Report, RobustEngine, SilentReport};
+use crate::bootstrap::{Bootstrap, Rendezvous};
 use crate::collective::error::{Call, CollectiveError};
 use crate::collective::tracked::{JoinAs, TrackerMesh, tracker_mesh};
 use crate::collective::{CommOptions, Communicator, ENV_HEARTBEAT, TrackerJoin, TrackerProtocol};
-use crate::launch::{Bootstrap, Rendezvous};
 use std::time::{Duration, Instant};
 use switchyard_tracker::client::ClientConfig;
 use switchyard_tracker::client::classic::ClassicClient;
@@ -116,7 +116,7 @@ impl Communicator {
             // print's text is any worker's. Elsewhere a print for the log only (a
             // tracker of rabit's fails on a command it does not know).
             Ok(session) => {
-                let command = std::env::var_os(crate::launch::watchdog::ENV_SILENT_REPORTS)
+                let command = std::env::var_os(crate::bootstrap::watchdog::ENV_SILENT_REPORTS)
                     .is_some_and(|v| v == "1");
                 Some(Box::new(move |silent: SilentReport<'_>| {
                     let rank = u32::try_from(silent.rank).unwrap_or(u32::MAX);
@@ -124,7 +124,7 @@ impl Communicator {
                     let sent = if command {
                         session.report_silent(rank, attempt, silent.reason)
                     } else {
-                        session.print(&crate::launch::watchdog::describe(
+                        session.print(&crate::bootstrap::watchdog::describe(
                             rank,
                             attempt,
                             silent.reason,

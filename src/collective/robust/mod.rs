@@ -120,7 +120,7 @@ impl RobustOptions {
         if let Some(n) = number(ENV_RESULT_BUDGET)? {
             options.result_budget = n;
         }
-        if let Some(n) = number(crate::launch::ENV_NUM_ATTEMPT)? {
+        if let Some(n) = number(crate::bootstrap::ENV_NUM_ATTEMPT)? {
             options.attempt = n as u64;
         }
         if let Ok(text) = std::env::var(ENV_MOCK) {

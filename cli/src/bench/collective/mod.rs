@@ -28,7 +28,7 @@ use clap::{Args, ValueEnum};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use switchyard::launch::{LaunchOptions, run_local};
+use switchyard_launch::{LaunchOptions, run_local};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 

@@ -1,0 +1,277 @@
+//! A server: holds its share of the keys and answers workers' requests.
+
+use super::node::{self, Node};
+use super::replica::{self, ReplicaLink};
+use super::routing::{Incoming, Routed, Routing, Shape};
+use super::store::Reply;
+use super::update::{Mode, Update};
+use super::wire::{self, Group, NodeRole};
+use super::{PsConfig, PsError, Value};
+use std::collections::VecDeque;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+use switchyard_msg::Msg;
+use switchyard_transports::{PeerId, Pollable, Poller, RecvError, Router, RouterSocket, Socket};
+
+/// A server of a parameter-server job, registered and ready to [`run`](KvServer::run).
+///
+/// # Examples
+///
+/// A whole job in one process: scheduler, one server, one worker, as threads.
+///
+/// ```
+/// use switchyard_ps::{KvServer, KvWorker, Mode, PsConfig, Scheduler, Update};
+/// # fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// let config = PsConfig::new(1, 1);
+/// let scheduler = Scheduler::bind("local://ps-server-doc", &config)?;
+/// let endpoint = scheduler.endpoint().to_string();
+/// let sched = std::thread::spawn(move || scheduler.run());
+/// let (e, c) = (endpoint.clone(), config.clone());
+/// let server = std::thread::spawn(move || {
+///     KvServer::<f32>::join(&e, &c, Mode::Sync, Update::Sum)?.run()
+/// });
+/// let mut worker = KvWorker::<f32>::join(&endpoint, &config)?;
+/// worker.push(&[1, 2], &[2, 1], vec![1.0, 2.0, 3.0])?;
+/// let summed = worker.push_pull(&[1, 2], &[2, 1], vec![1.0, 1.0, 1.0])?;
+/// assert_eq!(summed.values(), [2.0, 3.0, 4.0]);
+/// assert_eq!(worker.pull(&[2])?.get(0), Some(&[4.0][..]));
+/// worker.finish()?;
+/// server.join().expect("server thread")?;
+/// sched.join().expect("scheduler thread")?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct KvServer<T: Value> {
+    node: Node,
+    router: RouterSocket,
+    mode: Mode,
+    update: Update<T>,
+    early: VecDeque<(PeerId, Msg)>,
+    poller: Poller,
+    _values: PhantomData<T>,
+}
+
+/// What a server did, returned by [`KvServer::run`] when the job ends well.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerReport {
+    /// The server's rank.
+    pub rank: u32,
+    /// Rounds completed (sync) or pushes applied (async), over all keys.
+    pub rounds: u64,
+    /// Requests answered.
+    pub requests: u64,
+}
+
+impl<T: Value> KvServer<T> {
+    /// Binds the server's socket and registers with the scheduler at `scheduler`.
+    pub fn join(
+        scheduler: &str,
+        config: &PsConfig,
+        mode: Mode,
+        update: Update<T>,
+    ) -> Result<Self, PsError> {
+        let endpoint = node::server_bind_endpoint(scheduler, config.host.as_deref())?;
+        let router = RouterSocket::bind(&endpoint, config.socket.clone())
+            .map_err(|e| PsError::transport(format!("server binding {endpoint}"), e))?;
+        let node = Node::join(
+            scheduler,
+            NodeRole::Server,
+            router.endpoint().to_string(),
+            config,
+        )?;
+        Ok(KvServer {
+            node,
+            router,
+            mode,
+            update,
+            early: VecDeque::new(),
+            poller: Poller::new(),
+            _values: PhantomData,
+        })
+    }
+
+    /// The server's rank (0-based, among servers).
+    pub fn rank(&self) -> u32 {
+        self.node.rank
+    }
+
+    /// The endpoint workers reach this server at.
+    pub fn endpoint(&self) -> &str {
+        self.router.endpoint()
+    }
+
+    /// Waits until every node of `group` (servers or all) has reached the barrier.
+    /// Requests that arrive meanwhile are kept for [`KvServer::run`].
+    pub fn barrier(&mut self, group: Group) -> Result<(), PsError> {
+        let (router, early) = (&mut self.router, &mut self.early);
+        self.node.barrier(group, || {
+            while let Ok(got) = router.try_recv_from() {
+                early.push_back(got);
+            }
+        })
+    }
+
+    /// Serves until the scheduler ends the job: `Ok` when it shut the job down, the
+    /// error when it aborted it or fell silent.
+    pub fn run(self) -> Result<ServerReport, PsError> {
+        self.run_until(&AtomicBool::new(false))
+    }
+
+    /// [`KvServer::run`], returning at once, without a word to anyone, when `kill`
+    /// is set: a server dying mid-job, for the failover tests (`replication_tests`).
+    ///
+    /// The `routing` module makes the decisions; this loop receives, sends and keeps
+    /// the replica line.
+    pub(crate) fn run_until(mut self, kill: &AtomicBool) -> Result<ServerReport, PsError> {
+        let rank = self.node.rank;
+        let name = format!("server {rank} at {}", self.router.endpoint());
+        let servers = self.node.servers.len() as u32;
+        let replicate = self.node.config.replicate && servers > 1;
+        let shape = Shape {
+            rank,
+            servers,
+            workers: self.node.num_workers as usize,
+            replicate,
+        };
+        let mut routing = Routing::new(
+            shape,
+            name.clone(),
+            self.mode,
+            self.update.clone(),
+            self.node.config.request_timeout,
+            Instant::now(),
+        );
+        let mut link = replicate.then(|| {
+            let target = (rank + 1) % servers;
+            let endpoint = self.node.servers[target as usize].clone();
+            ReplicaLink::start(target, &endpoint, self.node.config.socket.clone())
+        });
+        loop {
+            if kill.load(Ordering::Relaxed) {
+                return Err(PsError::Aborted {
+                    reason: format!("{name} killed"),
+                });
+            }
+            match self.node.check() {
+                Ok(()) => {}
+                Err(PsError::Finished) => return Ok(routing.report()),
+                Err(e) => return Err(e),
+            }
+            for (dead, by) in self.node.take_failovers() {
+                let routed = routing.failover(dead, by)?;
+                self.send(&name, &mut link, routed)?;
+                if link.as_ref().is_some_and(|l| l.target == dead) {
+                    // Our replica is gone: nothing will acknowledge what it held.
+                    for reply in link
+                        .take()
+                        .map(ReplicaLink::release_all)
+                        .unwrap_or_default()
+                    {
+                        self.answer(&name, reply);
+                    }
+                }
+            }
+            if let Some(l) = link.as_mut() {
+                for reply in l.pump()? {
+                    self.answer(&name, reply);
+                }
+            }
+            for reply in routing.expire(Instant::now()) {
+                self.answer(&name, reply);
+            }
+            let got = match self.early.pop_front() {
+                Some(got) => Ok(got),
+                None => self.receive(link.as_ref()),
+            };
+            let (peer, msg) = match got {
+                Ok(got) => got,
+                Err(RecvError::Timeout | RecvError::Empty) => continue,
+                Err(e) => return Err(PsError::protocol(&name, e)),
+            };
+            if msg.header.kind == wire::REPLICA {
+                let primary = msg.header.src.id;
+                match routing.keep_replica(primary, &msg) {
+                    Ok(()) => {
+                        let ack = replica::ack(self.node.addr(), &msg);
+                        if let Err(e) = self.router.send_to(&peer, ack) {
+                            tracing::warn!(
+                                "ps {name}: acknowledgement to server {primary} lost: {}",
+                                e.kind
+                            );
+                        }
+                    }
+                    Err(e) => tracing::warn!("ps {name}: {e}"),
+                }
+                continue;
+            }
+            let routed = routing.route(Incoming::decode(peer, &msg));
+            self.send(&name, &mut link, routed)?;
+        }
+    }
+
+    /// Sends what the routing decided: the replies at once, or, when this server's
+    /// own values changed and it replicates, through the replica line, which releases
+    /// the replies once the replica has the values.
+    fn send(
+        &mut self,
+        name: &str,
+        link: &mut Option<ReplicaLink>,
+        routed: Routed<T>,
+    ) -> Result<(), PsError> {
+        match link.as_mut() {
+            Some(l) if !routed.changed.is_empty() => {
+                l.replicate(self.node.addr(), routed.changed, routed.replies)
+            }
+            _ => {
+                for reply in routed.replies {
+                    self.answer(name, reply);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The next message from a worker or a replicating server, waiting one slice at
+    /// most, while also watching the replica line for acknowledgements.
+    fn receive(&mut self, link: Option<&ReplicaLink>) -> Result<(PeerId, Msg), RecvError> {
+        let Some(dealer) = link.and_then(ReplicaLink::dealer) else {
+            return self.router.recv_from_timeout(node::SLICE);
+        };
+        let ready = self
+            .poller
+            .poll(
+                &[&self.router as &dyn Pollable, dealer as &dyn Pollable],
+                node::SLICE,
+            )
+            .map_err(|e| RecvError::Backend {
+                endpoint: self.router.endpoint().to_string(),
+                reason: e.to_string(),
+            })?;
+        match ready {
+            Some(0) => self.router.try_recv_from(),
+            _ => Err(RecvError::Empty),
+        }
+    }
+
+    fn answer(&mut self, name: &str, reply: Reply<PeerId>) {
+        // The reply names the server whose keys it is about, which is not this one
+        // for keys served after a failover: the worker counts answers by it.
+        let me = wire::addr(NodeRole::Server, reply.primary);
+        let to = wire::addr(NodeRole::Worker, 0);
+        let msg = match reply.body {
+            Ok((meta, frames)) => wire::kv_msg(me, to, wire::REPLY, reply.id, &meta, frames),
+            Err(refusal) => Ok(refusal.msg(me, to, reply.id)),
+        };
+        match msg {
+            Ok(msg) => {
+                if let Err(e) = self.router.send_to(&reply.peer, msg) {
+                    tracing::warn!("ps {name}: reply to {} lost: {}", reply.peer, e.kind);
+                }
+            }
+            Err(e) => tracing::warn!("ps {name}: {e}"),
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! The environment conventions of launchers users already have, read into a
+//! [`UniqueId`] bootstrap: rank, world size and a root that rank 0 binds.
+//!
+//! | convention | rank, size | root host | root port |
+//! |---|---|---|---|
+//! | torchrun, Kubernetes training operators | `RANK`, `WORLD_SIZE` | `MASTER_ADDR` | `MASTER_PORT` |
+//! | OpenMPI's `mpirun` | `OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE` | see below | see below |
+//! | MPICH/Hydra, Slurm PMI | `PMI_RANK`, `PMI_SIZE` | see below | see below |
+//! | `srun` | `SLURM_PROCID`, `SLURM_NTASKS` | see below | see below |
+//!
+//! For the schedulers the root host is `MASTER_ADDR` when set, else
+//! `SLURM_LAUNCH_NODE_IPADDR`, else the first host of `SLURM_JOB_NODELIST` (the
+//! compact `node[01-03,07]` form is understood), else `127.0.0.1` when every rank
+//! runs on this host (`OMPI_COMM_WORLD_LOCAL_SIZE` equal to the size); otherwise
+//! `MASTER_ADDR` is reported missing. The port is `MASTER_PORT`, else
+//! [`DEFAULT_PORT`] plus `SLURM_JOB_ID mod 1000` under Slurm (so that two jobs
+//! sharing a node rarely collide). The job tag is derived from the convention, the
+//! root and the scheduler's job id, so every rank computes the same one. The world
+//! size is not part of it: ranks told different sizes reach the same root, which
+//! refuses the odd ones naming both sizes, where different tags read as strangers.
+
+use super::BootstrapError;
+use super::unique_id::UniqueId;
+use std::net::{SocketAddr, ToSocketAddrs};
+
+/// The root port when `MASTER_PORT` is unset (torchrun's default).
+pub const DEFAULT_PORT: u16 = 29500;
+
+/// A convention's name (for the debug trace) and its rank/size variables.
+const SCHEDULERS: [(&str, &str, &str); 3] = [
+    (
+        "mpirun (OpenMPI)",
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+    ),
+    ("mpirun (PMI)", "PMI_RANK", "PMI_SIZE"),
+    ("srun", "SLURM_PROCID", "SLURM_NTASKS"),
+];
+
+/// Appended to a scheduler's half-set error: the other way to run under `mpirun`.
+const MPI_HINT: &str = " (without the MPI engine, switchyard bootstraps mpirun's and \
+                        srun's ranks over TCP from both; or rebuild with `--features mpi` \
+                        to let MPI do it)";
+
+/// What a convention yields.
+#[derive(Debug)]
+pub(crate) struct Found {
+    pub(crate) convention: &'static str,
+    pub(crate) rank: u32,
+    pub(crate) world: u32,
+    pub(crate) id: UniqueId,
+}
+
+fn get(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn missing(var: &'static str, because: &str) -> BootstrapError {
+    BootstrapError::Env {
+        var,
+        value: String::new(),
+        reason: format!("missing, but {because}"),
+    }
+}
+
+fn number(var: &'static str, partner: &str, hint: &str) -> Result<u32, BootstrapError> {
+    let text = get(var).ok_or_else(|| missing(var, &format!("{partner} is set{hint}")))?;
+    text.trim().parse().map_err(|_| BootstrapError::Env {
+        var,
+        value: text,
+        reason: "not a non-negative integer".into(),
+    })
+}
+
+/// `torchrun`'s variables: `None` when none of the four is set; a half-set group is an
+/// error naming the first missing one.
+pub(crate) fn torchrun() -> Result<Option<Found>, BootstrapError> {
+    const VARS: [&str; 4] = ["MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"];
+    let Some(present) = VARS.into_iter().find(|v| get(v).is_some()) else {
+        return Ok(None);
+    };
+    // MASTER_* alone may accompany a scheduler's variables, which give the rank.
+    if get("RANK").is_none() && get("WORLD_SIZE").is_none() && scheduler_present() {
+        return Ok(None);
+    }
+    if let Some(absent) = VARS.into_iter().find(|v| get(v).is_none()) {
+        return Err(missing(
+            absent,
+            &format!("{present} is set: the torchrun convention needs {VARS:?}"),
+        ));
+    }
+    let (rank, world) = rank_and_size("RANK", "WORLD_SIZE", "")?;
+    let root = root_addr(
+        "MASTER_ADDR",
+        &get("MASTER_ADDR").unwrap_or_default(),
+        port()?,
+    )?;
+    let id = UniqueId::at(root, tag(&["torchrun", &root.to_string(), &job_id()]));
+    Ok(Some(Found {
+        convention: "torchrun (MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE)",
+        rank,
+        world,
+        id,
+    }))
+}
+
+fn scheduler_present() -> bool {
+    SCHEDULERS
+        .iter()
+        .any(|(_, r, s)| get(r).is_some() || get(s).is_some())
+}
+
+/// A scheduler's variables (`mpirun`, `srun`), or `None`.
+pub(crate) fn scheduler() -> Result<Option<Found>, BootstrapError> {
+    let Some(&(convention, rank_var, size_var)) = SCHEDULERS
+        .iter()
+        .find(|(_, r, s)| get(r).is_some() || get(s).is_some())
+    else {
+        return Ok(None);
+    };
+    let (rank, world) = rank_and_size(rank_var, size_var, MPI_HINT)?;
+    let port = port()?;
+    let (var, host) = if let Some(h) = get("MASTER_ADDR") {
+        ("MASTER_ADDR", h)
+    } else if let Some(h) = get("SLURM_LAUNCH_NODE_IPADDR") {
+        ("SLURM_LAUNCH_NODE_IPADDR", h)
+    } else if let Some(list) = get("SLURM_JOB_NODELIST") {
+        let first = first_host(&list).ok_or_else(|| BootstrapError::Env {
+            var: "SLURM_JOB_NODELIST",
+            value: list.clone(),
+            reason: "no host name in the list".into(),
+        })?;
+        ("SLURM_JOB_NODELIST", first)
+    } else if get("OMPI_COMM_WORLD_LOCAL_SIZE").is_some_and(|l| l.trim() == world.to_string()) {
+        ("OMPI_COMM_WORLD_LOCAL_SIZE", "127.0.0.1".to_string())
+    } else {
+        return Err(missing(
+            "MASTER_ADDR",
+            &format!(
+                "{convention} gives no root host (no SLURM_LAUNCH_NODE_IPADDR, \
+                 SLURM_JOB_NODELIST, nor every rank on this host): set MASTER_ADDR to \
+                 rank 0's host"
+            ),
+        ));
+    };
+    let root = root_addr(var, &host, port)?;
+    let id = UniqueId::at(root, tag(&[convention, &root.to_string(), &job_id()]));
+    Ok(Some(Found {
+        convention,
+        rank,
+        world,
+        id,
+    }))
+}
+
+fn rank_and_size(
+    rank_var: &'static str,
+    size_var: &'static str,
+    hint: &str,
+) -> Result<(u32, u32), BootstrapError> {
+    let rank = number(rank_var, size_var, hint)?;
+    let world = number(size_var, rank_var, hint)?;
+    if world == 0 || rank >= world {
+        return Err(BootstrapError::Env {
+            var: rank_var,
+            value: rank.to_string(),
+            reason: format!("must be below {size_var}={world}"),
+        });
+    }
+    Ok((rank, world))
+}
+
+fn port() -> Result<u16, BootstrapError> {
+    match get("MASTER_PORT") {
+        Some(text) => {
+            text.trim()
+                .parse::<u16>()
+                .ok()
+                .filter(|&p| p != 0)
+                .ok_or(BootstrapError::Env {
+                    var: "MASTER_PORT",
+                    value: text,
+                    reason: "not a port number (1..65535)".into(),
+                })
+        }
+        None => {
+            let offset = get("SLURM_JOB_ID")
+                .and_then(|j| j.trim().parse::<u64>().ok())
+                .map_or(0, |j| (j % 1000) as u16);
+            Ok(DEFAULT_PORT + offset)
+        }
+    }
+}
+
+/// `host` resolved, IPv4 first (the mesh is IPv4).
+fn root_addr(var: &'static str, host: &str, port: u16) -> Result<SocketAddr, BootstrapError> {
+    let bare = host.trim().trim_start_matches('[').trim_end_matches(']');
+    let all: Vec<SocketAddr> = (bare, port)
+        .to_socket_addrs()
+        .map_err(|e| BootstrapError::Env {
+            var,
+            value: host.to_string(),
+            reason: format!("cannot resolve the root host: {e}"),
+        })?
+        .collect();
+    all.iter()
+        .find(|a| a.is_ipv4())
+        .or(all.first())
+        .copied()
+        .ok_or(BootstrapError::Env {
+            var,
+            value: host.to_string(),
+            reason: "the root host has no address".into(),
+        })
+}
+
+/// The scheduler's job id, when one is known, so two jobs on one root differ.
+fn job_id() -> String {
+    [
+        "TORCHELASTIC_RUN_ID",
+        "SLURM_JOB_ID",
+        "OMPI_MCA_ess_base_jobid",
+        "PMI_JOBID",
+    ]
+    .into_iter()
+    .find_map(get)
+    .unwrap_or_default()
+}
+
+/// FNV-1a over the parts: the same in every process (std's hasher is seeded per
+/// process).
+fn tag(parts: &[&str]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for b in part.bytes().chain([0]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// The first host of a Slurm node list: `a,b` gives `a`, `node[01-03,07],x` gives
+/// `node01`, `rack[2-3]-n[5]` gives `rack2-n5`.
+pub(crate) fn first_host(list: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut chars = list.trim().chars();
+    while let Some(c) = chars.next() {
+        match c {
+            ',' => break,
+            '[' => {
+                // The first number (or range start) of the bracket, then skip to `]`.
+                let mut first = String::new();
+                let mut taking = true;
+                for c in chars.by_ref() {
+                    if c == ']' {
+                        break;
+                    }
+                    if c == '-' || c == ',' {
+                        taking = false;
+                    }
+                    if taking {
+                        first.push(c);
+                    }
+                }
+                out.push_str(first.trim());
+            }
+            c => out.push(c),
+        }
+    }
+    let out = out.trim().to_string();
+    (!out.is_empty()).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slurm_node_lists() {
+        assert_eq!(first_host("node[01-03,07]").as_deref(), Some("node01"));
+        assert_eq!(first_host("gpu5,gpu6").as_deref(), Some("gpu5"));
+        assert_eq!(first_host("n[7]").as_deref(), Some("n7"));
+        assert_eq!(first_host("rack[2-3]-n[5,9]").as_deref(), Some("rack2-n5"));
+        assert_eq!(first_host("a[10-12],b[1-2]").as_deref(), Some("a10"));
+        assert_eq!(first_host(""), None);
+        assert_eq!(first_host(","), None);
+    }
+
+    #[test]
+    fn tags_are_stable_and_separate_parts() {
+        assert_eq!(tag(&["a", "b"]), tag(&["a", "b"]));
+        assert_ne!(tag(&["ab", ""]), tag(&["a", "b"]));
+    }
+}

@@ -1,0 +1,431 @@
+use super::{BootstrapError, ENV_RANK, ENV_RENDEZVOUS, ENV_WORLD_SIZE, rendezvous};
+use super::{ENV_TRACKER_PROTOCOL, TrackerProtocol};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+/// How many endpoint exchanges this process made through the launcher's rendezvous:
+/// the generation of its next one.
+static LAUNCHER_GENERATION: AtomicU32 = AtomicU32::new(0);
+
+/// What a process learns from whoever started it: its rank, the job size, and how to
+/// learn every rank's endpoint.
+///
+/// Three starters are recognised, in this order of precedence:
+///
+/// 1. `switchyard launch` (the `SWITCHYARD_*` variables, endpoints swapped at its
+///    rendezvous);
+/// 2. a rabit/XGBoost tracker (`DMLC_TRACKER_URI` and `DMLC_TRACKER_PORT`, optional
+///    `DMLC_TASK_ID`, as set by `switchyard launch`, XGBoost's `worker_envs()` or
+///    dmlc-core's launchers): [`Rendezvous::Tracker`]; the tracker assigns the rank
+///    when the process joins it (see [`Rendezvous::Tracker`]);
+/// 3. torchrun's `MASTER_ADDR`, `MASTER_PORT`, `RANK`, `WORLD_SIZE`: rank 0 roots a
+///    [`UniqueId`](super::UniqueId) bootstrap on `MASTER_PORT`
+///    ([`Rendezvous::UniqueId`]);
+/// 4. in builds with the `mpi` feature, `mpirun` (OpenMPI's `OMPI_COMM_WORLD_*`, or
+///    `PMI_RANK`/`PMIX_RANK` of MPICH and Slurm), where rank and size come from MPI
+///    itself and every endpoint is `mpi://RANK`;
+/// 5. without it, `mpirun` and `srun`'s variables (`OMPI_COMM_WORLD_RANK`/`SIZE`,
+///    `PMI_RANK`/`PMI_SIZE`, `SLURM_PROCID`/`SLURM_NTASKS`), again a
+///    [`Rendezvous::UniqueId`] with the mesh on ZeroMQ/TCP; where the root is is
+///    described in [`conventions`](super::conventions).
+///
+/// A debug trace names the convention picked; a half-set one is an error naming the
+/// missing variable.
+///
+/// # Examples
+///
+/// ```
+/// use switchyard::bootstrap::Bootstrap;
+/// # fn main() -> Result<(), switchyard::bootstrap::BootstrapError> {
+/// // Outside `switchyard launch`, a tracker and `mpirun` there is nothing to
+/// // bootstrap from.
+/// let launched = [
+///     "SWITCHYARD_RANK",
+///     "RANK",
+///     "WORLD_SIZE",
+///     "MASTER_ADDR",
+///     "MASTER_PORT",
+///     "SLURM_PROCID",
+///     "SLURM_NTASKS",
+///     "PMI_SIZE",
+///     "OMPI_COMM_WORLD_SIZE",
+///     "DMLC_TRACKER_URI",
+///     "DMLC_TRACKER_PORT",
+///     "OMPI_COMM_WORLD_RANK",
+///     "PMI_RANK",
+///     "PMIX_RANK",
+/// ]
+/// .iter()
+/// .any(|v| std::env::var_os(v).is_some());
+/// if !launched {
+///     assert!(Bootstrap::from_env()?.is_none());
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bootstrap {
+    /// This process's rank.
+    pub rank: u32,
+    /// Number of processes.
+    pub world_size: u32,
+    /// How endpoints are exchanged.
+    pub rendezvous: Rendezvous,
+}
+
+/// How a [`Bootstrap`]ped process learns the other ranks' endpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Rendezvous {
+    /// `switchyard launch`'s rendezvous at `host:port`.
+    Launcher(String),
+    /// A tracker-less bootstrap rooted at rank 0 ([`UniqueId`](super::UniqueId)), as
+    /// read from the `MASTER_ADDR`/`RANK` convention or a scheduler's variables
+    /// (see [`conventions`](super::conventions)).
+    UniqueId(super::UniqueId),
+    /// `mpirun` wired the processes: rank `r`'s endpoint is `mpi://r`.
+    Mpi,
+    /// A rabit/XGBoost tracker at `host:port` assigns ranks and links the workers
+    /// (`collective::Communicator::from_tracker`).
+    ///
+    /// The rank is only known after joining: until then [`Bootstrap::rank`] is 0 and
+    /// [`Bootstrap::world_size`] is `DMLC_NUM_WORKER` (0 when unset).
+    Tracker {
+        /// The tracker's host name or address (`DMLC_TRACKER_URI`).
+        host: String,
+        /// The tracker's port (`DMLC_TRACKER_PORT`).
+        port: u16,
+        /// This worker's identity across restarts (`DMLC_TASK_ID`), if any.
+        task_id: Option<String>,
+        /// Which protocol the tracker speaks: classic unless
+        /// `SWITCHYARD_TRACKER_PROTOCOL=json`
+        /// ([`ENV_TRACKER_PROTOCOL`](super::ENV_TRACKER_PROTOCOL)).
+        protocol: TrackerProtocol,
+    },
+}
+
+/// Environment variable naming the tracker's host (rabit, XGBoost ≤ 2.0, dmlc-core).
+const ENV_DMLC_TRACKER_URI: &str = "DMLC_TRACKER_URI";
+/// Environment variable naming the tracker's port.
+const ENV_DMLC_TRACKER_PORT: &str = "DMLC_TRACKER_PORT";
+/// Environment variable holding this worker's task id.
+const ENV_DMLC_TASK_ID: &str = "DMLC_TASK_ID";
+/// Environment variable holding the process's role (`worker`, `server`, ...).
+const ENV_DMLC_ROLE: &str = "DMLC_ROLE";
+/// Environment variable holding the number of workers (informational: the tracker
+/// decides).
+const ENV_DMLC_NUM_WORKER: &str = "DMLC_NUM_WORKER";
+
+/// Variables by which MPI launchers mark their processes.
+const MPI_RANK_VARS: [&str; 3] = ["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"];
+
+fn var(name: &'static str) -> Result<String, BootstrapError> {
+    std::env::var(name).map_err(|e| BootstrapError::Env {
+        var: name,
+        value: String::new(),
+        reason: e.to_string(),
+    })
+}
+
+fn number(name: &'static str) -> Result<u32, BootstrapError> {
+    let value = var(name)?;
+    value
+        .trim()
+        .parse::<u32>()
+        .map_err(|_| BootstrapError::Env {
+            var: name,
+            value: value.clone(),
+            reason: "not a non-negative integer".into(),
+        })
+}
+
+impl Bootstrap {
+    /// Reads the starter's environment. `Ok(None)` when neither `switchyard launch`
+    /// nor an MPI launcher started the process; an error names any variable that is
+    /// missing or malformed, or says that an `mpirun`-started program was built without
+    /// the `mpi` feature.
+    pub fn from_env() -> Result<Option<Bootstrap>, BootstrapError> {
+        if std::env::var_os(ENV_RANK).is_none() {
+            if let Some(tracker) = Bootstrap::from_tracker_env()? {
+                tracing::debug!("bootstrap: a rabit/XGBoost tracker (DMLC_TRACKER_URI)");
+                return Ok(Some(tracker));
+            }
+            if let Some(found) = super::conventions::torchrun()? {
+                return Ok(Some(Bootstrap::rooted(found)));
+            }
+            // With the MPI engine built in, mpirun's processes use it.
+            #[cfg(feature = "mpi")]
+            if MPI_RANK_VARS.iter().any(|v| std::env::var_os(v).is_some()) {
+                return Bootstrap::from_mpi_env();
+            }
+            if let Some(found) = super::conventions::scheduler()? {
+                return Ok(Some(Bootstrap::rooted(found)));
+            }
+            return Bootstrap::from_mpi_env();
+        }
+        tracing::debug!("bootstrap: switchyard launch (SWITCHYARD_RANK)");
+        let rank = number(ENV_RANK)?;
+        let world_size = number(ENV_WORLD_SIZE)?;
+        if world_size == 0 || rank >= world_size {
+            return Err(BootstrapError::Env {
+                var: ENV_RANK,
+                value: rank.to_string(),
+                reason: format!("must be below {ENV_WORLD_SIZE}={world_size}"),
+            });
+        }
+        let rendezvous = Rendezvous::Launcher(var(ENV_RENDEZVOUS)?);
+        Ok(Some(Bootstrap {
+            rank,
+            world_size,
+            rendezvous,
+        }))
+    }
+
+    fn rooted(found: super::conventions::Found) -> Bootstrap {
+        tracing::debug!(
+            convention = found.convention,
+            rank = found.rank,
+            world = found.world,
+            root = %found.id.root(),
+            "bootstrap: a unique-id root from the environment"
+        );
+        Bootstrap {
+            rank: found.rank,
+            world_size: found.world,
+            rendezvous: Rendezvous::UniqueId(found.id),
+        }
+    }
+
+    /// The DMLC tracker variables: none set is `None`; a task id, a URI or a port
+    /// without the URI and the port is an error naming the missing one. A URI of
+    /// `NULL` (or empty) means no tracker, as for XGBoost's workers. `DMLC_ROLE`, when
+    /// set, must be `worker`: servers and schedulers do not join the tracker.
+    pub(crate) fn from_tracker_env() -> Result<Option<Bootstrap>, BootstrapError> {
+        let set = |v: &str| std::env::var_os(v).is_some();
+        let no_tracker = std::env::var(ENV_DMLC_TRACKER_URI)
+            .map(|u| u.trim().is_empty() || u.trim() == "NULL")
+            .unwrap_or(false);
+        if no_tracker {
+            return Ok(None);
+        }
+        let present = [
+            ENV_DMLC_TRACKER_URI,
+            ENV_DMLC_TRACKER_PORT,
+            ENV_DMLC_TASK_ID,
+        ]
+        .into_iter()
+        .find(|v| set(v));
+        let Some(present) = present else {
+            return Ok(None);
+        };
+        if let Some(absent) = [ENV_DMLC_TRACKER_URI, ENV_DMLC_TRACKER_PORT]
+            .into_iter()
+            .find(|v| !set(v))
+        {
+            return Err(BootstrapError::Env {
+                var: absent,
+                value: String::new(),
+                reason: format!(
+                    "missing, but {present} is set: joining a tracker needs \
+                     {ENV_DMLC_TRACKER_URI} and {ENV_DMLC_TRACKER_PORT}"
+                ),
+            });
+        }
+        if let Ok(role) = std::env::var(ENV_DMLC_ROLE) {
+            if role.trim() != "worker" {
+                return Err(BootstrapError::Env {
+                    var: ENV_DMLC_ROLE,
+                    value: role,
+                    reason: "only workers join the tracker; this process has another role".into(),
+                });
+            }
+        }
+        let host = var(ENV_DMLC_TRACKER_URI)?.trim().to_string();
+        let port_text = var(ENV_DMLC_TRACKER_PORT)?;
+        let port = port_text
+            .trim()
+            .parse::<u16>()
+            .ok()
+            .filter(|&p| p != 0)
+            .ok_or_else(|| BootstrapError::Env {
+                var: ENV_DMLC_TRACKER_PORT,
+                value: port_text.clone(),
+                reason: "not a port number (1..65535)".into(),
+            })?;
+        let task_id = std::env::var(ENV_DMLC_TASK_ID)
+            .ok()
+            .filter(|t| !t.is_empty());
+        let world_size = match std::env::var_os(ENV_DMLC_NUM_WORKER) {
+            Some(_) => number(ENV_DMLC_NUM_WORKER)?,
+            None => 0,
+        };
+        let protocol = match std::env::var(ENV_TRACKER_PROTOCOL) {
+            Ok(text) => text.parse().map_err(|reason| BootstrapError::Env {
+                var: ENV_TRACKER_PROTOCOL,
+                value: text.clone(),
+                reason,
+            })?,
+            Err(_) => TrackerProtocol::Classic,
+        };
+        Ok(Some(Bootstrap {
+            rank: 0,
+            world_size,
+            rendezvous: Rendezvous::Tracker {
+                host,
+                port,
+                task_id,
+                protocol,
+            },
+        }))
+    }
+
+    fn from_mpi_env() -> Result<Option<Bootstrap>, BootstrapError> {
+        let Some(marker) = MPI_RANK_VARS
+            .into_iter()
+            .find(|v| std::env::var_os(v).is_some())
+        else {
+            return Ok(None);
+        };
+        #[cfg(feature = "mpi")]
+        {
+            let _ = marker;
+            let world = switchyard_transports::mpi::world().map_err(|e| BootstrapError::Env {
+                var: "OMPI_COMM_WORLD_RANK",
+                value: String::new(),
+                reason: format!("started by an MPI launcher, but MPI did not start: {e}"),
+            })?;
+            Ok(Some(Bootstrap {
+                rank: world.rank,
+                world_size: world.size,
+                rendezvous: Rendezvous::Mpi,
+            }))
+        }
+        #[cfg(not(feature = "mpi"))]
+        Err(BootstrapError::Env {
+            var: marker,
+            value: std::env::var(marker).unwrap_or_default(),
+            reason: "started by an MPI launcher that sets no size variable \
+                     (OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS), and this build has \
+                     no MPI backend: rebuild with `--features mpi`, or start it with \
+                     `switchyard launch`"
+                .into(),
+        })
+    }
+
+    /// Where this process's stub should bind: `mpi://RANK` under `mpirun`; otherwise
+    /// any free port on the address [`bind_address`](super::bind_address) chooses for
+    /// the rendezvous or tracker host (`SWITCHYARD_IFNAME`, else the route to that
+    /// host: `tcp://127.0.0.1:0` when it is on loopback). When no address can be
+    /// chosen this falls back to `tcp://0.0.0.0:0`; [`bind_endpoint`](Bootstrap::bind_endpoint)
+    /// returns the error instead.
+    pub fn stub_endpoint(&self) -> String {
+        self.bind_endpoint()
+            .unwrap_or_else(|_| "tcp://0.0.0.0:0".into())
+    }
+
+    /// [`stub_endpoint`](Bootstrap::stub_endpoint), or the error naming why no address
+    /// could be chosen (a `SWITCHYARD_IFNAME` that matches nothing, a root host that
+    /// does not resolve or has no route).
+    pub fn bind_endpoint(&self) -> Result<String, BootstrapError> {
+        let (host, port) = match &self.rendezvous {
+            Rendezvous::Mpi => return Ok(format!("mpi://{}", self.rank)),
+            Rendezvous::Launcher(addr) => split_host_port(addr)?,
+            Rendezvous::Tracker { host, port, .. } => (host.clone(), *port),
+            Rendezvous::UniqueId(id) => (id.root().ip().to_string(), id.root().port()),
+        };
+        Ok(tcp_any_port(super::bind_address(&host, port)?))
+    }
+
+    /// Sends this process's endpoint to the rendezvous and returns every rank's, in
+    /// rank order, waiting at most `timeout` for the others.
+    ///
+    /// Under `switchyard launch` each call of a process is its next generation
+    /// (see [`rendezvous`](super::rendezvous)): the n-th call of every rank is
+    /// gathered with the n-th calls of the others, so that a process may form one
+    /// communicator after another.
+    ///
+    /// Under `mpirun` nothing travels: the endpoints are `mpi://0` .. `mpi://N-1`, and
+    /// `endpoint` must be this rank's.
+    pub fn exchange(
+        &self,
+        endpoint: &str,
+        timeout: Duration,
+    ) -> Result<Vec<String>, BootstrapError> {
+        match &self.rendezvous {
+            Rendezvous::Launcher(addr) => {
+                // Each exchange is this process's next communicator: the launcher
+                // gathers it with the other ranks' of the same number.
+                let generation = LAUNCHER_GENERATION.fetch_add(1, Ordering::SeqCst);
+                let secret = switchyard_secret::JobSecret::from_env().map_err(|e| {
+                    BootstrapError::Rendezvous {
+                        addr: addr.clone(),
+                        reason: e.to_string(),
+                    }
+                })?;
+                rendezvous::exchange_generation(
+                    addr,
+                    (self.rank, self.world_size, generation),
+                    endpoint,
+                    timeout,
+                    secret.as_ref(),
+                )
+            }
+            Rendezvous::Mpi => {
+                if endpoint != self.stub_endpoint() {
+                    return Err(BootstrapError::Rendezvous {
+                        addr: "mpirun".into(),
+                        reason: format!(
+                            "under mpirun rank {} is reached at {}, not {endpoint}; bind \
+                             Bootstrap::stub_endpoint()",
+                            self.rank,
+                            self.stub_endpoint()
+                        ),
+                    });
+                }
+                Ok((0..self.world_size).map(|r| format!("mpi://{r}")).collect())
+            }
+            Rendezvous::UniqueId(id) => {
+                let root = id.root();
+                let ip = super::bind_address(&root.ip().to_string(), root.port())?;
+                super::unique_id::exchange(id, self.rank, self.world_size, ip, endpoint, timeout)
+                    .map_err(|e| BootstrapError::Rendezvous {
+                        addr: root.to_string(),
+                        reason: e.to_string(),
+                    })
+            }
+            Rendezvous::Tracker { host, port, .. } => Err(BootstrapError::Rendezvous {
+                addr: format!("{host}:{port}"),
+                reason: "a tracker assigns ranks and links workers itself: join it with \
+                         Communicator::from_tracker (or Communicator::from_env)"
+                    .into(),
+            }),
+        }
+    }
+}
+
+/// `tcp://IP:0`, with IPv6 addresses in brackets.
+pub(crate) fn tcp_any_port(ip: std::net::IpAddr) -> String {
+    match ip {
+        std::net::IpAddr::V6(ip) => format!("tcp://[{ip}]:0"),
+        ip => format!("tcp://{ip}:0"),
+    }
+}
+
+/// `host:port` (or `[v6]:port`) split; an error names the address.
+pub(crate) fn split_host_port(addr: &str) -> Result<(String, u16), BootstrapError> {
+    let bad = |reason: &str| BootstrapError::Rendezvous {
+        addr: addr.to_string(),
+        reason: reason.to_string(),
+    };
+    let (host, port) = addr
+        .rsplit_once(':')
+        .ok_or_else(|| bad("not a host:port address"))?;
+    let port = port
+        .parse::<u16>()
+        .map_err(|_| bad("the port is not a number (0..65535)"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(bad("no host before the port"));
+    }
+    Ok((host.to_string(), port))
+}

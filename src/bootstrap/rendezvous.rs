@@ -1,0 +1,268 @@
+//! The launcher's rendezvous protocol, on one TCP connection per process.
+//!
+//! All integers are little-endian `u32`s.
+//!
+//! 1. The process sends `"SYRV"`, its rank, the world size it was told, the length of
+//!    its endpoint string (at most 1024 bytes) and the UTF-8 endpoint. For
+//!    any communicator after its first it sends `"SYRG"` instead, and its
+//!    generation (1 for the second, ...) after the world size.
+//! 2. When every rank has checked in for a generation, the launcher sends each of them
+//!    `"SYRV"`, the world size, and for each rank in order its endpoint's length and
+//!    bytes.
+//!
+//! Generations keep the communicators of one job apart: a process that forms a second
+//! communicator after dropping its first is answered with the endpoints of the other
+//! ranks' second communicators, not their first ones' (closed by now). A rank that
+//! checks in again at a generation already answered (a restarted process) is answered
+//! at once with that generation's endpoints, its own replaced.
+//!
+//! With a job secret (`SWITCHYARD_JOB_SECRET` or `SWITCHYARD_JOB_SECRET_FILE`, see
+//! [`switchyard_secret`]) the connection first runs the secret's challenge-response
+//! (purpose `rendezvous`, the process claiming its rank), and the launcher holds
+//! the check-in to the rank the handshake claimed.
+//!
+//! Every read is bounded by a deadline, and every length is checked against its limit
+//! before anything is allocated. A connection with a wrong magic, a rank outside the
+//! job, a rank already taken or a wrong world size is closed and logged; the launcher
+//! keeps accepting others. The launcher's end is [`RendezvousServer`](super::RendezvousServer).
+
+use super::BootstrapError;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// The 4-byte magic that opens each direction.
+pub(crate) const MAGIC: [u8; 4] = *b"SYRV";
+/// The magic of a check-in for a later generation of communicators, which carries the
+/// generation number.
+pub(crate) const MAGIC_GENERATION: [u8; 4] = *b"SYRG";
+/// The job secret's purpose label for rendezvous connections.
+pub(crate) const AUTH_PURPOSE: &str = "rendezvous";
+/// Longest endpoint string accepted.
+pub(crate) const MAX_ENDPOINT: u32 = 1024;
+
+fn io_err(peer: &str, e: std::io::Error) -> BootstrapError {
+    BootstrapError::Protocol {
+        peer: peer.to_string(),
+        reason: e.to_string(),
+    }
+}
+
+fn set_deadline(stream: &TcpStream, deadline: Instant, peer: &str) -> Result<(), BootstrapError> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(BootstrapError::Protocol {
+            peer: peer.to_string(),
+            reason: "deadline passed".into(),
+        });
+    }
+    stream
+        .set_read_timeout(Some(left))
+        .and_then(|_| stream.set_write_timeout(Some(left)))
+        .map_err(|e| io_err(peer, e))
+}
+
+fn read_u32(stream: &mut TcpStream, peer: &str) -> Result<u32, BootstrapError> {
+    let mut word = [0u8; 4];
+    stream.read_exact(&mut word).map_err(|e| io_err(peer, e))?;
+    Ok(u32::from_le_bytes(word))
+}
+
+fn read_magic(stream: &mut TcpStream, peer: &str) -> Result<(), BootstrapError> {
+    read_magic_of(stream, peer, &[MAGIC]).map(|_| ())
+}
+
+/// Reads a magic that must be one of `allowed`, and returns it.
+fn read_magic_of(
+    stream: &mut TcpStream,
+    peer: &str,
+    allowed: &[[u8; 4]],
+) -> Result<[u8; 4], BootstrapError> {
+    let mut magic = [0u8; 4];
+    stream.read_exact(&mut magic).map_err(|e| io_err(peer, e))?;
+    if switchyard_secret::looks_like_challenge(&magic) {
+        return Err(BootstrapError::Protocol {
+            peer: peer.to_string(),
+            reason: "the launcher expects a job secret: set the same SWITCHYARD_JOB_SECRET or SWITCHYARD_JOB_SECRET_FILE as the launcher".into(),
+        });
+    }
+    if !allowed.contains(&magic) {
+        return Err(BootstrapError::Protocol {
+            peer: peer.to_string(),
+            reason: format!("bad magic {magic:02x?}, expected {MAGIC:02x?}"),
+        });
+    }
+    Ok(magic)
+}
+
+fn read_string(stream: &mut TcpStream, peer: &str) -> Result<String, BootstrapError> {
+    let len = read_u32(stream, peer)?;
+    if len > MAX_ENDPOINT {
+        return Err(BootstrapError::Protocol {
+            peer: peer.to_string(),
+            reason: format!("endpoint length {len} over the limit of {MAX_ENDPOINT}"),
+        });
+    }
+    let mut bytes = vec![0u8; len as usize];
+    stream.read_exact(&mut bytes).map_err(|e| io_err(peer, e))?;
+    String::from_utf8(bytes).map_err(|_| BootstrapError::Protocol {
+        peer: peer.to_string(),
+        reason: "endpoint is not UTF-8".into(),
+    })
+}
+
+fn push_string(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// A process's check-in, as the launcher reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CheckIn {
+    /// The rank the process claims.
+    pub(crate) rank: u32,
+    /// The world size it was told.
+    pub(crate) world: u32,
+    /// Which of the process's communicators this is (0 for its first).
+    pub(crate) generation: u32,
+    /// Its endpoint.
+    pub(crate) endpoint: String,
+}
+
+/// Reads a check-in (launcher side), within `deadline`.
+pub(crate) fn read_check_in(
+    stream: &mut TcpStream,
+    deadline: Instant,
+) -> Result<CheckIn, BootstrapError> {
+    let peer = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| "?".into());
+    set_deadline(stream, deadline, &peer)?;
+    let magic = read_magic_of(stream, &peer, &[MAGIC, MAGIC_GENERATION])?;
+    let rank = read_u32(stream, &peer)?;
+    let world = read_u32(stream, &peer)?;
+    let generation = if magic == MAGIC_GENERATION {
+        read_u32(stream, &peer)?
+    } else {
+        0
+    };
+    let endpoint = read_string(stream, &peer)?;
+    Ok(CheckIn {
+        rank,
+        world,
+        generation,
+        endpoint,
+    })
+}
+
+/// Sends every rank's endpoint (launcher side).
+pub(crate) fn write_endpoints(
+    stream: &mut TcpStream,
+    endpoints: &[String],
+    deadline: Instant,
+) -> Result<(), BootstrapError> {
+    let peer = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| "?".into());
+    set_deadline(stream, deadline, &peer)?;
+    let mut out = Vec::with_capacity(8 + endpoints.iter().map(|e| e.len() + 4).sum::<usize>());
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&(endpoints.len() as u32).to_le_bytes());
+    for endpoint in endpoints {
+        push_string(&mut out, endpoint);
+    }
+    stream.write_all(&out).map_err(|e| io_err(&peer, e))
+}
+
+/// Checks in and waits for every endpoint (process side), proving the job secret of
+/// this process's environment when one is set.
+pub fn exchange(
+    addr: &str,
+    rank: u32,
+    world: u32,
+    endpoint: &str,
+    timeout: Duration,
+) -> Result<Vec<String>, BootstrapError> {
+    let secret =
+        switchyard_secret::JobSecret::from_env().map_err(|e| BootstrapError::Rendezvous {
+            addr: addr.to_string(),
+            reason: e.to_string(),
+        })?;
+    exchange_with_secret(addr, rank, world, endpoint, timeout, secret.as_ref())
+}
+
+/// [`exchange`] with the job secret given (`None`: no authentication).
+pub(crate) fn exchange_with_secret(
+    addr: &str,
+    rank: u32,
+    world: u32,
+    endpoint: &str,
+    timeout: Duration,
+    secret: Option<&switchyard_secret::JobSecret>,
+) -> Result<Vec<String>, BootstrapError> {
+    exchange_generation(addr, (rank, world, 0), endpoint, timeout, secret)
+}
+
+/// [`exchange_with_secret`] for the process's communicator number `generation` (0 for
+/// its first): the launcher answers with the endpoints the other ranks checked in for
+/// the same generation.
+pub(crate) fn exchange_generation(
+    addr: &str,
+    (rank, world, generation): (u32, u32, u32),
+    endpoint: &str,
+    timeout: Duration,
+    secret: Option<&switchyard_secret::JobSecret>,
+) -> Result<Vec<String>, BootstrapError> {
+    let deadline = Instant::now() + timeout;
+    let unreachable = |reason: String| BootstrapError::Rendezvous {
+        addr: addr.to_string(),
+        reason,
+    };
+    if endpoint.len() > MAX_ENDPOINT as usize {
+        return Err(unreachable(format!(
+            "endpoint longer than {MAX_ENDPOINT} bytes"
+        )));
+    }
+    // A host name is fine too: on a cluster the launcher tells its host name.
+    let socket_addr = std::net::ToSocketAddrs::to_socket_addrs(addr)
+        .map_err(|e| unreachable(format!("not a reachable host:port address: {e}")))?
+        .next()
+        .ok_or_else(|| unreachable("the host name has no address".into()))?;
+    // The launcher listens before it starts any process, so a refused connection is
+    // final; a slow accept is covered by the connect timeout.
+    let mut stream = TcpStream::connect_timeout(&socket_addr, timeout)
+        .map_err(|e| unreachable(e.to_string()))?;
+    if let Some(secret) = secret {
+        switchyard_secret::connect(&mut stream, secret, AUTH_PURPOSE, rank, deadline)
+            .map_err(|e| unreachable(e.to_string()))?;
+    }
+    set_deadline(&stream, deadline, addr)?;
+    let mut out = Vec::new();
+    // The first generation keeps the original check-in, which launchers without
+    // generations read too.
+    if generation == 0 {
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&rank.to_le_bytes());
+        out.extend_from_slice(&world.to_le_bytes());
+    } else {
+        out.extend_from_slice(&MAGIC_GENERATION);
+        out.extend_from_slice(&rank.to_le_bytes());
+        out.extend_from_slice(&world.to_le_bytes());
+        out.extend_from_slice(&generation.to_le_bytes());
+    }
+    push_string(&mut out, endpoint);
+    stream
+        .write_all(&out)
+        .map_err(|e| unreachable(e.to_string()))?;
+    read_magic(&mut stream, addr)?;
+    let count = read_u32(&mut stream, addr)?;
+    if count != world {
+        return Err(BootstrapError::Protocol {
+            peer: addr.to_string(),
+            reason: format!("launcher sent {count} endpoints for a world of {world}"),
+        });
+    }
+    (0..count).map(|_| read_string(&mut stream, addr)).collect()
+}

@@ -1,0 +1,479 @@
+//! The launcher's side of the [`rendezvous`](super::rendezvous): collect every rank's
+//! endpoint, answer everyone, then keep answering restarted ranks until the job ends.
+//!
+//! Each generation of communicators (see [`rendezvous`](super::rendezvous)) is gathered
+//! apart. A rank that checks in again at a generation (a restarted process) replaces
+//! its endpoint; once every rank has checked in at least once at a generation, each
+//! later check-in at it is answered at once with the current list. Every check-in is
+//! reported to the caller, whose supervision loop counts it as the rank having joined.
+//!
+//! With a job secret in the launcher's environment (which its processes inherit), every
+//! connection must first pass the secret's challenge-response; one that fails is logged
+//! with its address and the reason, closed, and serving goes on. Handshakes run
+//! concurrently, each on its own thread within its own deadline (see
+//! [`handshakes`](super::handshakes)), so idle connections delay no rank.
+
+use super::BootstrapError;
+use super::handshakes::{self, Handshakes, accept_all};
+use super::rendezvous::{AUTH_PURPOSE, CheckIn, read_check_in, write_endpoints};
+use std::collections::HashMap;
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use switchyard_secret::JobSecret;
+
+/// How long one client may take to send its check-in. Each connection's check-in is
+/// read on a thread of its own, so a silent client holds up nobody else.
+const CHECK_IN_LIMIT: Duration = Duration::from_secs(5);
+/// How long the serving loop waits for a handshake to end before it accepts again.
+const POLL: Duration = Duration::from_millis(5);
+/// At most this many generations of communicators are kept (each holds a list of
+/// endpoints), so that check-ins for ever new generations cannot exhaust memory.
+const MAX_GENERATIONS: usize = 4096;
+/// How long writing the endpoint list to one client may take.
+const ANSWER_LIMIT: Duration = Duration::from_secs(10);
+
+/// The launcher's end of the [`rendezvous`](super::rendezvous): `switchyard launch`
+/// binds one per job, tells its processes the address (`SWITCHYARD_RENDEZVOUS`) and
+/// serves it until the job ends.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// use std::time::Duration;
+/// use switchyard::bootstrap::{RendezvousServer, rendezvous};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let server = RendezvousServer::bind("127.0.0.1", 1)?;
+/// let addr = format!("127.0.0.1:{}", server.port());
+/// let done = Arc::new(AtomicBool::new(false));
+/// server.spawn(done.clone(), |rank| println!("rank {rank} checked in"))?;
+/// let endpoints = rendezvous::exchange(&addr, 0, 1, "tcp://a:1", Duration::from_secs(10))?;
+/// assert_eq!(endpoints, ["tcp://a:1"]);
+/// done.store(true, Ordering::SeqCst);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct RendezvousServer {
+    listener: TcpListener,
+    addr: String,
+    port: u16,
+    world: u32,
+}
+
+impl RendezvousServer {
+    /// Listens on `host` at a port the OS picks, for a job of `world` workers.
+    pub fn bind(host: &str, world: u32) -> Result<RendezvousServer, BootstrapError> {
+        let addr = format!("{host}:0");
+        let failed = |e: std::io::Error| BootstrapError::Rendezvous {
+            addr: addr.clone(),
+            reason: e.to_string(),
+        };
+        let listener = TcpListener::bind((host, 0)).map_err(failed)?;
+        let port = listener.local_addr().map_err(failed)?.port();
+        Ok(RendezvousServer {
+            listener,
+            addr,
+            port,
+            world,
+        })
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Serves on a background thread until `done` is set, with the job secret of this
+    /// process's environment, if any (an unusable one is an error: fail closed).
+    /// `on_check_in(rank)` runs for every check-in, a restarted rank's again: the
+    /// launcher counts it as the rank having joined.
+    pub fn spawn(
+        self,
+        done: Arc<AtomicBool>,
+        on_check_in: impl Fn(u32) + Send + 'static,
+    ) -> Result<(), BootstrapError> {
+        let failed = |reason: String| BootstrapError::Rendezvous {
+            addr: self.addr.clone(),
+            reason,
+        };
+        let secret = JobSecret::from_env().map_err(|e| failed(e.to_string()))?;
+        spawn_with_secret(self.listener, self.world, on_check_in, done, secret)
+            .map_err(|e| failed(e.to_string()))
+    }
+}
+
+/// Serves `listener` on a background thread until `done` is set, with the job secret
+/// given (`None`: no authentication).
+fn spawn_with_secret(
+    listener: TcpListener,
+    world: u32,
+    on_check_in: impl Fn(u32) + Send + 'static,
+    done: Arc<AtomicBool>,
+    secret: Option<JobSecret>,
+) -> Result<(), std::io::Error> {
+    listener.set_nonblocking(true)?;
+    std::thread::spawn(move || serve(listener, world, &on_check_in, &done, secret));
+    Ok(())
+}
+
+/// The job secret's proof (with a secret) and the check-in of one connection, within
+/// [`CHECK_IN_LIMIT`]; a check-in for another rank than the proof claimed is refused.
+fn handshake(
+    mut stream: TcpStream,
+    secret: Option<&JobSecret>,
+) -> Result<(TcpStream, CheckIn), String> {
+    let by = Instant::now() + CHECK_IN_LIMIT;
+    let claimed = match secret {
+        None => None,
+        Some(secret) => Some(
+            switchyard_secret::accept(&mut stream, secret, AUTH_PURPOSE, by)
+                .map_err(|e| format!("authentication failed: {}", e.reason))?,
+        ),
+    };
+    let check_in = read_check_in(&mut stream, by).map_err(|e| format!("bad check-in: {e}"))?;
+    if let Some(claimed) = claimed.filter(|rank| *rank != check_in.rank) {
+        return Err(format!(
+            "check-in for rank {} after authenticating as rank {claimed}",
+            check_in.rank
+        ));
+    }
+    Ok((stream, check_in))
+}
+
+/// One generation of communicators: the endpoints checked in, and the ranks waiting
+/// for the list.
+#[derive(Debug)]
+struct Generation {
+    waiting: Vec<Option<TcpStream>>,
+    endpoints: Vec<Option<String>>,
+    answered: bool,
+}
+
+impl Generation {
+    fn new(world: u32) -> Generation {
+        Generation {
+            waiting: (0..world).map(|_| None).collect(),
+            endpoints: vec![None; world as usize],
+            answered: false,
+        }
+    }
+}
+
+fn serve(
+    listener: TcpListener,
+    world: u32,
+    on_check_in: &dyn Fn(u32),
+    done: &AtomicBool,
+    secret: Option<JobSecret>,
+) {
+    let mut generations: HashMap<u32, Generation> = HashMap::new();
+    let mut handshakes = Handshakes::new(handshakes::DEFAULT_LIMIT);
+    while !done.load(Ordering::SeqCst) {
+        accept_all(&listener, &mut handshakes, {
+            let secret = secret.clone();
+            move |s, _| handshake(s, secret.as_ref())
+        });
+        let Some(finished) = handshakes.next(POLL) else {
+            continue;
+        };
+        let peer = finished.peer;
+        let (mut stream, check_in) = match finished.result {
+            Ok(ok) => ok,
+            Err(reason) => {
+                tracing::warn!(%peer, %reason, "rendezvous: connection refused; closed");
+                continue;
+            }
+        };
+        if check_in.world != world {
+            tracing::warn!(%peer, claimed = check_in.world, world, "rendezvous: wrong world size; closed");
+            continue;
+        }
+        if check_in.rank >= world {
+            tracing::warn!(%peer, rank = check_in.rank, world, "rendezvous: rank outside the job; closed");
+            continue;
+        }
+        if !generations.contains_key(&check_in.generation) && generations.len() >= MAX_GENERATIONS {
+            tracing::warn!(%peer, generation = check_in.generation, "rendezvous: too many generations of communicators; closed");
+            continue;
+        }
+        let rank = check_in.rank;
+        let generation = check_in.generation;
+        let pending = generations
+            .entry(generation)
+            .or_insert_with(|| Generation::new(world));
+        let slot = &mut pending.endpoints[rank as usize];
+        if slot.is_some() {
+            tracing::info!(%peer, rank, generation, "rendezvous: rank checked in again (restarted); endpoint replaced");
+        }
+        *slot = Some(check_in.endpoint);
+        on_check_in(rank);
+        if pending.answered {
+            answer(&mut stream, &pending.endpoints, rank);
+        } else {
+            pending.waiting[rank as usize] = Some(stream);
+            if pending.endpoints.iter().all(Option::is_some) {
+                pending.answered = true;
+                tracing::debug!(generation, "rendezvous: every rank checked in; answering");
+                for (rank, stream) in pending.waiting.iter_mut().enumerate() {
+                    if let Some(mut stream) = stream.take() {
+                        answer(&mut stream, &pending.endpoints, rank as u32);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Sends the endpoint list (every slot is filled when this is called).
+fn answer(stream: &mut TcpStream, endpoints: &[Option<String>], rank: u32) {
+    let list: Vec<String> = endpoints
+        .iter()
+        .map(|e| e.clone().unwrap_or_default())
+        .collect();
+    if let Err(e) = write_endpoints(stream, &list, Instant::now() + ANSWER_LIMIT) {
+        tracing::warn!(rank, error = %e, "rendezvous: could not send the endpoint list");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::bootstrap::rendezvous::exchange;
+
+    const LIMIT: Duration = Duration::from_secs(10);
+
+    #[test]
+    fn a_restarted_rank_checks_in_again_and_gets_the_current_list() {
+        let server = RendezvousServer::bind("127.0.0.1", 2).unwrap();
+        let addr = format!("127.0.0.1:{}", server.port());
+        let (tx, notices) = crossbeam_channel::unbounded();
+        let done = Arc::new(AtomicBool::new(false));
+        server.spawn(done.clone(), reporting(tx)).unwrap();
+
+        let a = addr.clone();
+        let zero = std::thread::spawn(move || exchange(&a, 0, 2, "tcp://a:1", LIMIT));
+        let one = exchange(&addr, 1, 2, "tcp://b:1", LIMIT).unwrap();
+        assert_eq!(one, ["tcp://a:1", "tcp://b:1"]);
+        assert_eq!(zero.join().unwrap().unwrap(), one);
+
+        // Rank 1 restarted on a new port: answered at once, with its new endpoint.
+        let again = exchange(&addr, 1, 2, "tcp://b:2", LIMIT).unwrap();
+        assert_eq!(again, ["tcp://a:1", "tcp://b:2"]);
+        // A wrong world size is refused (closed), and serving goes on.
+        assert!(exchange(&addr, 0, 3, "tcp://x:1", LIMIT).is_err());
+        assert_eq!(
+            exchange(&addr, 0, 2, "tcp://a:3", LIMIT).unwrap()[0],
+            "tcp://a:3"
+        );
+        done.store(true, Ordering::SeqCst);
+
+        let ranks: Vec<u32> = notices.try_iter().collect();
+        assert_eq!(ranks.len(), 4, "{ranks:?}");
+        assert_eq!(ranks.iter().filter(|r| **r == 1).count(), 2, "{ranks:?}");
+    }
+}
+
+/// A check-in callback that sends each rank to `tx`, for tests to count.
+#[cfg(test)]
+fn reporting(tx: crossbeam_channel::Sender<u32>) -> impl Fn(u32) + Send + 'static {
+    move |rank| {
+        let _ = tx.send(rank);
+    }
+}
+
+#[cfg(test)]
+mod generation_tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::bootstrap::rendezvous::exchange_generation;
+
+    const LIMIT: Duration = Duration::from_secs(10);
+
+    fn serving(secret: Option<JobSecret>) -> (String, Arc<AtomicBool>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (tx, _notices) = crossbeam_channel::unbounded();
+        let done = Arc::new(AtomicBool::new(false));
+        spawn_with_secret(listener, 2, reporting(tx), done.clone(), secret).unwrap();
+        (addr, done)
+    }
+
+    /// Both ranks of a 2-rank job exchange at `generation`, `tag` in their endpoints.
+    fn both(addr: &str, generation: u32, tag: &str) -> Vec<String> {
+        let a = addr.to_string();
+        let t = tag.to_string();
+        let zero = std::thread::spawn(move || {
+            exchange_generation(&a, (0, 2, generation), &format!("a{t}"), LIMIT, None)
+        });
+        // Rank 0 waits for rank 1 at its generation: it is not answered with a list
+        // of another generation.
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!zero.is_finished(), "rank 0 was answered alone");
+        let one =
+            exchange_generation(addr, (1, 2, generation), &format!("b{tag}"), LIMIT, None).unwrap();
+        assert_eq!(zero.join().unwrap().unwrap(), one);
+        one
+    }
+
+    /// A second communicator of the same processes gathers the second endpoints (the
+    /// launcher answered the old ones at once before, issue 20 item 12).
+    #[test]
+    fn each_generation_gathers_its_own_endpoints() {
+        let (addr, done) = serving(None);
+        assert_eq!(both(&addr, 0, "0"), ["a0", "b0"]);
+        assert_eq!(both(&addr, 1, "1"), ["a1", "b1"]);
+        assert_eq!(both(&addr, 2, "2"), ["a2", "b2"]);
+        done.store(true, Ordering::SeqCst);
+    }
+
+    /// Idle connections opened before the ranks check in hold up no rank, with and
+    /// without the job secret (each cost 5 s before, and three ended the job).
+    #[test]
+    fn idle_connections_delay_no_check_in() {
+        let key = JobSecret::new(b"0123456789abcdef0123456789abcdef".to_vec(), "test").unwrap();
+        for secret in [None, Some(key)] {
+            let (addr, done) = serving(secret.clone());
+            let idle: Vec<TcpStream> = (0..20)
+                .map(|_| TcpStream::connect(&addr).unwrap())
+                .collect();
+            let started = Instant::now();
+            let a = addr.clone();
+            let s = secret.clone();
+            let zero = std::thread::spawn(move || {
+                crate::bootstrap::rendezvous::exchange_with_secret(&a, 0, 2, "a", LIMIT, s.as_ref())
+            });
+            let one = crate::bootstrap::rendezvous::exchange_with_secret(
+                &addr,
+                1,
+                2,
+                "b",
+                LIMIT,
+                secret.as_ref(),
+            )
+            .unwrap();
+            assert_eq!(zero.join().unwrap().unwrap(), one);
+            assert!(
+                started.elapsed() < Duration::from_secs(2),
+                "the ranks waited {:?} behind idle connections",
+                started.elapsed()
+            );
+            drop(idle);
+            done.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+#[cfg(test)]
+mod secret_tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::bootstrap::rendezvous::exchange_with_secret;
+
+    const LIMIT: Duration = Duration::from_secs(10);
+
+    fn key(text: &str) -> JobSecret {
+        JobSecret::new(text.as_bytes().to_vec(), "test").unwrap()
+    }
+
+    /// Strangers without the secret, with a wrong one, and one claiming another rank
+    /// than it checks in as are refused; the job's ranks still get their endpoints.
+    #[test]
+    fn with_a_job_secret_only_its_holders_check_in() {
+        let good = key("0123456789abcdef0123456789abcdef");
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (tx, notices) = crossbeam_channel::unbounded();
+        let done = Arc::new(AtomicBool::new(false));
+        spawn_with_secret(listener, 2, reporting(tx), done.clone(), Some(good.clone())).unwrap();
+
+        let a = addr.clone();
+        let g = good.clone();
+        let zero = std::thread::spawn(move || {
+            exchange_with_secret(&a, 0, 2, "tcp://a:1", LIMIT, Some(&g))
+        });
+        // No secret: the process is told the launcher expects one.
+        let none = exchange_with_secret(&addr, 1, 2, "tcp://evil:1", LIMIT, None).unwrap_err();
+        assert!(none.to_string().contains("expects a job secret"), "{none}");
+        // A wrong secret: refused (closed during the handshake).
+        let wrong = key("fedcba9876543210fedcba9876543210");
+        let err =
+            exchange_with_secret(&addr, 1, 2, "tcp://evil:2", LIMIT, Some(&wrong)).unwrap_err();
+        assert!(err.to_string().contains("authentication"), "{err}");
+        // The real rank 1: both ranks get the real endpoints, no stranger's.
+        let one = exchange_with_secret(&addr, 1, 2, "tcp://b:1", LIMIT, Some(&good)).unwrap();
+        assert_eq!(one, ["tcp://a:1", "tcp://b:1"]);
+        assert_eq!(zero.join().unwrap().unwrap(), one);
+        done.store(true, Ordering::SeqCst);
+        let joined = notices.try_iter().count();
+        assert_eq!(joined, 2, "only the two real ranks joined");
+    }
+
+    /// A holder of the secret that authenticates as one rank and checks in as another
+    /// is closed; the real ranks still check in.
+    #[test]
+    fn a_check_in_must_name_the_authenticated_rank() {
+        let good = key("0123456789abcdef0123456789abcdef");
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (tx, notices) = crossbeam_channel::unbounded();
+        let done = Arc::new(AtomicBool::new(false));
+        spawn_with_secret(listener, 2, reporting(tx), done.clone(), Some(good.clone())).unwrap();
+
+        let mut liar = TcpStream::connect(&addr).unwrap();
+        switchyard_secret::connect(&mut liar, &good, AUTH_PURPOSE, 1, Instant::now() + LIMIT)
+            .unwrap();
+        let mut check_in = MAGIC_CHECK_IN.to_vec();
+        check_in.extend_from_slice(&0u32.to_le_bytes()); // rank 0, not 1
+        check_in.extend_from_slice(&2u32.to_le_bytes());
+        check_in.extend_from_slice(&3u32.to_le_bytes());
+        check_in.extend_from_slice(b"x:1");
+        std::io::Write::write_all(&mut liar, &check_in).unwrap();
+        liar.set_read_timeout(Some(LIMIT)).unwrap();
+        let mut answer = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut liar, &mut answer);
+        assert!(answer.is_empty(), "the liar was answered");
+
+        let a = addr.clone();
+        let g = good.clone();
+        let zero = std::thread::spawn(move || {
+            exchange_with_secret(&a, 0, 2, "tcp://a:1", LIMIT, Some(&g))
+        });
+        let one = exchange_with_secret(&addr, 1, 2, "tcp://b:1", LIMIT, Some(&good)).unwrap();
+        assert_eq!(one, ["tcp://a:1", "tcp://b:1"]);
+        assert_eq!(zero.join().unwrap().unwrap(), one);
+        done.store(true, Ordering::SeqCst);
+        assert_eq!(notices.try_iter().count(), 2);
+    }
+
+    const MAGIC_CHECK_IN: [u8; 4] = crate::bootstrap::rendezvous::MAGIC;
+
+    /// A process with a secret facing a launcher without one is told so within the
+    /// handshake's limit, not left hanging.
+    #[test]
+    fn a_secret_on_the_process_side_only_is_an_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (tx, _notices) = crossbeam_channel::unbounded();
+        let done = Arc::new(AtomicBool::new(false));
+        spawn_with_secret(listener, 1, reporting(tx), done.clone(), None).unwrap();
+        let good = key("0123456789abcdef0123456789abcdef");
+        let start = Instant::now();
+        let err = exchange_with_secret(
+            &addr,
+            0,
+            1,
+            "tcp://a:1",
+            Duration::from_millis(500),
+            Some(&good),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("authentication"), "{err}");
+        assert!(start.elapsed() < Duration::from_secs(5));
+        done.store(true, Ordering::SeqCst);
+    }
+}
