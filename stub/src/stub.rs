@@ -25,7 +25,7 @@ pub(crate) struct Shared {
 /// A stub whose router is bound but which does not yet know its peers' endpoints.
 ///
 /// Binding first lets a process use `tcp://127.0.0.1:0` and report the port it got to
-/// whatever bootstrap collects the endpoints (see `switchyard::launch`).
+/// whatever bootstrap collects the endpoints (see `switchyard::bootstrap`).
 #[derive(Debug)]
 pub struct BoundStub {
     layout: ClusterLayout,
