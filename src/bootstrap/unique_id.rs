@@ -12,7 +12,7 @@
 //!
 //! # Protocol
 //!
-//! Little-endian integers; strings are a `u32` length (at most [`MAX_TEXT`]) and UTF-8.
+//! Little-endian integers; strings are a `u32` length (at most 4096 bytes) and UTF-8.
 //!
 //! 1. Every rank (rank 0 too) binds a *ring listener* on its mesh address, connects to
 //!    the root and sends `"SYUI"`, the job tag (`u64`), its rank, the world size and
@@ -50,8 +50,8 @@
 //!
 //! With a job secret in the environment (`SWITCHYARD_JOB_SECRET` or
 //! `SWITCHYARD_JOB_SECRET_FILE`, see [`switchyard_secret`]), every connection of steps
-//! 1 and 4 starts with the secret's challenge-response (purposes [`ROOT_PURPOSE`] and
-//! [`RING_PURPOSE`], the connector claiming its rank) before any of the bytes above.
+//! 1 and 4 starts with the secret's challenge-response (purposes `unique-id-root` and
+//! `unique-id-ring`, the connector claiming its rank) before any of the bytes above.
 //! The root and the ring listener log and close a connection that fails it and go on
 //! accepting. On the ring every rank connects before it accepts, so the connector's
 //! proof (and its ring hello) runs on a side thread: proofs made one after another
@@ -71,7 +71,7 @@ mod wire;
 
 use super::handshakes::{self, Handshakes, accept_all};
 
-pub use root::{RootState, Verdict};
+pub(crate) use root::{RootState, Verdict};
 use wire::{Wire, put_text};
 
 /// Magic of a check-in and of the root's answer.
@@ -79,11 +79,11 @@ const CHECK_IN: [u8; 4] = *b"SYUI";
 /// Magic of the ring hello.
 const RING: [u8; 4] = *b"SYUR";
 /// Purpose of the job secret's proof on a connection to the root.
-pub const ROOT_PURPOSE: &str = "unique-id-root";
+pub(crate) const ROOT_PURPOSE: &str = "unique-id-root";
 /// Purpose of the job secret's proof on a ring connection.
-pub const RING_PURPOSE: &str = "unique-id-ring";
+pub(crate) const RING_PURPOSE: &str = "unique-id-ring";
 /// Longest string (address, endpoint, reason) accepted.
-pub const MAX_TEXT: u32 = 4096;
+pub(crate) const MAX_TEXT: u32 = 4096;
 /// How long the root waits for one connection's check-in once accepted, so that a
 /// silent stranger cannot hold the others up for the whole timeout.
 const CHECK_IN_READ: Duration = Duration::from_secs(5);

@@ -2,7 +2,7 @@
 
 /// What the root decides about one check-in (the sans-IO part of the root).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Wrong tag: close the connection without an answer.
     Close,
     /// Answer with this status (1 duplicate, 2 wrong world, 3 bad rank) and reason.
@@ -16,7 +16,7 @@ pub enum Verdict {
 
 /// The root's bookkeeping: which rank checked in with which ring address.
 #[derive(Debug)]
-pub struct RootState {
+pub(crate) struct RootState {
     tag: u64,
     world: u32,
     ring: Vec<Option<String>>,
@@ -24,7 +24,7 @@ pub struct RootState {
 
 impl RootState {
     /// A root for job `tag` of `world` ranks.
-    pub fn new(tag: u64, world: u32) -> RootState {
+    pub(crate) fn new(tag: u64, world: u32) -> RootState {
         RootState {
             tag,
             world,
@@ -33,7 +33,13 @@ impl RootState {
     }
 
     /// Decides about one check-in.
-    pub fn check_in(&mut self, tag: u64, rank: u32, world: u32, ring_addr: String) -> Verdict {
+    pub(crate) fn check_in(
+        &mut self,
+        tag: u64,
+        rank: u32,
+        world: u32,
+        ring_addr: String,
+    ) -> Verdict {
         if tag != self.tag {
             return Verdict::Close;
         }
@@ -56,7 +62,7 @@ impl RootState {
     }
 
     /// Ranks not checked in yet.
-    pub fn missing(&self) -> Vec<u32> {
+    pub(crate) fn missing(&self) -> Vec<u32> {
         (0..self.world)
             .filter(|&r| self.ring[r as usize].is_none())
             .collect()
