@@ -4,7 +4,7 @@
 //! **Not a stable API.** Hidden from the documentation; names and signatures may
 //! change in any release. Programs should not use it.
 
-use crate::collective::Tag;
+use crate::collective::link::Tag;
 use crate::collective::link::framing::{self, Decoder};
 use bytes::Bytes;
 

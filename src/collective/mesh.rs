@@ -5,7 +5,7 @@
 //! reinterpreted in place, never copied); copies (broadcast, allgather) run on the
 //! bytes, because any cut of a buffer copies the same.
 
-use super::Link;
+use super::link::Link;
 use super::algo::choice::{Algorithm, Kind, checks_everyone, choose};
 use super::algo::{AGREE_STEPS, Round, direct, doubling, ring, tree};
 use super::element::{DType, ReduceOp, Reducible, with_dtype};
