@@ -39,7 +39,7 @@ use std::net::{IpAddr, ToSocketAddrs, UdpSocket};
 use std::process::ExitCode;
 use std::time::Duration;
 use switchyard::collective::{CommOptions, Communicator, ReduceOp, TrackerJoin};
-use switchyard::launch::{ENV_IFNAME, UniqueId};
+use switchyard::launch::{Bootstrap, ENV_IFNAME, UniqueId};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -140,9 +140,12 @@ fn communicator(args: &Args) -> Result<(Communicator, Option<UniqueId>), Error> 
             if let Ok(task) = std::env::var("DMLC_TASK_ID") {
                 join = join.with_task_id(task);
             }
-            Communicator::from_tracker(&join, options)?
+            Communicator::join(&Bootstrap::tracker(join), options)?
         }
-        "env" => Communicator::from_env_with(options)?,
+        "env" => {
+            let boot = Bootstrap::from_env()?.unwrap_or_else(Bootstrap::solo);
+            Communicator::join(&boot, options)?
+        }
         "uid" => {
             let rank = args.rank.ok_or("mode uid needs --rank")?;
             let world = args.world.ok_or("mode uid needs --world")?;
@@ -156,7 +159,7 @@ fn communicator(args: &Args) -> Result<(Communicator, Option<UniqueId>), Error> 
                 }
                 None => return Err("mode uid needs --id on ranks other than 0".into()),
             };
-            Communicator::init(&id, rank, world, options)?
+            Communicator::from_unique_id(&id, rank, world, options)?
         }
         other => return Err(format!("unknown mode {other}").into()),
     };

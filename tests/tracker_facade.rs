@@ -10,6 +10,7 @@ use std::net::{TcpListener, TcpStream};
 use std::thread;
 use std::time::Duration;
 use switchyard::collective::{CommOptions, Communicator, ReduceOp, TrackerJoin};
+use switchyard::launch::Bootstrap;
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -90,7 +91,7 @@ fn a_world_of_one_keeps_its_tracker_session_and_shuts_down_on_drop() {
         serve_until_shutdown(&l, 1)
     });
     let spec = TrackerJoin::new("127.0.0.1", port).with_task_id("solo-task");
-    let mut comm = Communicator::from_tracker(&spec, options()).unwrap();
+    let mut comm = Communicator::join(&Bootstrap::tracker(spec.clone()), options()).unwrap();
     assert_eq!((comm.rank(), comm.world_size()), (0, 1));
     let mut x = [2.5f64];
     comm.allreduce(&mut x, ReduceOp::Sum).unwrap();
@@ -135,7 +136,7 @@ fn two_ranks_at(host: &'static str) {
         .map(|task| {
             thread::spawn(move || {
                 let spec = TrackerJoin::new(host, port).with_task_id(task);
-                let mut comm = Communicator::from_tracker(&spec, options()).unwrap();
+                let mut comm = Communicator::join(&Bootstrap::tracker(spec.clone()), options()).unwrap();
                 let r = comm.rank();
                 let mut v = vec![(r + 1) as u64; 1000];
                 comm.allreduce(&mut v, ReduceOp::Sum).unwrap();
@@ -187,7 +188,7 @@ fn an_unreachable_tracker_fails_setup_with_its_address() {
         .port();
     let spec = TrackerJoin::new("127.0.0.1", port);
     let start = std::time::Instant::now();
-    let err = Communicator::from_tracker(&spec, options().with_timeout(Duration::from_secs(1)))
+    let err = Communicator::join(&Bootstrap::tracker(spec.clone()), options().with_timeout(Duration::from_secs(1)))
         .unwrap_err();
     let text = err.to_string();
     assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
@@ -208,7 +209,7 @@ fn a_panicking_worker_sends_no_shutdown() {
     let port = l.local_addr().unwrap().port();
     let worker = thread::spawn(move || {
         let spec = TrackerJoin::new("127.0.0.1", port);
-        let _comm = Communicator::from_tracker(&spec, options()).unwrap();
+        let _comm = Communicator::join(&Bootstrap::tracker(spec.clone()), options()).unwrap();
         panic!("the worker fails after joining");
     });
     let mut c = Conn::accept(&l);

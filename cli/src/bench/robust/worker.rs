@@ -12,6 +12,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use switchyard::collective::{CommOptions, Communicator, ReduceOp, RobustOptions, TrackerJoin};
+use switchyard::launch::Bootstrap;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -112,15 +113,15 @@ fn say(word: &str) {
 }
 
 fn join(args: &WorkerArgs) -> Result<Communicator> {
-    let spec = TrackerJoin::new("127.0.0.1", args.port).with_task_id(args.task.clone());
-    let options = CommOptions::default().with_timeout(Duration::from_millis(args.timeout_ms));
+    let boot =
+        Bootstrap::tracker(TrackerJoin::new("127.0.0.1", args.port).with_task_id(args.task.clone()));
+    let mut options = CommOptions::default().with_timeout(Duration::from_millis(args.timeout_ms));
     if args.robust {
         let mut robust = RobustOptions::default();
         robust.attempt = args.attempt;
-        Ok(Communicator::robust_from_tracker(&spec, options, robust)?)
-    } else {
-        Ok(Communicator::from_tracker(&spec, options)?)
+        options = options.with_robust(robust);
     }
+    Ok(Communicator::join(&boot, options)?)
 }
 
 pub(crate) fn run(args: WorkerArgs) -> Result<()> {
