@@ -11,11 +11,11 @@
 //! `MODE` is how the communicator is formed:
 //!
 //! - `tracker`: joins the rabit tracker named by `DMLC_TRACKER_URI`/`DMLC_TRACKER_PORT`
-//!   (`DMLC_TASK_ID` as the task id) with `Communicator::from_tracker`, even when
+//!   (`DMLC_TASK_ID` as the task id) with `Communicator::join` (a tracker bootstrap), even when
 //!   `switchyard launch` also set its own rendezvous: the tracker's ranks are sorted
 //!   by host, and its mesh binds the address that routes to the tracker;
 //! - `env`: `Communicator::from_env`, whatever convention the environment follows;
-//! - `uid`: `Communicator::init` with `--rank` and `--world`; rank 0 without `--id`
+//! - `uid`: `Communicator::from_unique_id` with `--rank` and `--world`; rank 0 without `--id`
 //!   makes the id (`UniqueId::new`) and prints `id=ID` first, the others get `--id ID`.
 //!
 //! `--ifname NAME` sets `SWITCHYARD_IFNAME` for this process (as a site's login

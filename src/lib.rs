@@ -4,10 +4,14 @@
 //! sockets; a per-process [`Stub`] routes each message by its destination [`Addr`].
 //! This crate is the facade: it re-exports the layers below and adds the launcher and
 //! bootstraps ([`launch`]), the collectives ([`collective`], which can also join a
-//! rabit/XGBoost tracker: `Communicator::from_tracker`) and a ps-lite-style parameter
-//! server ([`ps`]). The tracker itself is the `switchyard-tracker` crate. Collectives
-//! in robust mode (`Communicator::robust_from_tracker`) survive a worker's death with
-//! rabit's checkpoints and result replay.
+//! rabit/XGBoost tracker) and a ps-lite-style parameter server ([`ps`]). Every
+//! communicator is formed by one door, `Communicator::join`, from a `Bootstrap`. The
+//! tracker itself is the `switchyard-tracker` crate. Collectives in robust mode
+//! (`CommOptions::with_robust`) survive a worker's death with rabit's checkpoints and
+//! result replay.
+//!
+//! The `testing` feature (`collective::testing`: the links under the collectives,
+//! meshes built by hand) is for switchyard's own tests; it is not part of the API.
 //!
 //! | crate | what it holds |
 //! |---|---|

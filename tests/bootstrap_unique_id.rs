@@ -1,4 +1,4 @@
-//! `UniqueId` + `Communicator::init`: ranks as threads of this process, on loopback.
+//! `UniqueId` + `Communicator::from_unique_id`: ranks as threads of this process, on loopback.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -17,7 +17,7 @@ fn options() -> CommOptions {
     o
 }
 
-/// Every rank of `world` runs `Communicator::init` and an allreduce of `rank + 1`.
+/// Every rank of `world` runs `Communicator::from_unique_id` and an allreduce of `rank + 1`.
 fn job(id: UniqueId, world: usize) {
     let ranks: Vec<_> = (0..world)
         .map(|rank| {

@@ -65,7 +65,7 @@ fn on_ranks_over<R: Send + 'static>(
     let endpoints = endpoints(scheme, n);
     let body = Arc::new(body);
     let board = Arc::new((Mutex::new(vec![String::new(); n]), Barrier::new(n)));
-    // A world of one is solo on every scheme (`Communicator::mesh` binds nothing).
+    // A world of one is solo on every scheme (`Bootstrap::endpoints` binds nothing).
     let tcp = scheme == "tcp" && n > 1;
     let handles: Vec<_> = (0..n)
         .map(|rank| {

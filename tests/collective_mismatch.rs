@@ -103,9 +103,8 @@ fn run<R: Send + 'static>(
                             Path::Stream => DataPath::Tcp,
                             _ => DataPath::Zmq,
                         };
-                        let builder =
-                            testing::bind_mesh(rank, n, "tcp://127.0.0.1:0", options)
-                                .expect("bind");
+                        let builder = testing::bind_mesh(rank, n, "tcp://127.0.0.1:0", options)
+                            .expect("bind");
                         board.lock().unwrap()[rank] = builder.endpoint().to_string();
                         bound.wait();
                         let endpoints = board.lock().unwrap().clone();

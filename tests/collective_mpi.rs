@@ -61,7 +61,8 @@ mod in_mpi_job {
         assert!(mpi.is_distributed());
         assert!(!mpi.processor_name().is_empty());
         let endpoints: Vec<String> = (0..n).map(|r| format!("mpi://{r}")).collect();
-        let mut mesh = Communicator::join(&Bootstrap::endpoints(rank, &endpoints), options()).unwrap();
+        let mut mesh =
+            Communicator::join(&Bootstrap::endpoints(rank, &endpoints), options()).unwrap();
         assert_eq!((mesh.rank(), mesh.world_size()), (rank, n));
 
         for len in LENGTHS {

@@ -1,7 +1,7 @@
 //! switchyard workers under switchyard's own tracker (`switchyard_tracker::Tracker`,
 //! in this process): worker processes that find it through the environment
 //! (`Tracker::worker_env`, both protocols), and ranks as threads through
-//! `Communicator::from_tracker`.
+//! `Communicator::join` with a tracker bootstrap.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -88,7 +88,8 @@ fn three_threads_of_each_protocol() {
                         .with_task_id(format!("t{i}"))
                         .with_protocol(protocol);
                     let options = CommOptions::default().with_timeout(LIMIT);
-                    let mut comm = Communicator::join(&Bootstrap::tracker(spec.clone()), options).unwrap();
+                    let mut comm =
+                        Communicator::join(&Bootstrap::tracker(spec.clone()), options).unwrap();
                     let mut v = [comm.rank() as i64 + 1];
                     comm.allreduce(&mut v, ReduceOp::Sum).unwrap();
                     assert_eq!(v, [6]);

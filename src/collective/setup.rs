@@ -186,7 +186,10 @@ impl Communicator {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn join(bootstrap: &Bootstrap, options: CommOptions) -> Result<Communicator, CollectiveError> {
+    pub fn join(
+        bootstrap: &Bootstrap,
+        options: CommOptions,
+    ) -> Result<Communicator, CollectiveError> {
         if let Some(robust) = options.robust.clone() {
             return Communicator::join_robust(bootstrap, options, robust);
         }
@@ -225,7 +228,9 @@ impl Communicator {
                     .exchange(builder.endpoint(), builder.options.timeout)
                     .map_err(|e| {
                         CollectiveError::setup(
-                            format!("endpoint exchange through the launcher's rendezvous at {addr}"),
+                            format!(
+                                "endpoint exchange through the launcher's rendezvous at {addr}"
+                            ),
                             e,
                         )
                     })?;

@@ -4,8 +4,8 @@
 use super::RobustOptions;
 use super::engine::{Rejoin, Report, RobustEngine, SilentReport};
 use crate::collective::error::{Call, CollectiveError};
-use crate::collective::tracked::{JoinAs, TrackerMesh, tracker_mesh};
 use crate::collective::setup::tracker_spec;
+use crate::collective::tracked::{JoinAs, TrackerMesh, tracker_mesh};
 use crate::collective::{CommOptions, Communicator, ENV_HEARTBEAT, TrackerJoin, TrackerProtocol};
 use crate::launch::{Bootstrap, Rendezvous};
 use std::time::{Duration, Instant};

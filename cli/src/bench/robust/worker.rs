@@ -60,7 +60,7 @@ pub(crate) struct WorkerArgs {
     pub(crate) task: String,
     #[arg(long, value_enum)]
     pub(crate) mode: Mode,
-    /// Robust mode (else the plain mesh, `Communicator::from_tracker`).
+    /// Robust mode (else the plain mesh through the same tracker).
     #[arg(long)]
     pub(crate) robust: bool,
     /// This process's restart count (`RobustOptions::attempt`).
@@ -113,8 +113,9 @@ fn say(word: &str) {
 }
 
 fn join(args: &WorkerArgs) -> Result<Communicator> {
-    let boot =
-        Bootstrap::tracker(TrackerJoin::new("127.0.0.1", args.port).with_task_id(args.task.clone()));
+    let boot = Bootstrap::tracker(
+        TrackerJoin::new("127.0.0.1", args.port).with_task_id(args.task.clone()),
+    );
     let mut options = CommOptions::default().with_timeout(Duration::from_millis(args.timeout_ms));
     if args.robust {
         let mut robust = RobustOptions::default();
