@@ -204,15 +204,23 @@ impl Communicator {
                     "this build has no MPI engine: rebuild with `--features mpi`",
                 ));
             }
-            Rendezvous::Tracker { .. } => {
-                let spec = tracker_spec(bootstrap).ok_or_else(|| {
-                    CollectiveError::setup("joining the tracker", "not a tracker bootstrap")
-                })?;
+            Rendezvous::Tracker {
+                host,
+                port,
+                task_id,
+                protocol,
+            } => {
+                let spec = TrackerJoin {
+                    host: host.clone(),
+                    port: *port,
+                    task_id: task_id.clone(),
+                    protocol: *protocol,
+                };
                 Communicator::join_tracker(&spec, options)
             }
             Rendezvous::Solo => Ok(Communicator::solo_with(options)),
             Rendezvous::Endpoints(endpoints) => Communicator::mesh(rank, endpoints, options),
-            Rendezvous::Launcher(addr) => {
+            Rendezvous::Launcher(_) => {
                 check_rank(rank, world)?;
                 if world == 1 {
                     return Ok(Communicator::solo_with(options));
@@ -227,12 +235,8 @@ impl Communicator {
                 let endpoints = bootstrap
                     .exchange(builder.endpoint(), builder.options.timeout)
                     .map_err(|e| {
-                        CollectiveError::setup(
-                            format!(
-                                "endpoint exchange through the launcher's rendezvous at {addr}"
-                            ),
-                            e,
-                        )
+                        // The error names the rendezvous's address.
+                        CollectiveError::setup("endpoint exchange through the launcher", e)
                     })?;
                 builder.connect(&endpoints)
             }
@@ -418,9 +422,12 @@ pub(super) fn tracker_spec(bootstrap: &Bootstrap) -> Option<TrackerJoin> {
     else {
         return None;
     };
-    let mut spec = TrackerJoin::new(host.clone(), *port).with_protocol(*protocol);
-    spec.task_id = task_id.clone();
-    Some(spec)
+    Some(TrackerJoin {
+        host: host.clone(),
+        port: *port,
+        task_id: task_id.clone(),
+        protocol: *protocol,
+    })
 }
 
 /// `rank` and `world` as `u32`s, or the error of a rank outside the world.
