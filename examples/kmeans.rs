@@ -36,7 +36,8 @@
 //! is one `allreduce_lazy` (the sums and counts) then the checkpoint.
 
 use std::process::ExitCode;
-use switchyard::collective::{Communicator, ReduceOp, RobustOptions};
+use switchyard::bootstrap::Bootstrap;
+use switchyard::collective::{CommOptions, Communicator, ReduceOp, RobustOptions};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -142,7 +143,9 @@ fn fnv(bytes: &[u8]) -> u64 {
 fn run(args: Args) -> Result<(), Error> {
     let robust = RobustOptions::from_env()?
         .with_args(std::env::args().skip(1).filter(|a| a.contains('=')))?;
-    let mut comm = Communicator::robust_from_env(robust)?;
+    // Under `switchyard launch`: robust mode joins the tracker it serves.
+    let boot = Bootstrap::from_env()?.unwrap_or_else(Bootstrap::solo);
+    let mut comm = Communicator::join(&boot, CommOptions::from_env().with_robust(robust))?;
     let (rank, n) = (comm.rank(), comm.world_size());
     let attempt = std::env::var("DMLC_NUM_ATTEMPT").unwrap_or_else(|_| "0".into());
     let (k, dim) = (args.k, args.dim);

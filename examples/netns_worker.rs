@@ -11,11 +11,11 @@
 //! `MODE` is how the communicator is formed:
 //!
 //! - `tracker`: joins the rabit tracker named by `DMLC_TRACKER_URI`/`DMLC_TRACKER_PORT`
-//!   (`DMLC_TASK_ID` as the task id) with `Communicator::from_tracker`, even when
+//!   (`DMLC_TASK_ID` as the task id) with `Communicator::join` (a tracker bootstrap), even when
 //!   `switchyard launch` also set its own rendezvous: the tracker's ranks are sorted
 //!   by host, and its mesh binds the address that routes to the tracker;
 //! - `env`: `Communicator::from_env`, whatever convention the environment follows;
-//! - `uid`: `Communicator::init` with `--rank` and `--world`; rank 0 without `--id`
+//! - `uid`: `Communicator::from_unique_id` with `--rank` and `--world`; rank 0 without `--id`
 //!   makes the id (`UniqueId::new`) and prints `id=ID` first, the others get `--id ID`.
 //!
 //! `--ifname NAME` sets `SWITCHYARD_IFNAME` for this process (as a site's login
@@ -38,7 +38,7 @@
 use std::net::{IpAddr, ToSocketAddrs, UdpSocket};
 use std::process::ExitCode;
 use std::time::Duration;
-use switchyard::bootstrap::{ENV_IFNAME, UniqueId};
+use switchyard::bootstrap::{Bootstrap, ENV_IFNAME, UniqueId};
 use switchyard::collective::{CommOptions, Communicator, ReduceOp, TrackerJoin};
 
 type Error = Box<dyn std::error::Error>;
@@ -140,9 +140,12 @@ fn communicator(args: &Args) -> Result<(Communicator, Option<UniqueId>), Error> 
             if let Ok(task) = std::env::var("DMLC_TASK_ID") {
                 join = join.with_task_id(task);
             }
-            Communicator::from_tracker(&join, options)?
+            Communicator::join(&Bootstrap::tracker(join), options)?
         }
-        "env" => Communicator::from_env_with(options)?,
+        "env" => {
+            let boot = Bootstrap::from_env()?.unwrap_or_else(Bootstrap::solo);
+            Communicator::join(&boot, options)?
+        }
         "uid" => {
             let rank = args.rank.ok_or("mode uid needs --rank")?;
             let world = args.world.ok_or("mode uid needs --world")?;
@@ -156,7 +159,7 @@ fn communicator(args: &Args) -> Result<(Communicator, Option<UniqueId>), Error> 
                 }
                 None => return Err("mode uid needs --id on ranks other than 0".into()),
             };
-            Communicator::init(&id, rank, world, options)?
+            Communicator::from_unique_id(&id, rank, world, options)?
         }
         other => return Err(format!("unknown mode {other}").into()),
     };

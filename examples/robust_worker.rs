@@ -44,7 +44,8 @@
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use switchyard::collective::{Communicator, ReduceOp, RobustOptions};
+use switchyard::bootstrap::Bootstrap;
+use switchyard::collective::{CommOptions, Communicator, ReduceOp, RobustOptions};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -209,7 +210,9 @@ fn run(args: Args) -> Result<(), Error> {
     // Only `name=value` arguments go to RobustOptions: the flags are this program's.
     let robust = RobustOptions::from_env()?
         .with_args(std::env::args().skip(1).filter(|a| a.contains('=')))?;
-    let mut comm = Communicator::robust_from_env(robust)?;
+    // Under `switchyard launch`: robust mode joins the tracker it serves.
+    let boot = Bootstrap::from_env()?.unwrap_or_else(Bootstrap::solo);
+    let mut comm = Communicator::join(&boot, CommOptions::from_env().with_robust(robust))?;
     let (rank, n) = (comm.rank(), comm.world_size());
     let attempt: u64 = std::env::var("DMLC_NUM_ATTEMPT")
         .ok()

@@ -4,7 +4,8 @@
 //! **Not a stable API.** Hidden from the documentation; names and signatures may
 //! change in any release. Programs should not use it.
 
-use crate::collective::Tag;
+/// The tag of a framed message (the link trait itself is crate-private).
+pub use crate::collective::link::Tag;
 use crate::collective::link::framing::{self, Decoder};
 use bytes::Bytes;
 

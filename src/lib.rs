@@ -1,11 +1,12 @@
 //! switchyard: message passing for distributed machine-learning programs.
 //!
-//! This crate is the facade a worker or server program depends on. A map of the whole
+//! This crate is the facade a worker or server program depends on. Every communicator
+//! is formed by one door, `Communicator::join`, from a `Bootstrap`. A map of the whole
 //! library, top to bottom:
 //!
 //! | where | what it holds |
 //! |---|---|
-//! | [`collective`] | `Communicator`: allreduce, broadcast, allgather, ... over a TCP or ZeroMQ mesh, or MPI's own collectives under `mpirun`; it can join a rabit/XGBoost tracker (`Communicator::from_tracker`), and in **robust mode** (`Communicator::robust_from_tracker`) survives a worker's death with rabit's checkpoints and result replay |
+//! | [`collective`] | `Communicator`: allreduce, broadcast, allgather, ... over a TCP or ZeroMQ mesh, or MPI's own collectives under `mpirun`; it can join a rabit/XGBoost tracker (`Bootstrap::tracker`), and in **robust mode** (`CommOptions::with_robust`) survives a worker's death with rabit's checkpoints and result replay |
 //! | [`bootstrap`] | the worker side of starting a job: rank, job size and the other ranks' endpoints from `switchyard launch`, a tracker, torchrun's or a scheduler's variables, `mpirun`, or a shared `UniqueId` |
 //! | [`ps`] | a ps-lite-style parameter server (scheduler, key-range servers, push/pull workers, replication): the `switchyard-ps` crate, re-exported |
 //! | `switchyard-tracker` | the rabit/XGBoost tracker (classic and JSON protocols), a crate of its own: the collectives join it as clients, the launcher serves it |
@@ -14,6 +15,9 @@
 //! | [`transports`] | `Socket`, `Dealer`, `Router`, `Poller`; backends `local`, `zmq` and `mpi`: what the collectives' ZeroMQ path and the parameter server send through |
 //! | [`stub`] | the Singa-style messaging layer: a per-process [`Stub`] routes [`Msg`]s between worker and server threads of many processes by their destination [`Addr`] (`ClusterLayout`, `AddressTable`, `StubSocket`). User programs may use it directly; neither the collectives nor the parameter server are built on it |
 //! | [`secret`] | the optional job secret: challenge-response on the rendezvous and data links |
+//!
+//! The `testing` feature (`collective::testing`: the links under the collectives,
+//! meshes built by hand) is for switchyard's own tests; it is not part of the API.
 //!
 //! # Examples
 //!

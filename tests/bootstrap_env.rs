@@ -7,7 +7,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use switchyard::bootstrap::{Bootstrap, BootstrapError, Rendezvous};
-use switchyard::collective::{Communicator, ReduceOp};
+use switchyard::collective::{Communicator, ReduceOp, testing};
 
 /// Set in a child: which case it runs.
 const CHILD: &str = "SWITCHYARD_TEST_ENV_CHILD";
@@ -206,7 +206,7 @@ fn child_case() {
         "stall-after-exchange" => {
             use std::io::Write;
             let boot = Bootstrap::from_env().unwrap().unwrap();
-            let builder = Communicator::bind_mesh(
+            let builder = testing::bind_mesh(
                 boot.rank as usize,
                 boot.world_size as usize,
                 &boot.bind_endpoint().unwrap(),

@@ -1,4 +1,4 @@
-//! `UniqueId` + `Communicator::init`: ranks as threads of this process, on loopback.
+//! `UniqueId` + `Communicator::from_unique_id`: ranks as threads of this process, on loopback.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -17,12 +17,12 @@ fn options() -> CommOptions {
     o
 }
 
-/// Every rank of `world` runs `Communicator::init` and an allreduce of `rank + 1`.
+/// Every rank of `world` runs `Communicator::from_unique_id` and an allreduce of `rank + 1`.
 fn job(id: UniqueId, world: usize) {
     let ranks: Vec<_> = (0..world)
         .map(|rank| {
             std::thread::spawn(move || {
-                let mut comm = Communicator::init(&id, rank, world, options())?;
+                let mut comm = Communicator::from_unique_id(&id, rank, world, options())?;
                 assert_eq!((comm.rank(), comm.world_size()), (rank, world));
                 let mut x = [rank as u64 + 1];
                 comm.allreduce(&mut x, ReduceOp::Sum)?;
@@ -176,7 +176,7 @@ fn bad_ranks_are_refused_before_any_traffic() {
         exchange(&id, 2, 2, LO, "x", Duration::from_secs(1)),
         Err(IdError::BadRank { rank: 2, world: 2 })
     ));
-    assert!(Communicator::init(&id, 0, 0, options()).is_err());
+    assert!(Communicator::from_unique_id(&id, 0, 0, options()).is_err());
 }
 
 #[test]

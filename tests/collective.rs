@@ -9,9 +9,9 @@ use collective_suite::World;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
-use switchyard::collective::{
-    CollectiveError, CommOptions, Communicator, MemoryLink, MemorySchedule, ReduceOp,
-};
+use switchyard::bootstrap::Bootstrap;
+use switchyard::collective::testing::{self, MemoryLink, MemorySchedule};
+use switchyard::collective::{CollectiveError, CommOptions, Communicator, ReduceOp};
 
 static JOB: AtomicUsize = AtomicUsize::new(0);
 
@@ -35,7 +35,7 @@ fn tcp_mesh(
     board: &(Mutex<Vec<String>>, Barrier),
     options: CommOptions,
 ) -> Result<Communicator, CollectiveError> {
-    let builder = Communicator::bind_mesh(rank, n, "tcp://127.0.0.1:0", options)?;
+    let builder = testing::bind_mesh(rank, n, "tcp://127.0.0.1:0", options)?;
     board.0.lock().expect("board")[rank] = builder.endpoint().to_string();
     board.1.wait();
     let endpoints = board.0.lock().expect("board").clone();
@@ -65,7 +65,7 @@ fn on_ranks_over<R: Send + 'static>(
     let endpoints = endpoints(scheme, n);
     let body = Arc::new(body);
     let board = Arc::new((Mutex::new(vec![String::new(); n]), Barrier::new(n)));
-    // A world of one is solo on every scheme (`Communicator::mesh` binds nothing).
+    // A world of one is solo on every scheme (`Bootstrap::endpoints` binds nothing).
     let tcp = scheme == "tcp" && n > 1;
     let handles: Vec<_> = (0..n)
         .map(|rank| {
@@ -75,7 +75,7 @@ fn on_ranks_over<R: Send + 'static>(
                 let mut comm = if tcp {
                     tcp_mesh(rank, n, &board, options)?
                 } else {
-                    Communicator::mesh(rank, &endpoints, options)?
+                    Communicator::join(&Bootstrap::endpoints(rank, &endpoints), options)?
                 };
                 assert_eq!(comm.rank(), rank);
                 assert_eq!(comm.world_size(), n);
@@ -170,7 +170,7 @@ impl World for Memory {
             .map(|(rank, link)| {
                 let (body, options) = (body.clone(), options.clone());
                 std::thread::spawn(move || {
-                    let mut comm = Communicator::over_link(Box::new(link), options);
+                    let mut comm = testing::over_link(Box::new(link), options);
                     assert_eq!((comm.rank(), comm.world_size()), (rank, n));
                     body(&mut comm)
                 })

@@ -12,10 +12,10 @@
 use bytes::Bytes;
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
-use switchyard::collective::{
-    BoundLink, Clock, CollectiveError, CommOptions, Communicator, Link, LinkError, Notice,
-    ReduceOp, StreamLink, Tag,
+use switchyard::collective::testing::{
+    self, BoundLink, Clock, Link, LinkError, Notice, StreamLink, Tag,
 };
+use switchyard::collective::{CollectiveError, CommOptions, Communicator, ReduceOp};
 
 /// A link that pauses before every message it sends.
 struct Slow {
@@ -115,7 +115,7 @@ fn world<R: Send + 'static>(
                 if rank == slow {
                     link = Box::new(Slow { inner: link, pause });
                 }
-                let mut comm = Communicator::over_link(link, options);
+                let mut comm = testing::over_link(link, options);
                 let started = Instant::now();
                 let result = body(&mut comm);
                 (result, started.elapsed())

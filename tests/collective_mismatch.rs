@@ -17,9 +17,9 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
-use switchyard::collective::{
-    CollectiveError, CommOptions, Communicator, DataPath, MemoryLink, MemorySchedule, ReduceOp,
-};
+use switchyard::bootstrap::Bootstrap;
+use switchyard::collective::testing::{self, MemoryLink, MemorySchedule};
+use switchyard::collective::{CollectiveError, CommOptions, Communicator, DataPath, ReduceOp};
 
 /// The most any rank may take to fail.
 const BOUND: Duration = Duration::from_secs(1);
@@ -89,23 +89,22 @@ fn run<R: Send + 'static>(
                     Path::Memory => {
                         let link = memory.lock().unwrap()[rank].take().expect("link");
                         bound.wait();
-                        Ok(Communicator::over_link(Box::new(link), options))
+                        Ok(testing::over_link(Box::new(link), options))
                     }
                     Path::Local => {
                         let endpoints: Vec<String> = (0..n)
                             .map(|r| format!("local://mismatch-{}-{job}-{r}", std::process::id()))
                             .collect();
                         bound.wait();
-                        Communicator::mesh(rank, &endpoints, options)
+                        Communicator::join(&Bootstrap::endpoints(rank, &endpoints), options)
                     }
                     Path::Stream | Path::Socket => {
                         options.data_path = match path {
                             Path::Stream => DataPath::Tcp,
                             _ => DataPath::Zmq,
                         };
-                        let builder =
-                            Communicator::bind_mesh(rank, n, "tcp://127.0.0.1:0", options)
-                                .expect("bind");
+                        let builder = testing::bind_mesh(rank, n, "tcp://127.0.0.1:0", options)
+                            .expect("bind");
                         board.lock().unwrap()[rank] = builder.endpoint().to_string();
                         bound.wait();
                         let endpoints = board.lock().unwrap().clone();

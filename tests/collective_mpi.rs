@@ -16,6 +16,7 @@ use support::mpirun::expect_ranks_pass;
 mod in_mpi_job {
     use crate::collective_suite::rank;
     use std::time::Duration;
+    use switchyard::bootstrap::Bootstrap;
     use switchyard::collective::{CollectiveError, CommOptions, Communicator, ReduceOp};
 
     /// Lengths: empty, tiny, odd, and above the mesh's ring threshold for every type
@@ -54,13 +55,14 @@ mod in_mpi_job {
     #[test]
     #[ignore = "runs inside mpirun"]
     fn engines_agree() {
-        let mut mpi = Communicator::mpi(options()).unwrap();
+        let mut mpi = Communicator::join(&Bootstrap::mpi().unwrap(), options()).unwrap();
         let (rank, n) = (mpi.rank(), mpi.world_size());
         assert!(n >= 2, "run under mpirun -np 2 or more");
         assert!(mpi.is_distributed());
         assert!(!mpi.processor_name().is_empty());
         let endpoints: Vec<String> = (0..n).map(|r| format!("mpi://{r}")).collect();
-        let mut mesh = Communicator::mesh(rank, &endpoints, options()).unwrap();
+        let mut mesh =
+            Communicator::join(&Bootstrap::endpoints(rank, &endpoints), options()).unwrap();
         assert_eq!((mesh.rank(), mesh.world_size()), (rank, n));
 
         for len in LENGTHS {
@@ -97,7 +99,7 @@ mod in_mpi_job {
             unsafe { std::env::set_var("SWITCHYARD_MPI_MAX_COUNT", max_count) };
             // SAFETY: each in_mpi_job test runs alone in its process (one test per mpirun rank).
             unsafe { std::env::set_var("SWITCHYARD_MPI_IN_PLACE", in_place) };
-            let mut comm = Communicator::mpi(options()).unwrap();
+            let mut comm = Communicator::join(&Bootstrap::mpi().unwrap(), options()).unwrap();
             suite(&mut comm);
         }
         // SAFETY: each in_mpi_job test runs alone in its process (one test per mpirun rank).
@@ -112,7 +114,7 @@ mod in_mpi_job {
     #[test]
     #[ignore = "runs inside mpirun"]
     fn a_failed_prepare_is_named_on_every_rank() {
-        let mut comm = Communicator::mpi(options()).unwrap();
+        let mut comm = Communicator::join(&Bootstrap::mpi().unwrap(), options()).unwrap();
         let (rank, n) = (comm.rank(), comm.world_size());
         let mut buf = [7u32; 3];
         let result = comm.try_allreduce_lazy(&mut buf, ReduceOp::Sum, |b| {
@@ -149,7 +151,7 @@ mod in_mpi_job {
     #[test]
     #[ignore = "runs inside mpirun"]
     fn disagreements_are_named() {
-        let mut comm = Communicator::mpi(options()).unwrap();
+        let mut comm = Communicator::join(&Bootstrap::mpi().unwrap(), options()).unwrap();
         let (rank, n) = (comm.rank(), comm.world_size());
         // The last rank passes one element more.
         let len = if rank == n - 1 { 4 } else { 3 };
@@ -200,7 +202,7 @@ mod in_mpi_job {
         // Checked mode turns the check on even with `mpi_arg_checks` off: ranks that
         // name different broadcast roots all fail, naming both roots in words.
         let options = options().with_mpi_arg_checks(false).with_check(true);
-        let mut checked = Communicator::mpi(options).unwrap();
+        let mut checked = Communicator::join(&Bootstrap::mpi().unwrap(), options).unwrap();
         let root = usize::from(rank != 0);
         let mut buf = vec![rank as f32; 1000];
         match checked.broadcast(&mut buf, root) {

@@ -18,7 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
-use switchyard::collective::{CommOptions, Communicator, DataPath, ReduceOp};
+use switchyard::collective::{CommOptions, DataPath, ReduceOp, testing};
 
 /// Set in a child: its rank.
 const RANK: &str = "SWITCHYARD_TEST_HEARTBEAT_RANK";
@@ -53,7 +53,7 @@ fn child_rank() {
         .with_timeout(Duration::from_secs(30))
         .with_data_path(DataPath::Tcp);
     say(rank, &format!("heartbeat {:?}", options.heartbeat));
-    let builder = Communicator::bind_mesh(rank, SIZE, "tcp://127.0.0.1:0", options).unwrap();
+    let builder = testing::bind_mesh(rank, SIZE, "tcp://127.0.0.1:0", options).unwrap();
     publish(&dir, rank, builder.endpoint());
     let endpoints = gather(&dir);
     let mut comm = builder.connect(&endpoints).unwrap();

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 use switchyard::collective::{
-    CollectiveError, CommOptions, Communicator, DataPath, Interrupt, ReduceOp,
+    CollectiveError, CommOptions, Communicator, DataPath, Interrupt, ReduceOp, testing,
 };
 
 const SIZE: usize = 3;
@@ -37,8 +37,7 @@ fn an_interrupted_rank_returns_at_once_and_its_peers_name_it() {
             let endpoint_tx = endpoint_tx.clone();
             let release = if rank == 2 { release_rx.take() } else { None };
             thread::spawn(move || {
-                let builder =
-                    Communicator::bind_mesh(rank, SIZE, "tcp://127.0.0.1:0", options).unwrap();
+                let builder = testing::bind_mesh(rank, SIZE, "tcp://127.0.0.1:0", options).unwrap();
                 endpoint_tx
                     .send((rank, builder.endpoint().to_string()))
                     .unwrap();
@@ -112,8 +111,7 @@ fn mesh_of<R: Send + 'static>(
             }
             let (endpoint_tx, body) = (endpoint_tx.clone(), body.clone());
             thread::spawn(move || {
-                let builder =
-                    Communicator::bind_mesh(rank, size, "tcp://127.0.0.1:0", options).unwrap();
+                let builder = testing::bind_mesh(rank, size, "tcp://127.0.0.1:0", options).unwrap();
                 endpoint_tx
                     .send((rank, builder.endpoint().to_string()))
                     .unwrap();

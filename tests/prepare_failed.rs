@@ -10,7 +10,7 @@
 use std::sync::mpsc::channel;
 use std::thread;
 use std::time::{Duration, Instant};
-use switchyard::collective::{CollectiveError, CommOptions, Communicator, DataPath, ReduceOp};
+use switchyard::collective::{CollectiveError, CommOptions, DataPath, ReduceOp, testing};
 
 const SIZE: usize = 3;
 /// The silence timeout: a peer that was not told would wait this long.
@@ -33,8 +33,7 @@ fn lazy_call(path: DataPath, len: usize) -> Vec<(Result<Vec<f32>, CollectiveErro
                 .with_direct_max_ranks(0);
             let endpoint_tx = endpoint_tx.clone();
             thread::spawn(move || {
-                let builder =
-                    Communicator::bind_mesh(rank, SIZE, "tcp://127.0.0.1:0", options).unwrap();
+                let builder = testing::bind_mesh(rank, SIZE, "tcp://127.0.0.1:0", options).unwrap();
                 endpoint_tx
                     .send((rank, builder.endpoint().to_string()))
                     .unwrap();

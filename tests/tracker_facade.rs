@@ -1,4 +1,4 @@
-//! `Communicator::from_tracker` against a scripted classic tracker: a world of one
+//! `Communicator::join` with a tracker bootstrap against a scripted classic tracker: a world of one
 //! (solo engine, prints and the shutdown still go to the tracker) and a world of two
 //! ranks as threads (ring allgather of mesh endpoints, then collectives), with the
 //! `shutdown` sent once, by `finalize` or by drop.
@@ -9,7 +9,11 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::thread;
 use std::time::Duration;
-use switchyard::collective::{CommOptions, Communicator, ReduceOp, TrackerJoin};
+use switchyard::bootstrap::Bootstrap;
+use switchyard::collective::{
+    CollectiveError, CommOptions, Communicator, ReduceOp, RobustOptions, TrackerJoin,
+    TrackerProtocol,
+};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -90,7 +94,7 @@ fn a_world_of_one_keeps_its_tracker_session_and_shuts_down_on_drop() {
         serve_until_shutdown(&l, 1)
     });
     let spec = TrackerJoin::new("127.0.0.1", port).with_task_id("solo-task");
-    let mut comm = Communicator::from_tracker(&spec, options()).unwrap();
+    let mut comm = Communicator::join(&Bootstrap::tracker(spec.clone()), options()).unwrap();
     assert_eq!((comm.rank(), comm.world_size()), (0, 1));
     let mut x = [2.5f64];
     comm.allreduce(&mut x, ReduceOp::Sum).unwrap();
@@ -135,7 +139,8 @@ fn two_ranks_at(host: &'static str) {
         .map(|task| {
             thread::spawn(move || {
                 let spec = TrackerJoin::new(host, port).with_task_id(task);
-                let mut comm = Communicator::from_tracker(&spec, options()).unwrap();
+                let mut comm =
+                    Communicator::join(&Bootstrap::tracker(spec.clone()), options()).unwrap();
                 let r = comm.rank();
                 let mut v = vec![(r + 1) as u64; 1000];
                 comm.allreduce(&mut v, ReduceOp::Sum).unwrap();
@@ -187,10 +192,16 @@ fn an_unreachable_tracker_fails_setup_with_its_address() {
         .port();
     let spec = TrackerJoin::new("127.0.0.1", port);
     let start = std::time::Instant::now();
-    let err = Communicator::from_tracker(&spec, options().with_timeout(Duration::from_secs(1)))
-        .unwrap_err();
+    let err = Communicator::join(
+        &Bootstrap::tracker(spec.clone()),
+        options().with_timeout(Duration::from_secs(1)),
+    )
+    .unwrap_err();
     let text = err.to_string();
     assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+    // A dead tracker is a set-up failure with its cause, not a bad argument.
+    assert!(matches!(err, CollectiveError::Setup { .. }), "{err:?}");
+    assert!(std::error::Error::source(&err).is_some(), "{err:?}");
     // Five tries whose sleeps shrink to fit the 1 s timeout.
     assert!(
         start.elapsed() < Duration::from_secs(5),
@@ -208,7 +219,7 @@ fn a_panicking_worker_sends_no_shutdown() {
     let port = l.local_addr().unwrap().port();
     let worker = thread::spawn(move || {
         let spec = TrackerJoin::new("127.0.0.1", port);
-        let _comm = Communicator::from_tracker(&spec, options()).unwrap();
+        let _comm = Communicator::join(&Bootstrap::tracker(spec.clone()), options()).unwrap();
         panic!("the worker fails after joining");
     });
     let mut c = Conn::accept(&l);
@@ -224,4 +235,30 @@ fn a_panicking_worker_sends_no_shutdown() {
         matches!(l.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
         "a connection (shutdown) came from the panicking worker"
     );
+}
+
+/// Robust mode is refused before any connection, in words that say why, when the
+/// bootstrap cannot give it a classic tracker and a task id: a bad argument, not a
+/// failed setup.
+#[test]
+fn robust_mode_without_a_classic_tracker_and_a_task_id_is_refused() {
+    let robust = || options().with_robust(RobustOptions::default());
+    let refused = |boot: Bootstrap| {
+        let err = Communicator::join(&boot, robust()).unwrap_err();
+        assert!(
+            matches!(err, CollectiveError::InvalidArgument { .. }),
+            "{err:?}"
+        );
+        err.to_string()
+    };
+    // Port 9 (discard): nothing may be contacted before the refusal.
+    let json = TrackerJoin::new("127.0.0.1", 9)
+        .with_task_id("0")
+        .with_protocol(TrackerProtocol::Json);
+    let text = refused(Bootstrap::tracker(json));
+    assert!(text.contains("classic tracker protocol"), "{text}");
+    let text = refused(Bootstrap::tracker(TrackerJoin::new("127.0.0.1", 9)));
+    assert!(text.contains("needs a task id (DMLC_TASK_ID)"), "{text}");
+    let text = refused(Bootstrap::solo());
+    assert!(text.contains("robust mode joins a tracker"), "{text}");
 }

@@ -1,13 +1,14 @@
 //! switchyard workers under switchyard's own tracker (`switchyard_tracker::Tracker`,
 //! in this process): worker processes that find it through the environment
 //! (`Tracker::worker_env`, both protocols), and ranks as threads through
-//! `Communicator::from_tracker`.
+//! `Communicator::join` with a tracker bootstrap.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod tracker_support;
 
 use std::time::Duration;
+use switchyard::bootstrap::Bootstrap;
 use switchyard::collective::{CommOptions, Communicator, ReduceOp, TrackerJoin, TrackerProtocol};
 use switchyard_tracker::{Event, Tracker, TrackerConfig};
 use tracker_support::worker;
@@ -87,7 +88,8 @@ fn three_threads_of_each_protocol() {
                         .with_task_id(format!("t{i}"))
                         .with_protocol(protocol);
                     let options = CommOptions::default().with_timeout(LIMIT);
-                    let mut comm = Communicator::from_tracker(&spec, options).unwrap();
+                    let mut comm =
+                        Communicator::join(&Bootstrap::tracker(spec.clone()), options).unwrap();
                     let mut v = [comm.rank() as i64 + 1];
                     comm.allreduce(&mut v, ReduceOp::Sum).unwrap();
                     assert_eq!(v, [6]);
@@ -115,7 +117,7 @@ fn a_panicking_json_worker_fails_the_job() {
                     .with_task_id(format!("t{i}"))
                     .with_protocol(TrackerProtocol::Json);
                 let options = CommOptions::default().with_timeout(LIMIT);
-                let comm = Communicator::from_tracker(&spec, options).unwrap();
+                let comm = Communicator::join(&Bootstrap::tracker(spec.clone()), options).unwrap();
                 if comm.rank() == 0 {
                     panic!("rank 0 fails after setup");
                 }

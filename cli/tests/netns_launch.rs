@@ -1,7 +1,7 @@
 //! Jobs across hosts by `switchyard launch --launcher ssh`, where the hosts are network
 //! namespaces (`netns/`) and a stand-in `ssh` runs each command in the namespace of
 //! the host it names. The launcher itself runs on host 0, as on a cluster's head node,
-//! and serves its tracker there; workers join it with `Communicator::from_tracker`
+//! and serves its tracker there; workers join it with `Communicator::join` (a tracker bootstrap)
 //! (`examples/netns_worker.rs`, mode `tracker`).
 //!
 //! Needs root: without it every test says why and returns, unless

@@ -16,7 +16,7 @@ use std::time::Duration;
 use switchyard::collective::{
     CollectiveError, CommOptions, Communicator, DType, ReduceOp, RobustOptions,
 };
-use switchyard::bootstrap::UniqueId;
+use switchyard::bootstrap::{Bootstrap, UniqueId};
 
 /// How often a waiting `init` looks at Python's signals.
 const SIGNAL_POLL: Duration = Duration::from_millis(50);
@@ -207,15 +207,21 @@ impl Comm {
         args: Vec<String>,
         timeout: Option<f64>,
     ) -> PyResult<Comm> {
-        let options = options(timeout)?;
-        if !robust {
-            return form(py, false, move || Communicator::from_env_with(options));
+        let mut options = options(timeout)?;
+        if robust {
+            let robust_options = RobustOptions::from_env()
+                .and_then(|r| r.with_args(args))
+                .map_err(|e| PyValueError::new_err(format!("init: {e}")))?;
+            options = options.with_robust(robust_options);
         }
-        let robust_options = RobustOptions::from_env()
-            .and_then(|r| r.with_args(args))
-            .map_err(|e| PyValueError::new_err(format!("init: {e}")))?;
-        form(py, true, move || {
-            Communicator::robust_from_env_with(options, robust_options)
+        form(py, robust, move || match Bootstrap::from_env() {
+            Ok(Some(boot)) => Communicator::join(&boot, options),
+            // Robust mode without a tracker: `join` refuses it, naming the variables.
+            Ok(None) if robust => Communicator::join(&Bootstrap::solo(), options),
+            // Started by hand (a world of one, announced once on stderr) or a malformed
+            // environment (its error): as the core's `from_env` reports either, and a
+            // world of one never waits, so the options do not matter.
+            _ => Communicator::from_env(),
         })
     }
 
@@ -234,7 +240,7 @@ impl Comm {
             .map_err(|e| PyValueError::new_err(format!("init: unique id {unique_id:?}: {e}")))?;
         let options = options(timeout)?;
         form(py, false, move || {
-            Communicator::init(&id, rank, world, options)
+            Communicator::from_unique_id(&id, rank, world, options)
         })
     }
 

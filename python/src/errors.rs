@@ -13,10 +13,11 @@ pyo3::create_exception!(
 );
 
 /// `e` as a Python exception: arguments of a call that cannot work on any rank are a
-/// `ValueError`, the rest a [`SwitchyardError`]. So are failures to form the
-/// communicator, which the core reports as bad arguments too (a malformed or
-/// unreachable launcher environment): they come from the job's setup, not from the
-/// arguments the program passed.
+/// `ValueError`, the rest a [`SwitchyardError`]. So is every failure to form the
+/// communicator: a set-up failure with its cause (a malformed or unreachable launcher
+/// environment, a dead tracker), and the arguments of setup the core refuses (a rank
+/// outside the world, robust mode without a tracker), which come from the job's
+/// setup, not from the arguments of a call.
 pub(crate) fn to_py(e: CollectiveError) -> PyErr {
     match e {
         CollectiveError::InvalidArgument {

@@ -32,6 +32,12 @@ static LAUNCHER_GENERATION: AtomicU32 = AtomicU32::new(0);
 /// A debug trace names the convention picked; a half-set one is an error naming the
 /// missing variable.
 ///
+/// A program that forms its job itself builds one instead: [`Bootstrap::unique_id`],
+/// [`Bootstrap::tracker`], `Bootstrap::mpi` (feature `mpi`), [`Bootstrap::endpoints`]
+/// or [`Bootstrap::solo`]. Either way
+/// [`Communicator::join`](crate::collective::Communicator::join) forms the
+/// communicator from it.
+///
 /// # Examples
 ///
 /// ```
@@ -86,7 +92,7 @@ pub enum Rendezvous {
     /// `mpirun` wired the processes: rank `r`'s endpoint is `mpi://r`.
     Mpi,
     /// A rabit/XGBoost tracker at `host:port` assigns ranks and links the workers
-    /// (`collective::Communicator::from_tracker`).
+    /// ([`Bootstrap::tracker`]).
     ///
     /// The rank is only known after joining: until then [`Bootstrap::rank`] is 0 and
     /// [`Bootstrap::world_size`] is `DMLC_NUM_WORKER` (0 when unset).
@@ -102,6 +108,11 @@ pub enum Rendezvous {
         /// ([`ENV_TRACKER_PROTOCOL`](super::ENV_TRACKER_PROTOCOL)).
         protocol: TrackerProtocol,
     },
+    /// Every rank's endpoint is known in advance (`endpoints[r]` is rank `r`'s):
+    /// nothing is exchanged ([`Bootstrap::endpoints`]).
+    Endpoints(Vec<String>),
+    /// A world of one: no other rank, nothing to exchange ([`Bootstrap::solo`]).
+    Solo,
 }
 
 /// Environment variable naming the tracker's host (rabit, XGBoost ≤ 2.0, dmlc-core).
@@ -140,6 +151,73 @@ fn number(name: &'static str) -> Result<u32, BootstrapError> {
 }
 
 impl Bootstrap {
+    /// Rank `rank` of `world` in the job of `id`, with no tracker or launcher (NCCL's
+    /// bootstrap): every rank uses the same id, rank 0 in the process that made it
+    /// with [`UniqueId::new`](super::UniqueId::new) (or binding the root of an id from
+    /// [`UniqueId::at`](super::UniqueId::at)).
+    pub fn unique_id(id: super::UniqueId, rank: usize, world: usize) -> Bootstrap {
+        Bootstrap {
+            rank: saturate(rank),
+            world_size: saturate(world),
+            rendezvous: Rendezvous::UniqueId(id),
+        }
+    }
+
+    /// A worker of the rabit/XGBoost tracker `spec`, which assigns the rank when the
+    /// worker joins it: until then [`Bootstrap::rank`] and [`Bootstrap::world_size`]
+    /// are 0.
+    pub fn tracker(spec: crate::collective::TrackerJoin) -> Bootstrap {
+        Bootstrap {
+            rank: 0,
+            world_size: 0,
+            rendezvous: Rendezvous::Tracker {
+                host: spec.host,
+                port: spec.port,
+                task_id: spec.task_id,
+                protocol: spec.protocol,
+            },
+        }
+    }
+
+    /// A process of an MPI job (started by `mpirun`), whose rank and size MPI gives.
+    ///
+    /// # Errors
+    ///
+    /// MPI did not start.
+    #[cfg(feature = "mpi")]
+    pub fn mpi() -> Result<Bootstrap, BootstrapError> {
+        let world = switchyard_transports::mpi::world().map_err(|e| BootstrapError::Env {
+            var: "OMPI_COMM_WORLD_RANK",
+            value: String::new(),
+            reason: format!("started by an MPI launcher, but MPI did not start: {e}"),
+        })?;
+        Ok(Bootstrap {
+            rank: world.rank,
+            world_size: world.size,
+            rendezvous: Rendezvous::Mpi,
+        })
+    }
+
+    /// Rank `rank` of a job whose endpoints are all known in advance (`endpoints[r]`
+    /// is rank `r`'s, e.g. `tcp://10.0.0.2:7000` or `local://name`): the rank binds
+    /// its own and connects to the others.
+    pub fn endpoints(rank: usize, endpoints: &[String]) -> Bootstrap {
+        Bootstrap {
+            rank: saturate(rank),
+            world_size: saturate(endpoints.len()),
+            rendezvous: Rendezvous::Endpoints(endpoints.to_vec()),
+        }
+    }
+
+    /// A world of one rank.
+    pub fn solo() -> Bootstrap {
+        Bootstrap {
+            rank: 0,
+            world_size: 1,
+            rendezvous: Rendezvous::Solo,
+        }
+    }
+
     /// Reads the starter's environment. `Ok(None)` when neither `switchyard launch`
     /// nor an MPI launcher started the process; an error names any variable that is
     /// missing or malformed, or says that an `mpirun`-started program was built without
@@ -289,16 +367,7 @@ impl Bootstrap {
         #[cfg(feature = "mpi")]
         {
             let _ = marker;
-            let world = switchyard_transports::mpi::world().map_err(|e| BootstrapError::Env {
-                var: "OMPI_COMM_WORLD_RANK",
-                value: String::new(),
-                reason: format!("started by an MPI launcher, but MPI did not start: {e}"),
-            })?;
-            Ok(Some(Bootstrap {
-                rank: world.rank,
-                world_size: world.size,
-                rendezvous: Rendezvous::Mpi,
-            }))
+            Bootstrap::mpi().map(Some)
         }
         #[cfg(not(feature = "mpi"))]
         Err(BootstrapError::Env {
@@ -332,6 +401,19 @@ impl Bootstrap {
             Rendezvous::Launcher(addr) => split_host_port(addr)?,
             Rendezvous::Tracker { host, port, .. } => (host.clone(), *port),
             Rendezvous::UniqueId(id) => (id.root().ip().to_string(), id.root().port()),
+            Rendezvous::Endpoints(endpoints) => {
+                return endpoints.get(self.rank as usize).cloned().ok_or_else(|| {
+                    BootstrapError::Rendezvous {
+                        addr: "the endpoint list".into(),
+                        reason: format!(
+                            "rank {} has no endpoint among {}",
+                            self.rank,
+                            endpoints.len()
+                        ),
+                    }
+                });
+            }
+            Rendezvous::Solo => return Ok("tcp://127.0.0.1:0".into()),
         };
         Ok(tcp_any_port(super::bind_address(&host, port)?))
     }
@@ -396,11 +478,26 @@ impl Bootstrap {
             Rendezvous::Tracker { host, port, .. } => Err(BootstrapError::Rendezvous {
                 addr: format!("{host}:{port}"),
                 reason: "a tracker assigns ranks and links workers itself: join it with \
-                         Communicator::from_tracker (or Communicator::from_env)"
+                         Communicator::join (or Communicator::from_env)"
                     .into(),
             }),
+            // Known in advance: this rank's own may be the one bound (a port picked).
+            Rendezvous::Endpoints(endpoints) => {
+                let mut all = endpoints.clone();
+                if let Some(mine) = all.get_mut(self.rank as usize) {
+                    *mine = endpoint.to_string();
+                }
+                Ok(all)
+            }
+            Rendezvous::Solo => Ok(vec![endpoint.to_string()]),
         }
     }
+}
+
+/// `n` as a rank or world size; one past `u32` cannot be a rank of any world, and
+/// `Communicator::join` refuses it as one outside the world.
+fn saturate(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// `tcp://IP:0`, with IPv6 addresses in brackets.

@@ -420,10 +420,10 @@ mod tests {
             .collect();
         let threads: Vec<_> = (0..n)
             .map(|rank| {
-                let endpoints = endpoints.clone();
+                let boot = crate::bootstrap::Bootstrap::endpoints(rank, &endpoints);
                 std::thread::spawn(move || {
                     let options = CommOptions::default().with_timeout(Duration::from_secs(20));
-                    let mut comm = Communicator::mesh(rank, &endpoints, options)?;
+                    let mut comm = Communicator::join(&boot, options)?;
                     let log = wrap(&mut comm, Vec::new());
                     let results = script(&mut comm)?;
                     Ok::<_, CollectiveError>((results, taken(&log)))

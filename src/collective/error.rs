@@ -181,8 +181,24 @@ pub enum CollectiveError {
         /// What was wrong.
         reason: String,
     },
+    /// Forming the communicator failed at `stage`, for the reason in `source`: the
+    /// tracker or the launcher's rendezvous could not be reached, the endpoint
+    /// exchange broke off, the environment is malformed. Reads as one sentence,
+    /// "joining the tracker at 10.0.0.1:9091: cannot connect to the tracker ...", and
+    /// [`source`](std::error::Error::source) walks down to the first cause, so that a
+    /// caller can tell a dead tracker (an I/O error underneath) from a bad argument
+    /// ([`InvalidArgument`](CollectiveError::InvalidArgument)).
+    #[error("{stage}: {source}")]
+    Setup {
+        /// What was being done, e.g. "joining the tracker at 10.0.0.1:9091".
+        stage: String,
+        /// Why it failed.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The arguments cannot work on any rank (an operation the type lacks, a root
-    /// outside the world, an output buffer of the wrong length).
+    /// outside the world, an output buffer of the wrong length, a rank outside the
+    /// world at setup).
     #[error("{call}: {reason}")]
     InvalidArgument {
         /// The call.
@@ -248,7 +264,7 @@ pub enum CollectiveError {
         reason: String,
     },
     /// Checkpoints need a communicator in robust mode
-    /// ([`Communicator::robust_from_tracker`](super::Communicator::robust_from_tracker)).
+    /// ([`CommOptions::with_robust`](super::CommOptions::with_robust)).
     #[error("{call}: this communicator is not in robust mode ({engine} engine)")]
     NotRobust {
         /// The call.
@@ -290,8 +306,9 @@ pub enum CollectiveError {
     },
 }
 
-/// What a [`Link`](super::Link) reports; the engine adds the call to make a
-/// [`CollectiveError`].
+/// What a link reports; the engine adds the call to make a [`CollectiveError`].
+// `pub` for the `testing` feature's re-export; without it, reachable in the crate only.
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LinkError {
@@ -332,7 +349,7 @@ pub enum LinkError {
         reason: String,
     },
     /// A message of the current call from `rank` did not begin with the stamp the
-    /// call expects ([`Link::expect`](super::Link::expect)): that rank is in a
+    /// call expects ([`Link::expect`](super::link::Link::expect)): that rank is in a
     /// different call. The engine describes the difference from `first`.
     Refused {
         /// The sender.
@@ -340,6 +357,20 @@ pub enum LinkError {
         /// The message's first frame (the meta frame, on the mesh).
         first: bytes::Bytes,
     },
+}
+
+impl CollectiveError {
+    /// A [`Setup`](CollectiveError::Setup) failure: `source` (an error, or a reason in
+    /// words) while doing `stage`.
+    pub(crate) fn setup(
+        stage: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> CollectiveError {
+        CollectiveError::Setup {
+            stage: stage.into(),
+            source: source.into(),
+        }
+    }
 }
 
 impl LinkError {

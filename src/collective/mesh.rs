@@ -5,12 +5,12 @@
 //! reinterpreted in place, never copied); copies (broadcast, allgather) run on the
 //! bytes, because any cut of a buffer copies the same.
 
-use super::Link;
 use super::algo::choice::{Algorithm, Kind, checks_everyone, choose};
 use super::algo::{AGREE_STEPS, Round, direct, doubling, ring, tree};
 use super::element::{DType, ReduceOp, Reducible, with_dtype};
 use super::engine::{Collective, Combine, Elem, Engine, share_fold_result};
 use super::error::{Call, CollectiveError};
+use super::link::Link;
 use super::link::{Clock, Notice};
 use super::options::Tuning;
 use super::signature::{CHECKED, Signature};

@@ -5,9 +5,17 @@
 //!   processes, or any other backend): recursive doubling for small allreduces, a
 //!   direct exchange or a pipelined ring (reduce-scatter, then allgather) for large
 //!   ones, binomial trees, scatter + allgather or a pipelined chain for broadcast.
-//!   The algorithms only see the [`Link`] trait.
+//!   The algorithms only see a crate-private link trait.
 //! - The **MPI** engine (feature `mpi`, under `mpirun`) calls MPI's own collectives.
 //! - A world of one process needs no network at all ([`Communicator::solo`]).
+//!
+//! Every communicator is formed by one door, [`Communicator::join`], from a
+//! [`Bootstrap`](crate::bootstrap::Bootstrap) that says how the job is formed (the
+//! environment of a launcher, a unique id, a tracker, MPI, endpoints known in
+//! advance, a world of one) and [`CommOptions`] (robust mode among them).
+//! [`Communicator::from_env`], [`Communicator::from_unique_id`] and
+//! [`Communicator::solo`] are short ways to the same door, named as in the Python
+//! package.
 //!
 //! As in rabit, every rank must make the same calls in the same order with the same
 //! lengths; the mesh engine checks lengths, operations, types and roots on every
@@ -19,13 +27,14 @@
 //!
 //! ```
 //! use switchyard::collective::{CommOptions, Communicator, ReduceOp};
+//! use switchyard::bootstrap::Bootstrap;
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let endpoints: Vec<String> = (0..3).map(|r| format!("local://doc-allreduce-{r}")).collect();
 //! let handles: Vec<_> = (0..3)
 //!     .map(|rank| {
-//!         let endpoints = endpoints.clone();
+//!         let boot = Bootstrap::endpoints(rank, &endpoints);
 //!         std::thread::spawn(move || {
-//!             let mut comm = Communicator::mesh(rank, &endpoints, CommOptions::default())?;
+//!             let mut comm = Communicator::join(&boot, CommOptions::default())?;
 //!             let mut grad = vec![rank as f32; 4];
 //!             comm.allreduce(&mut grad, ReduceOp::Sum)?;
 //!             let mut model = if rank == 0 { b"weights".to_vec() } else { Vec::new() };
@@ -61,22 +70,27 @@ mod element;
 mod engine;
 mod error;
 mod interrupt;
+// Its types are `pub` for the `testing` feature's re-exports; without it they are
+// reachable only inside the crate.
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 pub(crate) mod link;
 mod mesh;
 #[cfg(feature = "mpi")]
 mod mpi_engine;
 mod options;
 mod robust;
+// `MeshBuilder` is `pub` for the `testing` feature's re-export.
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 mod setup;
 mod signature;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod tracked;
 mod user;
 
 pub use element::{DType, ReduceOp, Reducible};
-pub use error::{Call, CollectiveError, LinkError};
+pub use error::{Call, CollectiveError};
 pub use interrupt::Interrupt;
-pub use link::{BoundLink, Link, MemoryLink, MemorySchedule, SocketLink, StreamLink, Tag};
-pub use link::{Clock, Notice};
 pub use options::{
     CommOptions, DataPath, ENV_CHECK, ENV_DATA_PATH, ENV_DEADLINE, ENV_HEARTBEAT,
     ENV_LARGE_THRESHOLD, ENV_TIMEOUT,
@@ -85,7 +99,6 @@ pub use robust::{
     Checkpoint, ENV_GLOBAL_REPLICA, ENV_LOCAL_REPLICA, ENV_MOCK, ENV_RESULT_BUDGET, KillPoint,
     MOCK_EXIT_STATUS, MockKill, RobustOptions,
 };
-pub use setup::MeshBuilder;
 pub use tracked::{ENV_TRACKER_PROTOCOL, TrackerJoin, TrackerProtocol};
 
 use engine::{Collective, Elem, Engine};

@@ -1,6 +1,7 @@
 //! Tuning and deadlines of a [`Communicator`](super::Communicator).
 
 use super::interrupt::Interrupt;
+use super::robust::RobustOptions;
 use std::time::Duration;
 use switchyard_transports::SocketOptions;
 
@@ -126,6 +127,12 @@ pub struct CommOptions {
     /// A flag that, once raised, ends this communicator's waiting call with
     /// `Interrupted` (default `None`). See [`Interrupt`].
     pub interrupt: Option<Interrupt>,
+    /// Robust mode (default `None`: off): with it,
+    /// [`Communicator::join`](super::Communicator::join) forms a communicator whose
+    /// collectives survive the death of a rank the launcher restarts, with rabit's
+    /// checkpoints and result replay. It joins a tracker (classic protocol, with a
+    /// task id); see [`RobustOptions`] and the README's "Surviving a dead worker".
+    pub robust: Option<RobustOptions>,
 }
 
 /// Environment variable turning on [`CommOptions::check`]: `1` (or `true`) on, `0`
@@ -166,6 +173,7 @@ impl Default for CommOptions {
             heartbeat: None,
             setup_limit: None,
             interrupt: None,
+            robust: None,
         }
     }
 }
@@ -327,6 +335,12 @@ impl CommOptions {
     /// Sets [`CommOptions::check`].
     pub fn with_check(mut self, on: bool) -> Self {
         self.check = on;
+        self
+    }
+
+    /// Turns robust mode on ([`CommOptions::robust`]).
+    pub fn with_robust(mut self, robust: RobustOptions) -> Self {
+        self.robust = Some(robust);
         self
     }
 

@@ -1,16 +1,21 @@
-//! Forming a [`Communicator`]: a world of one, a mesh over any [`Link`] or over the
-//! transports, the launcher's rendezvous, or MPI.
+//! Forming a [`Communicator`]: the one door, [`Communicator::join`], and what it
+//! goes through for each [`Rendezvous`]: a world of one, a mesh over the transports
+//! whose endpoints are known, exchanged through the launcher's rendezvous or a
+//! unique id's root, a tracker (`tracked.rs`, robust mode in `robust/join.rs`), or
+//! MPI.
 
 use super::engine::{Engine, Solo};
 use super::error::{Call, CollectiveError};
+use super::link::{BoundLink, Link, StreamLink};
 use super::mesh::MeshEngine;
 use super::options::{CommOptions, DataPath};
-// Through the re-exports, which stay whatever files the links live in.
-use super::{BoundLink, Communicator, Link, StreamLink, TrackerJoin};
+use super::{Communicator, TrackerJoin};
 use crate::bootstrap::{Bootstrap, Rendezvous, UniqueId};
 
 /// A mesh communicator whose endpoint is bound but whose peers are not connected:
 /// hand [`MeshBuilder::endpoint`] to the other ranks, then [`MeshBuilder::connect`].
+/// For switchyard's own tests (feature `testing`), which exchange endpoints
+/// themselves; a program's mesh is formed by [`Communicator::join`].
 #[derive(Debug)]
 pub struct MeshBuilder {
     link: BoundLink,
@@ -98,8 +103,215 @@ pub(super) fn this_host() -> String {
 }
 
 impl Communicator {
+    /// Forms this process's communicator as `bootstrap` says, with `options`: the one
+    /// door for every way a job is formed.
+    ///
+    /// | bootstrap | how the communicator forms |
+    /// |---|---|
+    /// | [`Bootstrap::from_env`] under `switchyard launch` | a mesh on the address [`Bootstrap::bind_endpoint`] chooses, endpoints exchanged through the launcher's rendezvous |
+    /// | [`Bootstrap::unique_id`] (or torchrun's, a scheduler's variables) | a mesh, endpoints exchanged through rank 0's root, as [`unique_id`](crate::bootstrap::unique_id) describes |
+    /// | [`Bootstrap::tracker`] (or `DMLC_TRACKER_URI`) | joins the rabit/XGBoost tracker, which assigns the rank; a mesh, endpoints passed round the tracker's ring |
+    /// | `Bootstrap::mpi` (or `mpirun`'s variables; feature `mpi`) | the MPI engine on `MPI_COMM_WORLD` |
+    /// | [`Bootstrap::endpoints`] | a mesh on endpoints known in advance: this rank binds its own and connects to the others |
+    /// | [`Bootstrap::solo`], or any bootstrap of a world of one | no network at all |
+    ///
+    /// Every wait is bounded by [`CommOptions::timeout`], including the wait for the
+    /// whole job to arrive.
+    ///
+    /// With [`CommOptions::robust`] set the communicator is in robust mode:
+    /// collectives survive the death of a rank that the launcher restarts (see the
+    /// README's "Surviving a dead worker" for the program's shape). Robust mode joins
+    /// a tracker of the classic protocol with a task id: the first mesh forms as
+    /// above; after a failure every survivor forms a new one with the tracker's
+    /// `recover` (same rank) while the restarted process joins with `start` and its
+    /// task id, which the tracker maps back to its rank, so the task id must stay the
+    /// same across restarts (`switchyard launch` sets `DMLC_TASK_ID`). Heartbeats
+    /// ([`CommOptions::ROBUST_HEARTBEAT`]) are on unless set otherwise.
+    ///
+    /// A communicator formed through a tracker keeps its session:
+    /// [`tracker_print`](Communicator::tracker_print) goes to the tracker's log, and
+    /// `shutdown` is sent once, by [`finalize`](Communicator::finalize) or on drop
+    /// (in robust mode by `finalize` only).
+    ///
+    /// # Errors
+    ///
+    /// [`CollectiveError::Setup`], naming the stage and keeping the cause, when the
+    /// tracker, the rendezvous or a peer cannot be reached or the exchange breaks
+    /// off; [`CollectiveError::InvalidArgument`] for a rank outside the world, and for
+    /// robust mode without a classic tracker or a task id (refused before joining).
+    ///
+    /// # Examples
+    ///
+    /// Three ranks as threads of one process, on endpoints known in advance:
+    ///
+    /// ```
+    /// use switchyard::collective::{CommOptions, Communicator, ReduceOp};
+    /// use switchyard::bootstrap::Bootstrap;
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let endpoints: Vec<String> = (0..3).map(|r| format!("local://doc-join-{r}")).collect();
+    /// let ranks: Vec<_> = (0..3)
+    ///     .map(|rank| {
+    ///         let boot = Bootstrap::endpoints(rank, &endpoints);
+    ///         std::thread::spawn(move || {
+    ///             let mut comm = Communicator::join(&boot, CommOptions::default())?;
+    ///             let mut x = [rank as u32 + 1];
+    ///             comm.allreduce(&mut x, ReduceOp::Sum)?;
+    ///             Ok::<_, switchyard::collective::CollectiveError>(x[0])
+    ///         })
+    ///     })
+    ///     .collect();
+    /// for r in ranks {
+    ///     assert_eq!(r.join().expect("rank")?, 6);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// A worker of a tracker, and a robust one:
+    ///
+    /// ```no_run
+    /// use switchyard::collective::{CommOptions, Communicator, ReduceOp, RobustOptions, TrackerJoin};
+    /// use switchyard::bootstrap::Bootstrap;
+    /// # fn main() -> Result<(), switchyard::collective::CollectiveError> {
+    /// let boot = Bootstrap::tracker(TrackerJoin::new("127.0.0.1", 9091).with_task_id("worker-0"));
+    /// let mut comm = Communicator::join(&boot, CommOptions::default())?;
+    /// let mut total = [1u32];
+    /// comm.allreduce(&mut total, ReduceOp::Sum)?;
+    /// comm.tracker_print(&format!("rank {} sees {} workers", comm.rank(), total[0]))?;
+    /// comm.finalize()?;
+    ///
+    /// let robust = CommOptions::default().with_robust(RobustOptions::default());
+    /// let comm = Communicator::join(&boot, robust)?;
+    /// assert_eq!(comm.engine_name(), "robust");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn join(
+        bootstrap: &Bootstrap,
+        options: CommOptions,
+    ) -> Result<Communicator, CollectiveError> {
+        if let Some(robust) = options.robust.clone() {
+            return Communicator::join_robust(bootstrap, options, robust);
+        }
+        let (rank, world) = (bootstrap.rank as usize, bootstrap.world_size as usize);
+        match &bootstrap.rendezvous {
+            Rendezvous::Mpi => {
+                #[cfg(feature = "mpi")]
+                return Communicator::mpi(options);
+                #[cfg(not(feature = "mpi"))]
+                return Err(CollectiveError::setup(
+                    "forming the communicator under mpirun",
+                    "this build has no MPI engine: rebuild with `--features mpi`",
+                ));
+            }
+            Rendezvous::Tracker {
+                host,
+                port,
+                task_id,
+                protocol,
+            } => {
+                let spec = TrackerJoin {
+                    host: host.clone(),
+                    port: *port,
+                    task_id: task_id.clone(),
+                    protocol: *protocol,
+                };
+                Communicator::join_tracker(&spec, options)
+            }
+            Rendezvous::Solo => Ok(Communicator::solo_with(options)),
+            Rendezvous::Endpoints(endpoints) => Communicator::mesh(rank, endpoints, options),
+            Rendezvous::Launcher(_) => {
+                check_rank(rank, world)?;
+                if world == 1 {
+                    return Ok(Communicator::solo_with(options));
+                }
+                // On the address that reaches the launcher's host (loopback when it
+                // is this machine), or the SWITCHYARD_IFNAME interface's.
+                let endpoint = bootstrap
+                    .bind_endpoint()
+                    .map_err(|e| CollectiveError::setup("choosing the mesh address", e))?;
+                let mut builder = Communicator::bind_mesh(rank, world, &endpoint, options)?;
+                builder.exchanged = true;
+                let endpoints = bootstrap
+                    .exchange(builder.endpoint(), builder.options.timeout)
+                    .map_err(|e| {
+                        // The error names the rendezvous's address.
+                        CollectiveError::setup("endpoint exchange through the launcher", e)
+                    })?;
+                builder.connect(&endpoints)
+            }
+            Rendezvous::UniqueId(id) => Communicator::unique_id_mesh(id, rank, world, options),
+        }
+    }
+
+    /// Rank `rank` of `world` in the job of `id`, with no tracker or launcher (NCCL's
+    /// bootstrap): [`join`](Communicator::join) with [`Bootstrap::unique_id`]. Every
+    /// rank calls this with the same id, rank 0 in the process that made the id with
+    /// [`UniqueId::new`] (or binding the root of an id from [`UniqueId::at`]). The
+    /// mesh binds on the address [`bind_address`](crate::bootstrap::bind_address)
+    /// chooses towards the root, the endpoints are exchanged as
+    /// [`unique_id`](crate::bootstrap::unique_id) describes, and the mesh opens;
+    /// everything within [`CommOptions::timeout`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use switchyard::collective::{CommOptions, Communicator, ReduceOp};
+    /// use switchyard::bootstrap::UniqueId;
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let id = UniqueId::new_on([127, 0, 0, 1].into())?;
+    /// // Pass `id.to_string()` to the other processes; here they are threads.
+    /// let ranks: Vec<_> = (0..2)
+    ///     .map(|rank| {
+    ///         std::thread::spawn(move || {
+    ///             let mut comm = Communicator::from_unique_id(&id, rank, 2, CommOptions::default())?;
+    ///             let mut x = [rank as u32 + 1];
+    ///             comm.allreduce(&mut x, ReduceOp::Sum)?;
+    ///             Ok::<_, switchyard::collective::CollectiveError>(x[0])
+    ///         })
+    ///     })
+    ///     .collect();
+    /// for r in ranks {
+    ///     assert_eq!(r.join().expect("rank")?, 3);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn from_unique_id(
+        id: &UniqueId,
+        rank: usize,
+        world: usize,
+        options: CommOptions,
+    ) -> Result<Communicator, CollectiveError> {
+        Communicator::join(&Bootstrap::unique_id(*id, rank, world), options)
+    }
+
+    /// The communicator for however this process was started:
+    /// [`join`](Communicator::join) with [`Bootstrap::from_env`] and
+    /// [`CommOptions::from_env`]. A process started by hand is a world of one, and
+    /// says so once on stderr (a job started without its launcher otherwise "works"
+    /// with every rank alone). Other options, robust mode among them, go through
+    /// `join`: `Communicator::join(&boot, options)` with the bootstrap of
+    /// [`Bootstrap::from_env`] (or [`Bootstrap::solo`] when it found none).
+    ///
+    /// # Errors
+    ///
+    /// [`CollectiveError::Setup`] ("reading the environment: ...") for a malformed or
+    /// half-set environment, naming the variable; then as [`join`](Communicator::join).
+    pub fn from_env() -> Result<Communicator, CollectiveError> {
+        let options = CommOptions::from_env();
+        match Bootstrap::from_env() {
+            Ok(Some(boot)) => Communicator::join(&boot, options),
+            Ok(None) => {
+                announce_world_of_one();
+                Ok(Communicator::solo_with(options))
+            }
+            Err(e) => Err(CollectiveError::setup("reading the environment", e)),
+        }
+    }
+
     /// A world of one rank: every collective returns at once, nothing touches the
-    /// network.
+    /// network ([`join`](Communicator::join) with [`Bootstrap::solo`]).
     pub fn solo() -> Communicator {
         Communicator::solo_with(CommOptions::default())
     }
@@ -109,25 +321,20 @@ impl Communicator {
     }
 
     /// A mesh communicator over any [`Link`].
-    pub fn over_link(link: Box<dyn Link>, options: CommOptions) -> Communicator {
+    pub(crate) fn over_link(link: Box<dyn Link>, options: CommOptions) -> Communicator {
         let engine: Box<dyn Engine> = Box::new(MeshEngine::new(link, options.tuning()));
         Communicator::with_engine(engine, options, this_host())
     }
 
     /// Binds rank `rank` of `size` at `endpoint` (`tcp://127.0.0.1:0` picks a port),
     /// for peers to be connected later.
-    pub fn bind_mesh(
+    pub(crate) fn bind_mesh(
         rank: usize,
         size: usize,
         endpoint: &str,
         options: CommOptions,
     ) -> Result<MeshBuilder, CollectiveError> {
-        if size == 0 || rank >= size {
-            return Err(CollectiveError::InvalidArgument {
-                call: Call::Setup,
-                reason: format!("rank {rank} is outside a world of {size}"),
-            });
-        }
+        check_rank(rank, size)?;
         let link = BoundLink::bind(rank, size, endpoint, options.socket.clone())
             .map_err(|e| e.during(Call::Setup))?;
         Ok(MeshBuilder {
@@ -138,9 +345,8 @@ impl Communicator {
     }
 
     /// Rank `rank` of a mesh whose endpoints are all known in advance: binds
-    /// `endpoints[rank]` and connects to the others. A world of one is
-    /// [`solo`](Communicator::solo).
-    pub fn mesh(
+    /// `endpoints[rank]` and connects to the others. A world of one is solo.
+    fn mesh(
         rank: usize,
         endpoints: &[String],
         options: CommOptions,
@@ -157,136 +363,23 @@ impl Communicator {
         Communicator::bind_mesh(rank, endpoints.len(), endpoint, options)?.connect(endpoints)
     }
 
-    /// The communicator of a process started by `switchyard launch` (a mesh on the
-    /// address [`Bootstrap::bind_endpoint`] chooses, endpoints exchanged through the
-    /// launcher's rendezvous), under a
-    /// rabit/XGBoost tracker ([`from_tracker`](Communicator::from_tracker)) or by
-    /// `mpirun` (the MPI engine; needs the `mpi` feature).
-    pub fn from_bootstrap(
-        boot: &Bootstrap,
-        options: CommOptions,
-    ) -> Result<Communicator, CollectiveError> {
-        let setup = |reason: String| CollectiveError::InvalidArgument {
-            call: Call::Setup,
-            reason,
-        };
-        match &boot.rendezvous {
-            Rendezvous::Mpi => {
-                #[cfg(feature = "mpi")]
-                return Communicator::mpi(options);
-                #[cfg(not(feature = "mpi"))]
-                return Err(setup(
-                    "started by mpirun, but this build has no MPI engine: \
-                                  rebuild with `--features mpi`"
-                        .into(),
-                ));
-            }
-            Rendezvous::Launcher(_) => {
-                let (rank, size) = (boot.rank as usize, boot.world_size as usize);
-                if size == 1 {
-                    return Ok(Communicator::solo_with(options));
-                }
-                // On the address that reaches the launcher's host (loopback when it
-                // is this machine), or the SWITCHYARD_IFNAME interface's.
-                let endpoint = boot
-                    .bind_endpoint()
-                    .map_err(|e| setup(format!("choosing the mesh address: {e}")))?;
-                let mut builder = Communicator::bind_mesh(rank, size, &endpoint, options)?;
-                builder.exchanged = true;
-                let endpoints = boot
-                    .exchange(builder.endpoint(), builder.options.timeout)
-                    .map_err(|e| setup(format!("endpoint exchange: {e}")))?;
-                builder.connect(&endpoints)
-            }
-            Rendezvous::UniqueId(id) => {
-                // Read from MASTER_ADDR or a scheduler: the user never saw a unique id.
-                let what = format!("bootstrap at rank 0's root {}", id.root());
-                let (rank, world) = (boot.rank as usize, boot.world_size as usize);
-                Communicator::init_as(id, rank, world, options, &what)
-            }
-            Rendezvous::Tracker {
-                host,
-                port,
-                task_id,
-                protocol,
-            } => {
-                let mut spec = TrackerJoin::new(host.clone(), *port).with_protocol(*protocol);
-                spec.task_id = task_id.clone();
-                Communicator::from_tracker(&spec, options)
-            }
-        }
-    }
-
-    /// Rank `rank` of `world` in the job of `id`, with no tracker or launcher (NCCL's
-    /// bootstrap): every rank calls this with the same id, rank 0 in the process that
-    /// made the id with [`UniqueId::new`] (or binding the root of an id from
-    /// [`UniqueId::at`]). The mesh binds on the address
-    /// [`bind_address`](crate::bootstrap::bind_address) chooses towards the root, the
-    /// endpoints are exchanged as [`unique_id`](crate::bootstrap::unique_id) describes,
-    /// and the mesh opens; everything within [`CommOptions::timeout`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use switchyard::collective::{CommOptions, Communicator, ReduceOp};
-    /// use switchyard::bootstrap::UniqueId;
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let id = UniqueId::new_on([127, 0, 0, 1].into())?;
-    /// // Pass `id.to_string()` to the other processes; here they are threads.
-    /// let ranks: Vec<_> = (0..2)
-    ///     .map(|rank| {
-    ///         std::thread::spawn(move || {
-    ///             let mut comm = Communicator::init(&id, rank, 2, CommOptions::default())?;
-    ///             let mut x = [rank as u32 + 1];
-    ///             comm.allreduce(&mut x, ReduceOp::Sum)?;
-    ///             Ok::<_, switchyard::collective::CollectiveError>(x[0])
-    ///         })
-    ///     })
-    ///     .collect();
-    /// for r in ranks {
-    ///     assert_eq!(r.join().expect("rank")?, 3);
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn init(
+    /// The unique-id bootstrap: a mesh, endpoints exchanged through rank 0's root.
+    fn unique_id_mesh(
         id: &UniqueId,
         rank: usize,
         world: usize,
         options: CommOptions,
     ) -> Result<Communicator, CollectiveError> {
-        Communicator::init_as(
-            id,
-            rank,
-            world,
-            options,
-            &format!("unique-id bootstrap of {id}"),
-        )
-    }
-
-    /// [`init`](Communicator::init), its errors introduced by `what`.
-    fn init_as(
-        id: &UniqueId,
-        rank: usize,
-        world: usize,
-        options: CommOptions,
-        what: &str,
-    ) -> Result<Communicator, CollectiveError> {
-        let setup = |reason: String| CollectiveError::InvalidArgument {
-            call: Call::Setup,
-            reason,
-        };
-        let (rank32, world32) = match (u32::try_from(rank), u32::try_from(world)) {
-            (Ok(r), Ok(w)) if w > 0 && r < w => (r, w),
-            _ => return Err(setup(format!("rank {rank} is outside a world of {world}"))),
-        };
+        let (rank32, world32) = check_rank(rank, world)?;
         let root = id.root();
         let ip = crate::bootstrap::bind_address(&root.ip().to_string(), root.port())
-            .map_err(|e| setup(format!("choosing the mesh address: {e}")))?;
+            .map_err(|e| CollectiveError::setup("choosing the mesh address", e))?;
         let timeout = options.timeout;
         let mut builder =
             Communicator::bind_mesh(rank, world, &crate::bootstrap::tcp_any_port(ip), options)?;
         builder.exchanged = true;
+        // Worded without "unique id": under torchrun or a scheduler the id was read
+        // from the environment, and the user never saw one.
         let endpoints = crate::bootstrap::unique_id::exchange(
             id,
             rank32,
@@ -295,40 +388,16 @@ impl Communicator {
             builder.endpoint(),
             timeout,
         )
-        .map_err(|e| setup(format!("{what}: {e}")))?;
+        .map_err(|e| CollectiveError::setup(format!("bootstrap at rank 0's root {root}"), e))?;
         if world == 1 {
             return Ok(Communicator::solo_with(builder.options));
         }
         builder.connect(&endpoints)
     }
 
-    /// The communicator for however this process was started: see
-    /// [`from_bootstrap`](Communicator::from_bootstrap); a process started by hand is
-    /// a world of one, and says so once on stderr (a job started without its launcher
-    /// otherwise "works" with every rank alone). Options come from
-    /// [`CommOptions::from_env`].
-    pub fn from_env() -> Result<Communicator, CollectiveError> {
-        Communicator::from_env_with(CommOptions::from_env())
-    }
-
-    /// [`from_env`](Communicator::from_env) with the given options.
-    pub fn from_env_with(options: CommOptions) -> Result<Communicator, CollectiveError> {
-        match Bootstrap::from_env() {
-            Ok(Some(boot)) => Communicator::from_bootstrap(&boot, options),
-            Ok(None) => {
-                announce_world_of_one();
-                Ok(Communicator::solo_with(options))
-            }
-            Err(e) => Err(CollectiveError::InvalidArgument {
-                call: Call::Setup,
-                reason: e.to_string(),
-            }),
-        }
-    }
-
     /// The MPI engine on `MPI_COMM_WORLD` (the process must run under `mpirun`).
     #[cfg(feature = "mpi")]
-    pub fn mpi(options: CommOptions) -> Result<Communicator, CollectiveError> {
+    fn mpi(options: CommOptions) -> Result<Communicator, CollectiveError> {
         let engine = super::mpi_engine::MpiEngine::new(
             options.timeout,
             options.mpi_arg_checks || options.check,
@@ -339,6 +408,36 @@ impl Communicator {
             options,
             processor_name,
         ))
+    }
+}
+
+/// The tracker a [`Rendezvous::Tracker`] bootstrap names, as a [`TrackerJoin`].
+pub(super) fn tracker_spec(bootstrap: &Bootstrap) -> Option<TrackerJoin> {
+    let Rendezvous::Tracker {
+        host,
+        port,
+        task_id,
+        protocol,
+    } = &bootstrap.rendezvous
+    else {
+        return None;
+    };
+    Some(TrackerJoin {
+        host: host.clone(),
+        port: *port,
+        task_id: task_id.clone(),
+        protocol: *protocol,
+    })
+}
+
+/// `rank` and `world` as `u32`s, or the error of a rank outside the world.
+fn check_rank(rank: usize, world: usize) -> Result<(u32, u32), CollectiveError> {
+    match (u32::try_from(rank), u32::try_from(world)) {
+        (Ok(r), Ok(w)) if w > 0 && r < w => Ok((r, w)),
+        _ => Err(CollectiveError::InvalidArgument {
+            call: Call::Setup,
+            reason: format!("rank {rank} is outside a world of {world}"),
+        }),
     }
 }
 

@@ -243,14 +243,6 @@ fn ring_allgather(
     Ok(all)
 }
 
-/// A failure to form the communicator: an error of the `Setup` call.
-fn setup_error(reason: String) -> CollectiveError {
-    CollectiveError::InvalidArgument {
-        call: Call::Setup,
-        reason,
-    }
-}
-
 /// A mesh formed through the tracker: its engine (the caller wraps it in a
 /// [`Communicator`] or another engine), the tracker session (`None` when
 /// `keep_session` was false), rank and world.
@@ -279,7 +271,7 @@ impl std::fmt::Debug for TrackerMesh {
 }
 
 /// Joins the tracker `spec` as `how` says and forms a mesh with the other workers of
-/// its job: [`Communicator::from_tracker`] with `Start`, and each new generation of a
+/// its job: [`Communicator::join`] with `Start`, and each new generation of a
 /// recovering job (survivors with `Recover`, a restarted process with `Start` and its
 /// task id). Every worker binds a fresh mesh endpoint, so nothing of an earlier
 /// generation is reused.
@@ -297,18 +289,22 @@ pub(crate) fn tracker_mesh(
 ) -> Result<TrackerMesh, CollectiveError> {
     let at = format!("tracker {}:{}", spec.host, spec.port);
     if let (TrackerProtocol::Json, JoinAs::Recover { rank }) = (spec.protocol, how) {
-        return Err(setup_error(format!(
-            "rank {rank} cannot rejoin the {at} with `recover`: XGBoost's JSON tracker \
-             protocol has no recover command (use the classic protocol, \
-             {ENV_TRACKER_PROTOCOL}=classic, for recovery)"
-        )));
+        return Err(CollectiveError::InvalidArgument {
+            call: Call::Setup,
+            reason: format!(
+                "rank {rank} cannot rejoin the {at} with `recover`: XGBoost's JSON tracker \
+                 protocol has no recover command (use the classic protocol, \
+                 {ENV_TRACKER_PROTOCOL}=classic, for recovery)"
+            ),
+        });
     }
     let began = Instant::now();
     // The wait for the whole batch of workers to arrive may take the whole timeout;
     // everything else, the setup limit (robust mode's attempts).
     let mut config = ClientConfig::default().with_timeout(options.setup_timeout());
     config.batch_timeout = options.timeout;
-    let joined = join(spec, config, how).map_err(|e| setup_error(format!("joining {e}")))?;
+    let joined = join(spec, config, how)
+        .map_err(|e| CollectiveError::setup(format!("joining the {at}"), e))?;
     // Until the mesh stands, a failure must not look like a finished worker to the
     // tracker: the link sends its `shutdown` only once it is armed.
     let mut link = TrackerLink {
@@ -322,23 +318,28 @@ pub(crate) fn tracker_mesh(
             (Box::new(Solo), super::setup::this_host())
         } else {
             let (Some(next), Some(prev)) = (joined.next, joined.prev) else {
-                return Err(setup_error(format!(
-                    "{at} gave rank {rank} of {world} no ring neighbours"
-                )));
+                return Err(CollectiveError::setup(
+                    format!("joining the {at}"),
+                    format!("it gave rank {rank} of {world} no ring neighbours"),
+                ));
             };
             // SWITCHYARD_IFNAME wins over the address of the tracker connection.
             let local_ip = crate::bootstrap::ifname_address()
-                .map_err(|e| setup_error(format!("choosing the mesh address: {e}")))?
+                .map_err(|e| CollectiveError::setup("choosing the mesh address", e))?
                 .unwrap_or(joined.local_ip);
             tracing::debug!(ip = %local_ip, "mesh address for the {at} job");
             let endpoint = crate::bootstrap::tcp_any_port(local_ip);
             let builder = Communicator::bind_mesh(rank, world, &endpoint, options.clone())
                 .map_err(|e| match local_ip {
                     // The zmq backend does not enable IPv6 on its sockets.
-                    IpAddr::V6(_) => setup_error(format!(
-                        "{e}; the {at} was reached over IPv6 and the mesh needs IPv4: give the \
-                         tracker's IPv4 address (DMLC_TRACKER_URI)"
-                    )),
+                    IpAddr::V6(_) => CollectiveError::setup(
+                        format!(
+                            "binding the mesh on {local_ip}: the {at} was reached over IPv6 \
+                             and the mesh needs IPv4 (give the tracker's IPv4 address, \
+                             DMLC_TRACKER_URI)"
+                        ),
+                        e,
+                    ),
                     IpAddr::V4(_) => e,
                 })?;
             let endpoints = ring_allgather(
@@ -349,7 +350,9 @@ pub(crate) fn tracker_mesh(
                 &prev,
                 options.setup_timeout(),
             )
-            .map_err(|e| setup_error(format!("mesh endpoint exchange over the {at} ring: {e}")))?;
+            .map_err(|e| {
+                CollectiveError::setup(format!("mesh endpoint exchange over the {at} ring"), e)
+            })?;
             drop((next, prev));
             let (engine, _, processor_name, _) = builder.connect(&endpoints)?.into_parts();
             (engine, processor_name)
@@ -373,36 +376,9 @@ impl Communicator {
         (self.engine, self.options, self.processor_name, self.tracker)
     }
 
-    /// Joins the tracker `spec` and forms a mesh with the other workers of its job.
-    ///
-    /// The tracker assigns the rank and links each worker to a few others (tree and
-    /// ring in the classic protocol, the ring in the JSON one). This worker binds its
-    /// mesh endpoint on the address it used to reach the tracker (the one the tracker
-    /// hands to peers), the endpoints go round the tracker's ring once (an allgather,
-    /// as in NCCL's bootstrap), and the mesh is connected as for any other start; the
-    /// tracker links are then closed. Every worker of the job must be a switchyard
-    /// process. Every wait is bounded by [`CommOptions::timeout`], including the wait
-    /// for the whole batch of workers to reach the tracker.
-    ///
-    /// The communicator keeps the tracker session:
-    /// [`tracker_print`](Communicator::tracker_print) goes to the tracker's log, and
-    /// `shutdown` is sent once, by [`finalize`](Communicator::finalize) or on drop.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// use switchyard::collective::{CommOptions, Communicator, ReduceOp, TrackerJoin};
-    /// # fn main() -> Result<(), switchyard::collective::CollectiveError> {
-    /// let spec = TrackerJoin::new("127.0.0.1", 9091).with_task_id("worker-0");
-    /// let mut comm = Communicator::from_tracker(&spec, CommOptions::default())?;
-    /// let mut total = [1u32];
-    /// comm.allreduce(&mut total, ReduceOp::Sum)?;
-    /// comm.tracker_print(&format!("rank {} sees {} workers", comm.rank(), total[0]))?;
-    /// comm.finalize()?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn from_tracker(
+    /// Joins the tracker `spec` and forms a mesh with the other workers of its job:
+    /// [`Communicator::join`] with [`Bootstrap::tracker`](crate::bootstrap::Bootstrap::tracker).
+    pub(super) fn join_tracker(
         spec: &TrackerJoin,
         options: CommOptions,
     ) -> Result<Communicator, CollectiveError> {
@@ -418,7 +394,7 @@ impl Communicator {
         match &self.tracker {
             Some(link) => link
                 .print(text)
-                .map_err(|e| setup_error(format!("tracker print: {e}"))),
+                .map_err(|e| CollectiveError::setup("tracker print", e)),
             None => {
                 eprintln!("{text}");
                 Ok(())
@@ -438,7 +414,7 @@ impl Communicator {
         match link {
             Some(mut link) => link
                 .shutdown()
-                .map_err(|e| setup_error(format!("tracker shutdown: {e}"))),
+                .map_err(|e| CollectiveError::setup("tracker shutdown", e)),
             None => Ok(()),
         }
     }

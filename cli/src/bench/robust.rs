@@ -2,8 +2,8 @@
 //! fast it reacts, each beside the plain mesh or a first start measured in the same run.
 //!
 //! - `allreduce_overhead` (8 B, 64 KiB, 4 MiB): f32 Sum allreduce through
-//!   `Communicator::robust_from_tracker` beside `Communicator::from_tracker` (the plain
-//!   mesh), 4 ranks as threads of this process over tcp 127.0.0.1, each job with a
+//!   `Communicator::join` in robust mode beside the same tracker join without it (the
+//!   plain mesh), 4 ranks as threads of this process over tcp 127.0.0.1, each job with a
 //!   fresh in-process tracker and the same options. Both communicators live side by
 //!   side in the same threads and are timed in alternating blocks (the order rotates
 //!   from block to block); figures are medians over blocks of rank 0's time per call.
@@ -47,6 +47,7 @@ use crossbeam_channel::{Receiver, Sender};
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use switchyard::bootstrap::Bootstrap;
 use switchyard::collective::{CommOptions, Communicator, ReduceOp, RobustOptions, TrackerJoin};
 use switchyard_tracker::{Tracker, TrackerConfig};
 use worker::{
@@ -361,16 +362,15 @@ fn rank_timings(
 ) -> Result<Timings> {
     let options = CommOptions::default().with_timeout(STEP_LIMIT);
     let task = format!("t{i}");
-    let plain = Communicator::from_tracker(
-        &TrackerJoin::new("127.0.0.1", plain_port).with_task_id(task.clone()),
+    let plain = Communicator::join(
+        &Bootstrap::tracker(TrackerJoin::new("127.0.0.1", plain_port).with_task_id(task.clone())),
         options.clone(),
     )?;
     // The environment's robust options (SWITCHYARD_GLOBAL_REPLICA, ...), to see what
     // each costs; the defaults without it.
-    let robust = Communicator::robust_from_tracker(
-        &TrackerJoin::new("127.0.0.1", robust_port).with_task_id(task),
-        options,
-        RobustOptions::from_env()?,
+    let robust = Communicator::join(
+        &Bootstrap::tracker(TrackerJoin::new("127.0.0.1", robust_port).with_task_id(task)),
+        options.with_robust(RobustOptions::from_env()?),
     )?;
     let mut comms = Comms {
         plain,

@@ -4,10 +4,9 @@
 use super::{label, SLACK};
 use crate::alloc::measure;
 use bytes::Bytes;
-use switchyard::collective::Tag;
 use switchyard::fuzzing::{
     decode_stream_frames, decode_stream_frames_chunked, decode_stream_hello, encode_stream_frame,
-    FUZZ_MAX_FRAME_BYTES,
+    Tag, FUZZ_MAX_FRAME_BYTES,
 };
 
 /// A frame limit small enough that the driver's inputs cross it.

@@ -12,12 +12,15 @@
 
 pub(crate) mod framing;
 mod liveness;
+// Only tests run over it: no program's communicator does.
+#[cfg(any(test, feature = "testing"))]
 mod memory;
 mod pool;
 mod setup;
 mod socket;
 mod stream;
 
+#[cfg(any(test, feature = "testing"))]
 pub use memory::{MemoryLink, MemorySchedule};
 pub use socket::{BoundLink, SocketLink};
 pub(crate) use stream::SILENT;
@@ -171,6 +174,7 @@ pub struct Clock {
 
 impl Clock {
     /// A clock with a silence limit and no deadline.
+    #[cfg(any(test, feature = "testing"))]
     pub fn silence(silence: Duration) -> Clock {
         Clock {
             silence,

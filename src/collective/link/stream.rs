@@ -101,6 +101,7 @@ impl StreamLink {
     /// `host` (any free port), swaps addresses over `control`, then the lower rank of
     /// each pair connects. Waits at most `timeout`. No heartbeat: a silent peer is
     /// noticed by the silence timeout only.
+    #[cfg(any(test, feature = "testing"))]
     pub fn connect(
         control: SocketLink,
         host: &str,

@@ -5,6 +5,7 @@ use super::RobustOptions;
 use super::engine::{Rejoin, Report, RobustEngine, SilentReport};
 use crate::bootstrap::{Bootstrap, Rendezvous};
 use crate::collective::error::{Call, CollectiveError};
+use crate::collective::setup::tracker_spec;
 use crate::collective::tracked::{JoinAs, TrackerMesh, tracker_mesh};
 use crate::collective::{CommOptions, Communicator, ENV_HEARTBEAT, TrackerJoin, TrackerProtocol};
 use std::time::{Duration, Instant};
@@ -55,50 +56,56 @@ fn robust_defaults(mut options: CommOptions) -> CommOptions {
     options
 }
 
-fn setup(reason: String) -> CollectiveError {
+/// A robust communicator that cannot be formed from what it was given.
+fn refused(reason: &str) -> CollectiveError {
     CollectiveError::InvalidArgument {
         call: Call::Setup,
-        reason,
+        reason: reason.into(),
     }
 }
 
 impl Communicator {
-    /// Joins the classic tracker `spec` in robust mode: collectives survive the death
-    /// of a rank that the launcher restarts (see the README's "Surviving a dead worker" for the program's
-    /// shape). `robust.attempt` tells a restarted process from a first start.
-    ///
-    /// The first mesh is formed as by [`from_tracker`](Communicator::from_tracker);
-    /// after a failure every survivor forms a new one with the tracker's `recover`
-    /// (same rank) while the restarted process joins with `start` and its task id,
-    /// which the tracker maps back to its rank, so `spec.task_id` must be set and
-    /// stay the same across restarts (`switchyard launch` sets `DMLC_TASK_ID`).
-    ///
-    /// # Errors
-    ///
-    /// As [`from_tracker`](Communicator::from_tracker); a JSON-protocol tracker (it has
-    /// no `recover`) or a missing task id is refused before joining.
-    pub fn robust_from_tracker(
-        spec: &TrackerJoin,
+    /// [`Communicator::join`] with [`CommOptions::robust`] set: joins the classic
+    /// tracker of `bootstrap` in robust mode.
+    pub(crate) fn join_robust(
+        bootstrap: &Bootstrap,
         options: CommOptions,
         robust: RobustOptions,
     ) -> Result<Communicator, CollectiveError> {
+        let spec = match tracker_spec(bootstrap) {
+            Some(spec) => Some(spec),
+            // `switchyard launch` gives its workers both its rendezvous, which the
+            // bootstrap names, and its tracker, which robust mode joins.
+            None if matches!(bootstrap.rendezvous, Rendezvous::Launcher(_)) => {
+                Bootstrap::from_tracker_env()
+                    .map_err(|e| CollectiveError::setup("reading the environment", e))?
+                    .as_ref()
+                    .and_then(tracker_spec)
+            }
+            None => None,
+        };
+        let Some(spec) = spec else {
+            return Err(refused(
+                "robust mode joins a tracker, and DMLC_TRACKER_URI / DMLC_TRACKER_PORT are not \
+                 set (run under `switchyard launch`, or give a tracker)",
+            ));
+        };
         if spec.protocol == TrackerProtocol::Json {
-            return Err(setup(
+            return Err(refused(
                 "robust mode needs the classic tracker protocol: XGBoost's JSON protocol has no \
-                 `recover` for survivors to rejoin with"
-                    .into(),
+                 `recover` for survivors to rejoin with",
             ));
         }
         if spec.task_id.is_none() {
-            return Err(setup(
+            return Err(refused(
                 "robust mode needs a task id (DMLC_TASK_ID): a restarted process gets its rank \
-                 back from the tracker by it"
-                    .into(),
+                 back from the tracker by it",
             ));
         }
+        let spec = &spec;
         let options = robust_defaults(options);
         let first = form(spec, &options, JoinAs::Start)?;
-        let rank = u32::try_from(first.rank).map_err(|_| setup("rank past u32".into()))?;
+        let rank = u32::try_from(first.rank).map_err(|_| refused("rank past u32"))?;
         let (again, again_options) = (spec.clone(), options.clone());
         let rejoin: Rejoin = Box::new(move || {
             form(&again, &again_options, JoinAs::Recover { rank }).map(|m| m.engine)
@@ -144,45 +151,5 @@ impl Communicator {
             link
         });
         Ok(comm)
-    }
-
-    /// [`robust_from_tracker`](Communicator::robust_from_tracker) with the tracker of
-    /// the environment (`DMLC_TRACKER_URI`, `DMLC_TRACKER_PORT`, `DMLC_TASK_ID`, as
-    /// `switchyard launch` sets them) and [`CommOptions::from_env`].
-    ///
-    /// # Errors
-    ///
-    /// No tracker in the environment, or a half-set one, named; then as
-    /// [`robust_from_tracker`](Communicator::robust_from_tracker).
-    pub fn robust_from_env(robust: RobustOptions) -> Result<Communicator, CollectiveError> {
-        Communicator::robust_from_env_with(CommOptions::from_env(), robust)
-    }
-
-    /// [`robust_from_env`](Communicator::robust_from_env) with the given options.
-    pub fn robust_from_env_with(
-        options: CommOptions,
-        robust: RobustOptions,
-    ) -> Result<Communicator, CollectiveError> {
-        let found = Bootstrap::from_tracker_env().map_err(|e| setup(e.to_string()))?;
-        let Some(Bootstrap {
-            rendezvous:
-                Rendezvous::Tracker {
-                    host,
-                    port,
-                    task_id,
-                    protocol,
-                },
-            ..
-        }) = found
-        else {
-            return Err(setup(
-                "robust mode joins a tracker, and DMLC_TRACKER_URI / DMLC_TRACKER_PORT are not \
-                 set (run under `switchyard launch`, or give a tracker)"
-                    .into(),
-            ));
-        };
-        let mut spec = TrackerJoin::new(host, port).with_protocol(protocol);
-        spec.task_id = task_id;
-        Communicator::robust_from_tracker(&spec, options, robust)
     }
 }

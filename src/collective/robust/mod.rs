@@ -1,9 +1,11 @@
 //! Robust mode: rabit's checkpoints and recovery, so that an iterative job survives
 //! a worker's death.
 //!
-//! A robust [`Communicator`] is formed through a tracker
-//! ([`Communicator::robust_from_tracker`], or [`Communicator::robust_from_env`] under
-//! `switchyard launch`). The program is written as for rabit:
+//! A robust [`Communicator`] is formed through a tracker by
+//! [`Communicator::join`] with [`CommOptions::robust`](crate::collective::CommOptions::robust)
+//! set (under `switchyard launch`, with the bootstrap of
+//! [`Bootstrap::from_env`](crate::bootstrap::Bootstrap::from_env)). The program is
+//! written as for rabit:
 //!
 //! 1. [`Communicator::load_checkpoint`] first: `None` on a fresh start, or the last
 //!    checkpoint when this process is a restarted worker;

@@ -6,6 +6,7 @@ use crate::bench::report::human_size;
 use crate::bench::{Common, median};
 use std::path::Path;
 use std::time::{Duration, Instant};
+use switchyard::bootstrap::Bootstrap;
 use switchyard::collective::{CommOptions, Communicator, ReduceOp};
 
 fn sizes(quick: bool) -> Vec<usize> {
@@ -80,7 +81,9 @@ pub(super) fn work(
             if checked {
                 options = options.with_check(true);
             }
-            let mut comm = Communicator::from_env_with(options)?;
+            // Started by the bench's launch: the environment always names the job.
+            let boot = Bootstrap::from_env()?.unwrap_or_else(Bootstrap::solo);
+            let mut comm = Communicator::join(&boot, options)?;
             let rank = comm.rank();
             let n = comm.world_size();
             measure(common, rank, n, out, &mut |kind, buf, out_buf| match kind {

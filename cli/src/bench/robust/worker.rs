@@ -11,6 +11,7 @@
 //! unix nanoseconds (see [`UnixNanos`]).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use switchyard::bootstrap::Bootstrap;
 use switchyard::collective::{CommOptions, Communicator, ReduceOp, RobustOptions, TrackerJoin};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -59,7 +60,7 @@ pub(crate) struct WorkerArgs {
     pub(crate) task: String,
     #[arg(long, value_enum)]
     pub(crate) mode: Mode,
-    /// Robust mode (else the plain mesh, `Communicator::from_tracker`).
+    /// Robust mode (else the plain mesh through the same tracker).
     #[arg(long)]
     pub(crate) robust: bool,
     /// This process's restart count (`RobustOptions::attempt`).
@@ -112,15 +113,16 @@ fn say(word: &str) {
 }
 
 fn join(args: &WorkerArgs) -> Result<Communicator> {
-    let spec = TrackerJoin::new("127.0.0.1", args.port).with_task_id(args.task.clone());
-    let options = CommOptions::default().with_timeout(Duration::from_millis(args.timeout_ms));
+    let boot = Bootstrap::tracker(
+        TrackerJoin::new("127.0.0.1", args.port).with_task_id(args.task.clone()),
+    );
+    let mut options = CommOptions::default().with_timeout(Duration::from_millis(args.timeout_ms));
     if args.robust {
         let mut robust = RobustOptions::default();
         robust.attempt = args.attempt;
-        Ok(Communicator::robust_from_tracker(&spec, options, robust)?)
-    } else {
-        Ok(Communicator::from_tracker(&spec, options)?)
+        options = options.with_robust(robust);
     }
+    Ok(Communicator::join(&boot, options)?)
 }
 
 pub(crate) fn run(args: WorkerArgs) -> Result<()> {

@@ -38,12 +38,13 @@ use turn::{Phase, State, World};
 /// # Examples
 ///
 /// ```
-/// use switchyard::collective::{CommOptions, Communicator, MemoryLink, ReduceOp};
+/// use switchyard::collective::testing::{MemoryLink, over_link};
+/// use switchyard::collective::{CommOptions, ReduceOp};
 /// let handles: Vec<_> = MemoryLink::world(3)
 ///     .into_iter()
 ///     .map(|link| {
 ///         std::thread::spawn(move || {
-///             let mut comm = Communicator::over_link(Box::new(link), CommOptions::default());
+///             let mut comm = over_link(Box::new(link), CommOptions::default());
 ///             let mut grad = vec![comm.rank() as f32; 2];
 ///             comm.allreduce(&mut grad, ReduceOp::Sum).map(|()| grad)
 ///         })
