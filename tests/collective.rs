@@ -11,7 +11,7 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 use switchyard::bootstrap::Bootstrap;
 use switchyard::collective::testing::{self, MemoryLink, MemorySchedule};
-use switchyard::collective::{CollectiveError, CommOptions, Communicator, ReduceOp};
+use switchyard::collective::{CollectiveError, CommOptions, Communicator, ReduceOp, RobustOptions};
 
 static JOB: AtomicUsize = AtomicUsize::new(0);
 
@@ -156,6 +156,35 @@ impl World for Tcp {
 /// The mesh over the deterministic in-memory link, on `MemorySchedule`.
 struct Memory(MemorySchedule);
 
+/// The robust engine (agreements, replay records) over the mesh on the in-memory link.
+struct RobustMemory(MemorySchedule);
+
+impl World for RobustMemory {
+    fn run<R: Send + 'static>(
+        &self,
+        n: usize,
+        options: CommOptions,
+        body: impl Fn(&mut Communicator) -> Result<R, CollectiveError> + Send + Sync + 'static,
+    ) -> Vec<R> {
+        let body = Arc::new(body);
+        let handles: Vec<_> = MemoryLink::world_with(n, self.0)
+            .into_iter()
+            .enumerate()
+            .map(|(rank, link)| {
+                let (body, options) = (body.clone(), options.clone());
+                std::thread::spawn(move || {
+                    let robust = RobustOptions::default();
+                    let mut comm = testing::robust_over_link(Box::new(link), options, robust);
+                    assert_eq!((comm.rank(), comm.world_size()), (rank, n));
+                    assert_eq!(comm.engine_name(), "robust");
+                    body(&mut comm)
+                })
+            })
+            .collect();
+        collect(handles.into_iter().map(|h| h.join()).collect())
+    }
+}
+
 impl World for Memory {
     fn run<R: Send + 'static>(
         &self,
@@ -192,6 +221,10 @@ collective_suite::instantiate!(
 collective_suite::instantiate!(
     over_memory_seeded,
     crate::Memory(crate::MemorySchedule::Seeded(2026))
+);
+collective_suite::instantiate!(
+    robust_over_memory_seeded,
+    crate::RobustMemory(crate::MemorySchedule::Seeded(2026))
 );
 
 #[test]

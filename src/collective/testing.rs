@@ -28,3 +28,25 @@ pub fn bind_mesh(
 ) -> Result<MeshBuilder, CollectiveError> {
     Communicator::bind_mesh(rank, size, endpoint, options)
 }
+
+/// A robust-mode communicator over `link`, its first and only mesh: robust mode's
+/// agreements, replay records and checkpoints run over it exactly as over a tracker's
+/// mesh, but a failure ends the call with an error, since nothing here can form a
+/// second mesh. For running the shared collectives suite through the robust engine.
+pub fn robust_over_link(
+    link: Box<dyn Link>,
+    options: CommOptions,
+    robust: super::RobustOptions,
+) -> Communicator {
+    use super::engine::Engine;
+    use super::mesh::MeshEngine;
+    let mesh: Box<dyn Engine> = Box::new(MeshEngine::new(link, options.tuning()));
+    let rejoin: super::robust::Rejoin = Box::new(|| {
+        Err(CollectiveError::InvalidArgument {
+            call: super::Call::Setup,
+            reason: "a robust communicator over a link handed in cannot form another mesh".into(),
+        })
+    });
+    let engine = super::robust::RobustEngine::new(mesh, rejoin, None, robust);
+    Communicator::with_engine(Box::new(engine), options, "testing".into())
+}

@@ -37,7 +37,7 @@ mod mock;
 mod state;
 mod store;
 
-pub(crate) use engine::RobustEngine;
+pub(crate) use engine::{Rejoin, RobustEngine};
 pub use mock::{ENV_MOCK, KillPoint, MOCK_EXIT_STATUS, MockKill};
 
 use super::Communicator;
