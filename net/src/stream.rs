@@ -372,7 +372,10 @@ const CHUNK: usize = 4096;
 const LONGEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 fn is_timeout(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
 }
 
 fn is_closed(e: &io::Error) -> bool {
@@ -419,7 +422,15 @@ mod tests {
         assert_eq!(r.text("host", 5).unwrap(), "hello");
         let e = r.text("endpoint", 5).unwrap_err();
         assert!(
-            matches!(e, StreamError::TooLong { what: "endpoint", len: 12, cap: 5, .. }),
+            matches!(
+                e,
+                StreamError::TooLong {
+                    what: "endpoint",
+                    len: 12,
+                    cap: 5,
+                    ..
+                }
+            ),
             "{e}"
         );
         assert!(e.to_string().starts_with("peer 1: "), "{e}");
@@ -436,7 +447,10 @@ mod tests {
         let (a, b) = pair();
         let r = DeadlineStream::new(&b, Duration::from_millis(50));
         let e = r.u32("rank").unwrap_err();
-        assert!(matches!(e, StreamError::TimedOut { what: "rank", .. }), "{e}");
+        assert!(
+            matches!(e, StreamError::TimedOut { what: "rank", .. }),
+            "{e}"
+        );
         // Unnamed, the peer is its address.
         assert!(e.peer().starts_with("127.0.0.1:"), "{e}");
         drop(a);
