@@ -257,18 +257,11 @@ pub(crate) fn server_bind_endpoint(scheduler: &str, host: Option<&str>) -> Resul
 }
 
 /// The local address of the route to `address` (`host:port`): what the scheduler's
-/// host can reach us at. A UDP connect sends nothing; it only picks the route.
+/// host can reach us at, bracketed when it is IPv6 so that it can stand in a URL.
 fn route_to(address: &str) -> Option<String> {
-    use std::net::{ToSocketAddrs, UdpSocket};
+    use std::net::ToSocketAddrs;
     let target = address.to_socket_addrs().ok()?.next()?;
-    let socket = UdpSocket::bind(if target.is_ipv4() {
-        "0.0.0.0:0"
-    } else {
-        "[::]:0"
-    })
-    .ok()?;
-    socket.connect(target).ok()?;
-    let ip = socket.local_addr().ok()?.ip();
+    let ip = switchyard_net::route::local_address_towards(target).ok()?;
     Some(if ip.is_ipv6() {
         format!("[{ip}]")
     } else {

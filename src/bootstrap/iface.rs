@@ -18,7 +18,8 @@
 //! level the first time in a process, at debug after.
 
 use super::BootstrapError;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs, UdpSocket};
+use std::net::IpAddr;
+use switchyard_net::route::interface_addresses;
 
 /// Environment variable naming the interface(s) to bind the mesh on.
 pub const ENV_IFNAME: &str = "SWITCHYARD_IFNAME";
@@ -130,95 +131,17 @@ fn pick<'a>(all: &'a [(String, IpAddr)], names: &str) -> Option<(&'a str, IpAddr
 /// The local address of the route to `host:port`: a UDP socket's "connect" picks the
 /// route and source address and sends nothing.
 pub(crate) fn route_address(host: &str, port: u16) -> Result<IpAddr, BootstrapError> {
-    let at = format!("{host}:{port}");
-    let fail = |reason: String| BootstrapError::Rendezvous {
-        addr: at.clone(),
-        reason,
-    };
-    let target: SocketAddr = (host.trim_start_matches('[').trim_end_matches(']'), port)
-        .to_socket_addrs()
-        .map_err(|e| fail(format!("cannot resolve the host: {e}")))?
-        .next()
-        .ok_or_else(|| fail("the host name has no address".into()))?;
-    let any: SocketAddr = if target.is_ipv4() {
-        (Ipv4Addr::UNSPECIFIED, 0).into()
-    } else {
-        (Ipv6Addr::UNSPECIFIED, 0).into()
-    };
-    let socket = UdpSocket::bind(any).map_err(|e| fail(format!("no local UDP socket: {e}")))?;
-    socket
-        .connect(target)
-        .map_err(|e| fail(format!("no route to {target}: {e}")))?;
-    let ip = socket
-        .local_addr()
-        .map_err(|e| fail(format!("no local address towards {target}: {e}")))?
-        .ip();
-    if ip.is_unspecified() {
-        return Err(fail(format!("no local address towards {target}")));
-    }
-    Ok(ip)
-}
-
-/// Every (interface name, address) pair of this host, from `getifaddrs(3)`.
-pub(crate) fn interface_addresses() -> std::io::Result<Vec<(String, IpAddr)>> {
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: `head` is a valid out-pointer; on success the list is freed below.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let mut out = Vec::new();
-    let mut cursor = head;
-    while !cursor.is_null() {
-        // SAFETY: `cursor` is a node of the list getifaddrs returned, not yet freed.
-        let entry = unsafe { &*cursor };
-        cursor = entry.ifa_next;
-        if entry.ifa_addr.is_null() || entry.ifa_name.is_null() {
-            continue;
-        }
-        // SAFETY: a non-null `ifa_name` is a NUL-terminated string owned by the list.
-        let name = unsafe { std::ffi::CStr::from_ptr(entry.ifa_name) }
-            .to_string_lossy()
-            .into_owned();
-        // SAFETY: a non-null `ifa_addr` points to a sockaddr whose family says which
-        // larger struct it is the start of.
-        let ip = unsafe {
-            match i32::from((*entry.ifa_addr).sa_family) {
-                libc::AF_INET => {
-                    let sin = &*(entry.ifa_addr as *const libc::sockaddr_in);
-                    Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
-                        sin.sin_addr.s_addr,
-                    ))))
-                }
-                libc::AF_INET6 => {
-                    let sin6 = &*(entry.ifa_addr as *const libc::sockaddr_in6);
-                    Some(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)))
-                }
-                _ => None,
-            }
-        };
-        if let Some(ip) = ip {
-            out.push((name, ip));
-        }
-    }
-    // SAFETY: `head` came from a successful getifaddrs and is freed once.
-    unsafe { libc::freeifaddrs(head) };
-    Ok(out)
+    switchyard_net::route::local_address_to(host, port).map_err(|e| BootstrapError::Rendezvous {
+        addr: format!("{host}:{port}"),
+        reason: e.to_string(),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-
-    #[test]
-    fn loopback_is_listed_with_its_address() {
-        let all = interface_addresses().unwrap();
-        assert!(
-            all.iter()
-                .any(|(_, ip)| *ip == IpAddr::V4(Ipv4Addr::LOCALHOST)),
-            "{all:?}"
-        );
-    }
+    use std::net::Ipv4Addr;
 
     #[test]
     fn pick_prefers_the_first_listed_name_and_ipv4() {

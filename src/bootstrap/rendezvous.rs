@@ -27,9 +27,9 @@
 //! keeps accepting others. The launcher's end is [`RendezvousServer`](super::RendezvousServer).
 
 use super::BootstrapError;
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
+use switchyard_net::stream::{DeadlineStream, StreamError, put_text};
 
 /// The 4-byte magic that opens each direction.
 pub(crate) const MAGIC: [u8; 4] = *b"SYRV";
@@ -41,79 +41,29 @@ pub(crate) const AUTH_PURPOSE: &str = "rendezvous";
 /// Longest endpoint string accepted.
 pub(crate) const MAX_ENDPOINT: u32 = 1024;
 
-fn io_err(peer: &str, e: std::io::Error) -> BootstrapError {
+/// The floor's error as the bootstrap's, naming the peer. A job secret's challenge
+/// where the launcher's magic belongs means the launcher wants a secret this process
+/// lacks: said in those words, which users and tests look for.
+fn lift(e: StreamError) -> BootstrapError {
+    let reason = match &e {
+        StreamError::BadMagic { got, .. } if switchyard_secret::looks_like_challenge(got) => {
+            "the launcher expects a job secret: set the same SWITCHYARD_JOB_SECRET or \
+             SWITCHYARD_JOB_SECRET_FILE as the launcher"
+                .to_string()
+        }
+        _ => e.reason(),
+    };
     BootstrapError::Protocol {
-        peer: peer.to_string(),
-        reason: e.to_string(),
+        peer: e.peer().to_string(),
+        reason,
     }
 }
 
-fn set_deadline(stream: &TcpStream, deadline: Instant, peer: &str) -> Result<(), BootstrapError> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(BootstrapError::Protocol {
-            peer: peer.to_string(),
-            reason: "deadline passed".into(),
-        });
-    }
+fn peer_of(stream: &TcpStream) -> String {
     stream
-        .set_read_timeout(Some(left))
-        .and_then(|_| stream.set_write_timeout(Some(left)))
-        .map_err(|e| io_err(peer, e))
-}
-
-fn read_u32(stream: &mut TcpStream, peer: &str) -> Result<u32, BootstrapError> {
-    let mut word = [0u8; 4];
-    stream.read_exact(&mut word).map_err(|e| io_err(peer, e))?;
-    Ok(u32::from_le_bytes(word))
-}
-
-fn read_magic(stream: &mut TcpStream, peer: &str) -> Result<(), BootstrapError> {
-    read_magic_of(stream, peer, &[MAGIC]).map(|_| ())
-}
-
-/// Reads a magic that must be one of `allowed`, and returns it.
-fn read_magic_of(
-    stream: &mut TcpStream,
-    peer: &str,
-    allowed: &[[u8; 4]],
-) -> Result<[u8; 4], BootstrapError> {
-    let mut magic = [0u8; 4];
-    stream.read_exact(&mut magic).map_err(|e| io_err(peer, e))?;
-    if switchyard_secret::looks_like_challenge(&magic) {
-        return Err(BootstrapError::Protocol {
-            peer: peer.to_string(),
-            reason: "the launcher expects a job secret: set the same SWITCHYARD_JOB_SECRET or SWITCHYARD_JOB_SECRET_FILE as the launcher".into(),
-        });
-    }
-    if !allowed.contains(&magic) {
-        return Err(BootstrapError::Protocol {
-            peer: peer.to_string(),
-            reason: format!("bad magic {magic:02x?}, expected {MAGIC:02x?}"),
-        });
-    }
-    Ok(magic)
-}
-
-fn read_string(stream: &mut TcpStream, peer: &str) -> Result<String, BootstrapError> {
-    let len = read_u32(stream, peer)?;
-    if len > MAX_ENDPOINT {
-        return Err(BootstrapError::Protocol {
-            peer: peer.to_string(),
-            reason: format!("endpoint length {len} over the limit of {MAX_ENDPOINT}"),
-        });
-    }
-    let mut bytes = vec![0u8; len as usize];
-    stream.read_exact(&mut bytes).map_err(|e| io_err(peer, e))?;
-    String::from_utf8(bytes).map_err(|_| BootstrapError::Protocol {
-        peer: peer.to_string(),
-        reason: "endpoint is not UTF-8".into(),
-    })
-}
-
-fn push_string(out: &mut Vec<u8>, s: &str) {
-    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-    out.extend_from_slice(s.as_bytes());
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| "?".into())
 }
 
 /// A process's check-in, as the launcher reads it.
@@ -134,26 +84,26 @@ pub(crate) fn read_check_in(
     stream: &mut TcpStream,
     deadline: Instant,
 ) -> Result<CheckIn, BootstrapError> {
-    let peer = stream
-        .peer_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_else(|_| "?".into());
-    set_deadline(stream, deadline, &peer)?;
-    let magic = read_magic_of(stream, &peer, &[MAGIC, MAGIC_GENERATION])?;
-    let rank = read_u32(stream, &peer)?;
-    let world = read_u32(stream, &peer)?;
-    let generation = if magic == MAGIC_GENERATION {
-        read_u32(stream, &peer)?
-    } else {
-        0
+    let peer = peer_of(stream);
+    let r = DeadlineStream::until(stream, deadline).with_peer(&peer);
+    let read = || {
+        let magic = r.magic(&[MAGIC, MAGIC_GENERATION])?;
+        let rank = r.u32("rank")?;
+        let world = r.u32("world size")?;
+        let generation = if magic == MAGIC_GENERATION {
+            r.u32("generation")?
+        } else {
+            0
+        };
+        let endpoint = r.text("endpoint", MAX_ENDPOINT)?;
+        Ok(CheckIn {
+            rank,
+            world,
+            generation,
+            endpoint,
+        })
     };
-    let endpoint = read_string(stream, &peer)?;
-    Ok(CheckIn {
-        rank,
-        world,
-        generation,
-        endpoint,
-    })
+    read().map_err(lift)
 }
 
 /// Sends every rank's endpoint (launcher side).
@@ -162,18 +112,17 @@ pub(crate) fn write_endpoints(
     endpoints: &[String],
     deadline: Instant,
 ) -> Result<(), BootstrapError> {
-    let peer = stream
-        .peer_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_else(|_| "?".into());
-    set_deadline(stream, deadline, &peer)?;
+    let peer = peer_of(stream);
     let mut out = Vec::with_capacity(8 + endpoints.iter().map(|e| e.len() + 4).sum::<usize>());
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&(endpoints.len() as u32).to_le_bytes());
     for endpoint in endpoints {
-        push_string(&mut out, endpoint);
+        put_text(&mut out, endpoint);
     }
-    stream.write_all(&out).map_err(|e| io_err(&peer, e))
+    DeadlineStream::until(stream, deadline)
+        .with_peer(&peer)
+        .write_all(&out, "endpoints")
+        .map_err(lift)
 }
 
 /// Checks in and waits for every endpoint (process side), proving the job secret of
@@ -238,7 +187,7 @@ pub(crate) fn exchange_generation(
         switchyard_secret::connect(&mut stream, secret, AUTH_PURPOSE, rank, deadline)
             .map_err(|e| unreachable(e.to_string()))?;
     }
-    set_deadline(&stream, deadline, addr)?;
+    let wire = DeadlineStream::until(&stream, deadline).with_peer(addr);
     let mut out = Vec::new();
     // The first generation keeps the original check-in, which launchers without
     // generations read too.
@@ -252,17 +201,18 @@ pub(crate) fn exchange_generation(
         out.extend_from_slice(&world.to_le_bytes());
         out.extend_from_slice(&generation.to_le_bytes());
     }
-    push_string(&mut out, endpoint);
-    stream
-        .write_all(&out)
-        .map_err(|e| unreachable(e.to_string()))?;
-    read_magic(&mut stream, addr)?;
-    let count = read_u32(&mut stream, addr)?;
+    put_text(&mut out, endpoint);
+    wire.write_all(&out, "check-in")
+        .map_err(|e| unreachable(e.reason()))?;
+    wire.magic(&[MAGIC]).map_err(lift)?;
+    let count = wire.u32("endpoint count").map_err(lift)?;
     if count != world {
         return Err(BootstrapError::Protocol {
             peer: addr.to_string(),
             reason: format!("launcher sent {count} endpoints for a world of {world}"),
         });
     }
-    (0..count).map(|_| read_string(&mut stream, addr)).collect()
+    (0..count)
+        .map(|_| wire.text("endpoint", MAX_ENDPOINT).map_err(lift))
+        .collect()
 }

@@ -160,7 +160,7 @@ impl UniqueId {
             .map_err(|e| IdError::Address(e.to_string()))?;
         let id = UniqueId {
             root,
-            tag: random_tag(),
+            tag: switchyard_net::tag::random_tag(),
         };
         parked()
             .get_or_insert_with(HashMap::new)
@@ -330,25 +330,11 @@ fn take_parked(tag: u64) -> Option<TcpListener> {
 
 /// The first IPv4 address of an interface other than loopback, if any.
 fn first_non_loopback() -> Option<IpAddr> {
-    super::iface::interface_addresses()
+    switchyard_net::route::interface_addresses()
         .ok()?
         .into_iter()
         .map(|(_, ip)| ip)
         .find(|ip| ip.is_ipv4() && !ip.is_loopback())
-}
-
-/// 64 random bits from std's per-process random hash keys, mixed with the time and pid.
-fn random_tag() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.write_u32(std::process::id());
-    h.finish()
 }
 
 /// Connects to `addr`, retrying while nothing listens there yet, until `until`. With
@@ -436,7 +422,12 @@ fn read_check_in(
     };
     let read = (|| {
         wire.magic(CHECK_IN)?;
-        Ok::<_, IdError>((wire.u64()?, wire.u32()?, wire.u32()?, wire.text()?))
+        Ok::<_, IdError>((
+            wire.u64("job tag")?,
+            wire.u32("rank")?,
+            wire.u32("world size")?,
+            wire.text("ring address")?,
+        ))
     })();
     let (tag, rank, world, ring) = read.map_err(|e| e.to_string())?;
     Ok((stream, tag, rank, world, ring))
@@ -454,7 +445,7 @@ fn answer(stream: &TcpStream, rank: u32, status: u32, texts: &[&str], until: Ins
         peer: format!("rank {rank}"),
         until: until.max(Instant::now() + CHECK_IN_READ),
     };
-    if let Err(e) = wire.write(&out) {
+    if let Err(e) = wire.write(&out, "answer") {
         tracing::warn!(rank, error = %e, "bootstrap root: answer lost");
     }
 }
@@ -704,7 +695,7 @@ fn ring_exchange(
     out.extend_from_slice(&rank.to_le_bytes());
     out.extend_from_slice(&world.to_le_bytes());
     put_text(&mut out, &ring_addr.to_string());
-    wire.write(&out)?;
+    wire.write(&out, "check-in")?;
     wire.magic(CHECK_IN).map_err(|e| match e {
         IdError::Protocol { peer, reason } => IdError::Protocol {
             peer,
@@ -716,14 +707,17 @@ fn ring_exchange(
         },
         e => e,
     })?;
-    let status = wire.u32()?;
-    let text = wire.text()?;
+    let status = wire.u32("answer status")?;
+    let text = wire.text("successor's ring address")?;
     let address = |text: &str| {
         text.parse::<SocketAddr>()
             .map_err(|_| wire.fail(format!("ring address {text:?} is not an address")))
     };
     let (successor, predecessor) = match status {
-        0 => (address(&text)?, address(&wire.text()?)?),
+        0 => (
+            address(&text)?,
+            address(&wire.text("predecessor's ring address")?)?,
+        ),
         1 => {
             return Err(IdError::DuplicateRank {
                 root: id.root,
@@ -780,7 +774,7 @@ fn ring_exchange(
                 peer: next_name,
                 until,
             }
-            .write(&hello)
+            .write(&hello, "ring hello")
         })
     };
     let prev = accept_predecessor(ring, id.tag, (prev_rank, predecessor), secret, until);
@@ -804,9 +798,11 @@ fn ring_exchange(
         let mut frame = Vec::new();
         put_text(&mut frame, &all[(r + n - k) % n]);
         next_wire
-            .write(&frame)
+            .write(&frame, "endpoint")
             .map_err(|e| ring_closed(e, next_rank))?;
-        all[(r + n - k - 1) % n] = prev_wire.text().map_err(|e| ring_closed(e, prev_rank))?;
+        all[(r + n - k - 1) % n] = prev_wire
+            .text("endpoint")
+            .map_err(|e| ring_closed(e, prev_rank))?;
     }
     Ok(all)
 }
@@ -851,7 +847,7 @@ fn read_ring_hello(
     };
     let hello = (|| {
         wire.magic(RING)?;
-        Ok::<_, IdError>((wire.u64()?, wire.u32()?))
+        Ok::<_, IdError>((wire.u64("job tag")?, wire.u32("rank")?))
     })();
     let (tag, rank) = hello.map_err(|e| e.to_string())?;
     Ok((stream, tag, rank))

@@ -3,13 +3,14 @@
 //! read under a deadline and a cap.
 //!
 //! Encoding is pure (`put_*` append to a buffer); decoding reads from a stream through
-//! [`Deadline`], so every read of every connection has a time limit and every length a
+//! [`Deadline`] (on the network floor's `DeadlineStream`), so every read of every connection has a time limit and every length a
 //! cap. Errors name what was being read, so a dropped connection can be logged with a
 //! reason.
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use switchyard_net::stream::{DeadlineStream, StreamError};
 
 /// The magic both sides send first on every tracker connection (`99 ff 00 00`).
 pub const MAGIC: i32 = 0xFF99;
@@ -110,82 +111,62 @@ pub enum WireError {
     },
 }
 
+/// Maps the floor's errors onto the tracker's own, whose variants and wording tracker
+/// users and tests match.
+impl From<StreamError> for WireError {
+    fn from(e: StreamError) -> Self {
+        match e {
+            StreamError::Closed { what, .. } => WireError::Closed { what },
+            StreamError::TimedOut { what, waited, .. } => WireError::TimedOut { what, waited },
+            StreamError::BadMagic { got, .. } => WireError::BadMagic {
+                got: i32::from_le_bytes(got),
+            },
+            StreamError::TooLong { what, len, cap, .. } => WireError::TooLong {
+                what,
+                len: i64::try_from(len).unwrap_or(i64::MAX),
+                cap: usize::try_from(cap).unwrap_or(usize::MAX),
+            },
+            StreamError::NotUtf8 { what, .. } => WireError::NotUtf8 { what },
+            StreamError::Io { what, source, .. } => WireError::Io { what, source },
+            // The floor's error may grow; its text still says what happened.
+            other => WireError::Io {
+                what: "reading",
+                source: io::Error::other(other.to_string()),
+            },
+        }
+    }
+}
+
 /// A stream whose reads share one deadline: each read waits at most the time left.
+/// The tracker's face of the network floor's [`DeadlineStream`], with the tracker's
+/// `i32` length prefixes and [`WireError`].
 #[derive(Debug)]
 pub struct Deadline<'a> {
-    stream: &'a TcpStream,
-    started: Instant,
-    until: Instant,
+    inner: DeadlineStream<'a>,
 }
 
 impl<'a> Deadline<'a> {
     /// Reads from `stream` must all finish within `limit` from now.
     pub fn new(stream: &'a TcpStream, limit: Duration) -> Self {
-        let started = Instant::now();
         Deadline {
-            stream,
-            started,
-            until: started + limit,
+            inner: DeadlineStream::new(stream, limit),
         }
     }
 
     /// Fills `buf` completely, or fails naming `what`.
     pub fn read_exact(&mut self, buf: &mut [u8], what: &'static str) -> Result<(), WireError> {
-        let mut filled = 0;
-        while filled < buf.len() {
-            let left = self.until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(self.timed_out(what));
-            }
-            self.stream
-                .set_read_timeout(Some(left))
-                .map_err(|source| WireError::Io { what, source })?;
-            match (&mut &*self.stream).read(&mut buf[filled..]) {
-                Ok(0) => return Err(WireError::Closed { what }),
-                Ok(n) => filled += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    return Err(self.timed_out(what));
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted
-                    ) =>
-                {
-                    return Err(WireError::Closed { what });
-                }
-                Err(source) => return Err(WireError::Io { what, source }),
-            }
-        }
-        Ok(())
-    }
-
-    fn timed_out(&self, what: &'static str) -> WireError {
-        WireError::TimedOut {
-            what,
-            waited: self.started.elapsed(),
-        }
+        Ok(self.inner.read_exact(buf, what)?)
     }
 
     /// One little-endian `i32`.
     pub fn i32(&mut self, what: &'static str) -> Result<i32, WireError> {
-        let mut b = [0u8; 4];
-        self.read_exact(&mut b, what)?;
-        Ok(i32::from_le_bytes(b))
+        Ok(self.inner.i32(what)?)
     }
 
     /// The magic; anything else is [`WireError::BadMagic`].
     pub fn magic(&mut self) -> Result<(), WireError> {
-        match self.i32("magic")? {
-            MAGIC => Ok(()),
-            got => Err(WireError::BadMagic { got }),
-        }
+        self.inner.magic(&[MAGIC.to_le_bytes()])?;
+        Ok(())
     }
 
     /// A length prefix in `0..=cap`.
@@ -208,7 +189,7 @@ impl<'a> Deadline<'a> {
     /// A classic string: `i32` length, then that many UTF-8 bytes.
     pub fn str(&mut self, what: &'static str, cap: usize) -> Result<String, WireError> {
         let bytes = self.bytes(what, cap)?;
-        String::from_utf8(bytes).map_err(|_| WireError::NotUtf8 { what })
+        Ok(self.inner.utf8(what, bytes)?)
     }
 
     /// A length-prefixed byte string (a JSON frame's body).
@@ -219,16 +200,7 @@ impl<'a> Deadline<'a> {
 
     /// Exactly `len` bytes (a body whose length was read and checked already).
     pub fn exact(&mut self, what: &'static str, len: usize) -> Result<Vec<u8>, WireError> {
-        // Grows as bytes arrive: a large but allowed length that never comes costs
-        // nothing up front.
-        let mut out = Vec::with_capacity(len.min(4096));
-        let mut chunk = [0u8; 4096];
-        while out.len() < len {
-            let n = (len - out.len()).min(chunk.len());
-            self.read_exact(&mut chunk[..n], what)?;
-            out.extend_from_slice(&chunk[..n]);
-        }
-        Ok(out)
+        Ok(self.inner.bytes(what, len)?)
     }
 
     /// A JSON frame parsed as `T`.
@@ -271,19 +243,18 @@ pub fn write_all_within(
     limit: Duration,
     what: &'static str,
 ) -> Result<(), WireError> {
-    stream
-        .set_write_timeout(Some(limit.max(Duration::from_millis(1))))
-        .map_err(|source| WireError::Io { what, source })?;
-    (&mut &*stream).write_all(buf).map_err(|e| match e.kind() {
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => WireError::TimedOut {
-            what,
-            waited: limit,
-        },
-        io::ErrorKind::BrokenPipe
-        | io::ErrorKind::ConnectionReset
-        | io::ErrorKind::ConnectionAborted => WireError::Closed { what },
-        _ => WireError::Io { what, source: e },
-    })
+    // A zero limit still tries once, as a socket timeout of zero cannot be set.
+    let limit = limit.max(Duration::from_millis(1));
+    DeadlineStream::new(stream, limit)
+        .write_all(buf, what)
+        .map_err(|e| match e {
+            // The limit, not the time spent, as the tracker always said.
+            StreamError::TimedOut { what, .. } => WireError::TimedOut {
+                what,
+                waited: limit,
+            },
+            e => e.into(),
+        })
 }
 
 #[cfg(test)]

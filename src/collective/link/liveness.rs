@@ -128,22 +128,6 @@ impl Announce {
     }
 }
 
-/// 64 random bits for a mesh's tag: std's per-process random hash keys, mixed with the
-/// time and the pid. Not a secret (anyone on the path sees it); it only keeps stray and
-/// old-generation datagrams apart from this mesh's.
-pub(crate) fn random_tag() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.write_u32(std::process::id());
-    h.finish()
-}
-
 /// What one received datagram was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Received {

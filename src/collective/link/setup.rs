@@ -15,7 +15,7 @@
 //! still connects.
 
 use super::framing::{HELLO_LEN, decode_hello, encode_hello};
-use super::liveness::{Announce, Beats, Liveness, interval_for, random_tag};
+use super::liveness::{Announce, Beats, Liveness, interval_for};
 use super::{Link, SocketLink, Tag};
 use crate::bootstrap::handshakes::{self, Handshakes, accept_all};
 use crate::collective::error::LinkError;
@@ -108,7 +108,9 @@ pub(super) fn open_connections_on(
             let announce = Announce {
                 port,
                 deadline: beat_deadline,
-                tag: random_tag(),
+                // Not a secret (anyone on the path sees it): it only keeps stray and
+                // old-generation datagrams apart from this mesh's.
+                tag: switchyard_net::tag::random_tag(),
             };
             (Some(socket), announce)
         }

@@ -20,7 +20,7 @@ use crate::journal::{Journal, JournalError};
 use crate::wire::Limits;
 use crossbeam_channel::Receiver;
 use shared::{Ending, Shared, lock};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -365,7 +365,6 @@ impl Drop for Tracker {
 
 /// The address of the interface that would route to the outside (no packet is sent).
 fn outward_ip() -> Option<IpAddr> {
-    let s = UdpSocket::bind("0.0.0.0:0").ok()?;
-    s.connect("10.255.255.255:1").ok()?;
-    s.local_addr().ok().map(|a| a.ip())
+    let outside = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 255, 255, 255)), 1);
+    switchyard_net::route::local_address_towards(outside).ok()
 }
