@@ -8,15 +8,15 @@
 use crate::buffer::View;
 use crate::errors::{finalized, to_py, SwitchyardError};
 use crate::sigint::{self, Watch};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyByteArray;
 use std::sync::{mpsc, Mutex};
 use std::time::Duration;
+use switchyard::bootstrap::{Bootstrap, UniqueId};
 use switchyard::collective::{
     CollectiveError, CommOptions, Communicator, DType, ReduceOp, RobustOptions,
 };
-use switchyard::bootstrap::{Bootstrap, UniqueId};
 
 /// How often a waiting `init` looks at Python's signals.
 const SIGNAL_POLL: Duration = Duration::from_millis(50);
@@ -143,57 +143,6 @@ impl Comm {
     }
 }
 
-/// Runs `$body` with `$t` bound to the Rust type of `$dtype`.
-macro_rules! with_type {
-    ($dtype:expr, $t:ident => $body:expr) => {
-        match $dtype {
-            DType::F32 => {
-                type $t = f32;
-                $body
-            }
-            DType::F64 => {
-                type $t = f64;
-                $body
-            }
-            DType::I32 => {
-                type $t = i32;
-                $body
-            }
-            DType::I64 => {
-                type $t = i64;
-                $body
-            }
-            DType::U32 => {
-                type $t = u32;
-                $body
-            }
-            DType::U64 => {
-                type $t = u64;
-                $body
-            }
-            DType::U8 => {
-                type $t = u8;
-                $body
-            }
-            other => Err(PyTypeError::new_err(format!("{other:?} is not supported"))),
-        }
-    };
-}
-
-/// Casts `bytes` to elements of `T`, which must be aligned (numpy's arrays are).
-/// An empty array has no memory whose alignment could matter (its pointer may be any
-/// address): it is no elements.
-fn elements<'a, T: bytemuck::Pod>(bytes: &'a mut [u8], call: &str) -> PyResult<&'a mut [T]> {
-    if bytes.is_empty() {
-        return Ok(&mut []);
-    }
-    bytemuck::try_cast_slice_mut(bytes).map_err(|e| {
-        PyValueError::new_err(format!(
-            "{call}: the array's memory is not aligned for its type: {e}"
-        ))
-    })
-}
-
 #[pymethods]
 impl Comm {
     /// A communicator from the environment: `switchyard launch`, a tracker's DMLC_*
@@ -317,22 +266,20 @@ impl Comm {
         let array: PyObject = buf.clone().unbind();
         let mut failed: Option<PyErr> = None;
         let failed_ref = &mut failed;
-        let result = with_type!(dtype, T => {
-            let elems = elements::<T>(view.bytes_mut(), call)?;
-            self.call(py, move |c| {
-                c.try_allreduce_lazy(elems, op, |_same_memory| {
-                    // Python writes the array, whose memory the engine lent to this
-                    // closure and reads only after it returns.
-                    Python::with_gil(|py| match prepare.call1(py, (array,)) {
-                        Ok(_) => Ok(()),
-                        Err(e) => {
-                            // The peers are told the exception in words; this rank
-                            // raises the exception itself.
-                            let words = e.to_string();
-                            *failed_ref = Some(e);
-                            Err(words)
-                        }
-                    })
+        let bytes = view.bytes_mut();
+        let result = self.call(py, move |c| {
+            c.try_allreduce_lazy_raw(bytes, dtype, op, |_same_memory| {
+                // Python writes the array, whose memory the engine lent to this
+                // closure and reads only after it returns.
+                Python::with_gil(|py| match prepare.call1(py, (array,)) {
+                    Ok(_) => Ok(()),
+                    Err(e) => {
+                        // The peers are told the exception in words; this rank raises
+                        // the exception itself.
+                        let words = e.to_string();
+                        *failed_ref = Some(e);
+                        Err(words)
+                    }
                 })
             })
         });
@@ -396,16 +343,7 @@ impl Comm {
         Comm::same_dtype(&out, dtype, call, "out")?;
         let mine = mine.bytes().to_vec();
         let out = out.bytes_mut();
-        with_type!(dtype, T => {
-            // A copy of no bytes is empty whatever its pointer's alignment.
-            let mine: &[T] = if mine.is_empty() {
-                &[]
-            } else {
-                bytemuck::try_cast_slice(&mine).map_err(|e| PyValueError::new_err(format!("{call}: {e}")))?
-            };
-            let out = elements::<T>(out, call)?;
-            self.call(py, move |c| c.allgather(mine, out))
-        })
+        self.call(py, move |c| c.allgather_raw(&mine, out, dtype))
     }
 
     /// Reduces `buf` over all ranks and leaves this rank's block of the result in
@@ -420,10 +358,8 @@ impl Comm {
         let op = op_of(op)?;
         let mut view = View::borrow(buf, call, false)?;
         let dtype = view.dtype(call)?;
-        let range = with_type!(dtype, T => {
-            let elems = elements::<T>(view.bytes_mut(), call)?;
-            self.call(py, move |c| c.reduce_scatter(elems, op))
-        })?;
+        let bytes = view.bytes_mut();
+        let range = self.call(py, move |c| c.reduce_scatter_raw(bytes, dtype, op))?;
         Ok((range.start, range.end))
     }
 

@@ -1,11 +1,11 @@
 //! The rest of the typed collectives: byte strings, allgather, reduce-scatter,
 //! barrier. Each checks its arguments and makes one or two engine calls.
 
-use super::Communicator;
 use super::algo::split;
-use super::element::{ReduceOp, Reducible};
+use super::element::{DType, ReduceOp, Reducible};
 use super::engine::{Collective, Elem};
 use super::error::{Call, CollectiveError};
+use super::{Communicator, aligned, whole_elements};
 use std::ops::Range;
 use switchyard_msg::payload::Element;
 
@@ -45,20 +45,63 @@ impl Communicator {
         mine: &[T],
         out: &mut [T],
     ) -> Result<(), CollectiveError> {
-        let (n, r, m) = (self.size, self.rank, mine.len());
-        if out.len() != n * m {
+        let width = size_of::<T>();
+        self.allgather_bytes(
+            bytemuck::cast_slice(mine),
+            bytemuck::cast_slice_mut(out),
+            width,
+        )
+    }
+
+    /// [`allgather`](Communicator::allgather) for callers without Rust types (the
+    /// Python package): `mine` and `out` are bytes of `dtype` elements, and ranks that
+    /// call `allgather::<f32>` and `allgather_raw(.., DType::F32)` are in the same
+    /// call.
+    ///
+    /// ```
+    /// use switchyard::collective::{Communicator, DType};
+    /// let mut comm = Communicator::solo();
+    /// let mine = 7u32.to_ne_bytes();
+    /// let mut out = [0u8; 4];
+    /// comm.allgather_raw(&mine, &mut out, DType::U32)?;
+    /// assert_eq!(out, mine);
+    /// assert!(comm.allgather_raw(&mine[..3], &mut out[..3], DType::U32).is_err());
+    /// # Ok::<(), switchyard::collective::CollectiveError>(())
+    /// ```
+    pub fn allgather_raw(
+        &mut self,
+        mine: &[u8],
+        out: &mut [u8],
+        dtype: DType,
+    ) -> Result<(), CollectiveError> {
+        whole_elements(Call::Allgather, mine.len(), dtype)?;
+        whole_elements(Call::Allgather, out.len(), dtype)?;
+        self.allgather_bytes(mine, out, dtype.size())
+    }
+
+    /// The allgather of both entry points: `mine` and `out` hold elements of `width`
+    /// bytes (whole ones: checked by the callers).
+    fn allgather_bytes(
+        &mut self,
+        mine: &[u8],
+        out: &mut [u8],
+        width: usize,
+    ) -> Result<(), CollectiveError> {
+        let (n, r) = (self.size, self.rank);
+        let (m, have) = (mine.len() / width, out.len() / width);
+        if have != n * m {
             return Err(CollectiveError::InvalidArgument {
                 call: Call::Allgather,
-                reason: format!(
-                    "out holds {} elements, {n} ranks x {m} need {}",
-                    out.len(),
-                    n * m
-                ),
+                reason: format!("out holds {have} elements, {n} ranks x {m} need {}", n * m),
             });
         }
-        out[r * m..(r + 1) * m].copy_from_slice(mine);
+        out[r * m * width..(r + 1) * m * width].copy_from_slice(mine);
         let blocks: Vec<Range<usize>> = (0..n).map(|i| i * m..(i + 1) * m).collect();
-        self.gather_blocks(out, &blocks)
+        self.run(Collective::Allgather {
+            out,
+            width,
+            blocks: &blocks,
+        })
     }
 
     /// Gathers every rank's `mine`, whatever its length; returns them in rank order.
@@ -105,18 +148,38 @@ impl Communicator {
         buf: &mut [T],
         op: ReduceOp,
     ) -> Result<Range<usize>, CollectiveError> {
-        if !T::supports(op) {
+        self.reduce_scatter_raw(bytemuck::cast_slice_mut(buf), T::DTYPE, op)
+    }
+
+    /// [`reduce_scatter`](Communicator::reduce_scatter) for callers without Rust
+    /// types: `buf` is bytes of `dtype` elements, aligned for them, and the range is
+    /// in elements.
+    ///
+    /// ```
+    /// use switchyard::collective::{Communicator, DType, ReduceOp};
+    /// let mut comm = Communicator::solo();
+    /// let mut buf = [0u64; 2];
+    /// let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut buf);
+    /// assert_eq!(comm.reduce_scatter_raw(bytes, DType::U64, ReduceOp::Sum)?, 0..2);
+    /// # Ok::<(), switchyard::collective::CollectiveError>(())
+    /// ```
+    pub fn reduce_scatter_raw(
+        &mut self,
+        buf: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<Range<usize>, CollectiveError> {
+        let call = Call::ReduceScatter;
+        if !dtype.supports(op) {
             return Err(CollectiveError::InvalidArgument {
-                call: Call::ReduceScatter,
-                reason: format!("{op:?} is not defined for {:?}", T::DTYPE),
+                call,
+                reason: format!("{op:?} is not defined for {dtype:?}"),
             });
         }
-        let mine = split(buf.len(), self.size, self.rank);
-        self.run(Collective::ReduceScatter {
-            buf: bytemuck::cast_slice_mut(buf),
-            dtype: T::DTYPE,
-            op,
-        })?;
+        whole_elements(call, buf.len(), dtype)?;
+        aligned(call, buf, dtype)?;
+        let mine = split(buf.len() / dtype.size(), self.size, self.rank);
+        self.run(Collective::ReduceScatter { buf, dtype, op })?;
         Ok(mine)
     }
 

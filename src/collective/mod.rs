@@ -331,6 +331,21 @@ impl Communicator {
 }
 
 /// Refuses a byte length that is not a whole number of `dtype` elements.
+/// Refuses a byte buffer that does not start on a `dtype` boundary, for the calls
+/// that reduce in place (they read the bytes as elements).
+fn aligned(call: Call, buf: &[u8], dtype: DType) -> Result<(), CollectiveError> {
+    if buf.as_ptr().align_offset(dtype.size()) == 0 {
+        return Ok(());
+    }
+    Err(CollectiveError::InvalidArgument {
+        call,
+        reason: format!(
+            "the buffer does not start on a {dtype:?} boundary ({} bytes)",
+            dtype.size()
+        ),
+    })
+}
+
 fn whole_elements(call: Call, len: usize, dtype: DType) -> Result<(), CollectiveError> {
     if len % dtype.size() == 0 {
         return Ok(());

@@ -37,11 +37,13 @@ mod mock;
 mod state;
 mod store;
 
-pub(crate) use engine::{Rejoin, RobustEngine};
+#[cfg(feature = "testing")]
+pub(crate) use engine::Rejoin;
+pub(crate) use engine::RobustEngine;
 pub use mock::{ENV_MOCK, KillPoint, MOCK_EXIT_STATUS, MockKill};
 
 use super::Communicator;
-use super::element::{ReduceOp, Reducible};
+use super::element::{DType, ReduceOp, Reducible};
 use super::engine::Collective;
 use super::error::{Call, CollectiveError};
 use serde::{Serialize, de::DeserializeOwned};
@@ -358,23 +360,51 @@ impl Communicator {
         op: ReduceOp,
         prepare: impl FnOnce(&mut [T]) -> Result<(), E>,
     ) -> Result<(), CollectiveError> {
-        let dtype = T::DTYPE;
+        self.try_allreduce_lazy_raw(bytemuck::cast_slice_mut(buf), T::DTYPE, op, |bytes| {
+            prepare(bytemuck::cast_slice_mut(bytes))
+        })
+    }
+
+    /// [`try_allreduce_lazy`](Communicator::try_allreduce_lazy) for callers without
+    /// Rust types (the Python package): `buf` is bytes of `dtype` elements, aligned for
+    /// them, and `prepare` gets them as bytes.
+    ///
+    /// ```
+    /// use switchyard::collective::{Communicator, DType, ReduceOp};
+    /// let mut comm = Communicator::solo();
+    /// let mut sums = [0.0f32; 2];
+    /// let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut sums);
+    /// comm.try_allreduce_lazy_raw(bytes, DType::F32, ReduceOp::Sum, |b| {
+    ///     b.copy_from_slice(bytemuck::cast_slice(&[1.5f32, 2.5]));
+    ///     Ok::<(), String>(())
+    /// })?;
+    /// assert_eq!(sums, [1.5, 2.5]);
+    /// # Ok::<(), switchyard::collective::CollectiveError>(())
+    /// ```
+    pub fn try_allreduce_lazy_raw<E: std::fmt::Display>(
+        &mut self,
+        buf: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+        prepare: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<(), CollectiveError> {
+        let call = Call::Allreduce;
         if !dtype.supports(op) {
             return Err(CollectiveError::InvalidArgument {
-                call: Call::Allreduce,
+                call,
                 reason: format!("{op:?} is not defined for {dtype:?}"),
             });
         }
+        super::whole_elements(call, buf.len(), dtype)?;
+        // Not copied to an aligned scratch as `allreduce_raw` does: `prepare` may
+        // write the caller's memory behind the slice (Python writes its array).
+        super::aligned(call, buf, dtype)?;
         let mut prepare = Some(prepare);
         let mut on_bytes = |bytes: &mut [u8]| match prepare.take() {
-            Some(prepare) => prepare(bytemuck::cast_slice_mut(bytes)).map_err(|e| e.to_string()),
+            Some(prepare) => prepare(bytes).map_err(|e| e.to_string()),
             None => Ok(()),
         };
-        let mut request = Collective::Allreduce {
-            buf: bytemuck::cast_slice_mut(buf),
-            dtype,
-            op,
-        };
+        let mut request = Collective::Allreduce { buf, dtype, op };
         self.engine.run_prepared(&mut request, &mut on_bytes)
     }
 }
