@@ -1,0 +1,5 @@
+//! The wire format's integration tests in one binary: each file is a module (run one
+//! with `cargo test -p switchyard-msg --test it -- decode_props::`).
+
+mod decode_alloc_bound;
+mod decode_props;
