@@ -20,8 +20,16 @@ use support::{ChildGuard, example};
 use switchyard::launch::rendezvous::{read_check_in, write_endpoints};
 use switchyard::launch::{ENV_RANK, ENV_RENDEZVOUS, ENV_WORLD_SIZE};
 
-/// The silence timeout the ranks run with.
+/// The silence timeout the ranks run with where the test waits for it to fire.
 const TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The silence timeout where the test means "before any timeout": long enough that a
+/// loaded runner's delays never reach it, and it costs nothing when the test passes.
+const LONG_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long each rank of `fault_drill` runs its calls: what a survivor that never
+/// noticed the fault would wait for.
+const DRILL: Duration = Duration::from_secs(60);
 
 /// One line of a rank's output, when it was read.
 struct Line {
@@ -37,9 +45,9 @@ struct Job {
 }
 
 impl Job {
-    /// Starts the ranks with `env` set, serves their rendezvous, and returns once
-    /// every rank has finished a few calls.
-    fn start(n: usize, env: &[(&str, &str)]) -> Job {
+    /// Starts the ranks with silence timeout `timeout` and `env` set, serves their
+    /// rendezvous, and returns once every rank has finished a few calls.
+    fn start(n: usize, timeout: Duration, env: &[(&str, &str)]) -> Job {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let rendezvous = std::thread::spawn(move || serve(listener, n));
@@ -52,9 +60,9 @@ impl Job {
                 .env(ENV_RENDEZVOUS, &addr)
                 .env(
                     "SWITCHYARD_COLLECTIVE_TIMEOUT",
-                    TIMEOUT.as_secs_f64().to_string(),
+                    timeout.as_secs_f64().to_string(),
                 )
-                .env("DRILL_SECONDS", "60")
+                .env("DRILL_SECONDS", DRILL.as_secs().to_string())
                 .envs(env.iter().copied())
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
@@ -176,6 +184,7 @@ fn over_zeromq_a_killed_rank_is_named_by_every_survivor_before_the_timeout() {
 fn a_killed_rank_is_named_over(data_path: &str) {
     let job = Job::start(
         4,
+        LONG_TIMEOUT,
         &[
             ("SWITCHYARD_DIRECT_MAX_RANKS", "0"),
             ("SWITCHYARD_DATA_PATH", data_path),
@@ -185,23 +194,33 @@ fn a_killed_rank_is_named_over(data_path: &str) {
     job.signal(victim, "KILL");
     let killed = Instant::now();
     let survivors = [0, 1, 3];
-    for (rank, (error, at)) in survivors.iter().zip(job.errors(&survivors, TIMEOUT * 5)) {
+    let errors = job.errors(&survivors, LONG_TIMEOUT * 2);
+    for (rank, (error, at)) in survivors.iter().zip(errors) {
         eprintln!("after {:?}: {error}", at - killed);
         assert!(names(&error, victim), "rank {rank}: {error}");
         for bystander in survivors {
             assert!(!names(&error, bystander), "rank {rank}: {error}");
         }
-        // Seen by the closed connections, well before any timeout.
-        assert!(at - killed < TIMEOUT, "rank {rank} after {:?}", at - killed);
+        // Seen by the closed connections, before any timeout: the error is not the
+        // silence timeout's, and it came before that timeout could have fired.
+        assert!(!error.contains("no byte arrived"), "rank {rank}: {error}");
+        assert!(
+            at - killed < LONG_TIMEOUT,
+            "rank {rank} after {:?}",
+            at - killed
+        );
     }
 }
 
-/// The ring on 4 ranks over `data_path`: a rank stopped mid-call (alive, connections open, silent)
-/// is named by every survivor within the silence timeout plus 0.5 s, and the wait
-/// the error states is at least the timeout.
+/// The ring on 4 ranks over `data_path`: a rank stopped mid-call (alive, connections
+/// open, silent) is named by every survivor through the silence timeout (a survivor's
+/// error states a wait of at least the timeout), not left waiting for the silent rank
+/// until the drill ends. How soon after the timeout the errors come is not bounded
+/// more tightly than that: on a loaded runner the survivors themselves run late.
 fn a_stopped_rank_is_named_within_the_timeout(data_path: &str) {
     let job = Job::start(
         4,
+        TIMEOUT,
         &[
             ("SWITCHYARD_DIRECT_MAX_RANKS", "0"),
             ("SWITCHYARD_DATA_PATH", data_path),
@@ -211,7 +230,7 @@ fn a_stopped_rank_is_named_within_the_timeout(data_path: &str) {
     job.signal(victim, "STOP");
     let stopped = Instant::now();
     let survivors = [0, 2, 3];
-    let errors = job.errors(&survivors, TIMEOUT * 5);
+    let errors = job.errors(&survivors, DRILL + TIMEOUT);
     job.signal(victim, "CONT");
     let mut timed_out = 0;
     for (rank, (error, at)) in survivors.iter().zip(errors) {
@@ -221,10 +240,7 @@ fn a_stopped_rank_is_named_within_the_timeout(data_path: &str) {
         }
         let after = at - stopped;
         eprintln!("after {after:?}: {error}");
-        assert!(
-            after < TIMEOUT + Duration::from_millis(500),
-            "rank {rank} after {after:?}: {error}"
-        );
+        assert!(after < DRILL, "rank {rank} after {after:?}: {error}");
         // "waited 1.00s for rank 1 (ring step 3), no byte arrived"
         if let Some(waited) = error
             .split("waited ")
@@ -251,23 +267,25 @@ fn over_zeromq_a_stopped_rank_is_named_by_every_survivor_within_the_timeout() {
 
 /// One rank passes a longer buffer and every rank that sees it leaves at once
 /// through `?`: every rank's error is about the mismatch, none about a lost or
-/// silent peer, and all come within a second of the first.
+/// silent peer, and all come before a silence timeout could have fired after the
+/// first.
 #[test]
 fn a_mismatch_is_reported_by_every_rank_not_a_lost_connection() {
     let job = Job::start(
         4,
+        LONG_TIMEOUT,
         &[
             ("SWITCHYARD_DIRECT_MAX_RANKS", "0"),
             ("DRILL_ODD_RANK", "2"),
         ],
     );
     let ranks = [0, 1, 2, 3];
-    let errors = job.errors(&ranks, TIMEOUT * 10);
+    let errors = job.errors(&ranks, LONG_TIMEOUT * 2);
     let first = errors.iter().map(|(_, at)| *at).min().unwrap();
     for (rank, (error, at)) in ranks.iter().zip(&errors) {
         eprintln!("after {:?}: {error}", *at - first);
         assert!(!error.contains("lost rank"), "rank {rank}: {error}");
         assert!(!error.contains("no byte arrived"), "rank {rank}: {error}");
-        assert!(*at - first < TIMEOUT, "rank {rank}: {:?}", *at - first);
+        assert!(*at - first < LONG_TIMEOUT, "rank {rank}: {:?}", *at - first);
     }
 }

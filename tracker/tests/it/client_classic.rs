@@ -234,7 +234,9 @@ fn a_silent_tracker_times_out_within_the_batch_timeout() {
     let started = Instant::now();
     let err = client.start(None, None).unwrap_err();
     assert!(err.to_string().contains("no assigned rank within"), "{err}");
-    assert!(started.elapsed() < Duration::from_secs(5));
+    // Given up at the 300 ms timeout, while the tracker still holds the connection;
+    // the bound leaves a loaded runner room.
+    assert!(started.elapsed() < Duration::from_secs(30));
     drop(client);
     tracker.join().unwrap();
 }

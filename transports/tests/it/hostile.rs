@@ -19,9 +19,9 @@ use switchyard_transports::{
     Dealer, DealerSocket, PeerId, RecvError, Router, RouterSocket, SendErrorKind, Socket,
 };
 
-/// Longer than any send that does not wait can take, even on a loaded machine, and far
-/// shorter than the 20 s `send_timeout` a waiting send would take.
-const PROMPT: Duration = Duration::from_secs(2);
+/// Longer than any send that does not wait can take, even on a loaded machine, and
+/// half the 20 s `send_timeout` a waiting send would take.
+const PROMPT: Duration = Duration::from_secs(10);
 
 /// Receives on `router` until it has dropped `expected` malformed messages; nothing
 /// may reach the application meanwhile.

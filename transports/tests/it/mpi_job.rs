@@ -23,7 +23,11 @@ mod in_mpi_job {
     };
 
     const THREADS: u64 = 2;
-    const MESSAGES: u64 = 200;
+    /// Messages per dealer thread: 200, times `SWITCHYARD_TEST_SCALE` (every rank reads
+    /// the same environment from mpirun).
+    fn messages() -> u64 {
+        200 * crate::support::scale()
+    }
 
     /// Message `seq` of dealer thread `thread` on `rank`: a header and, for some
     /// sequence numbers, frames large enough to go as in-place blocks.
@@ -60,7 +64,7 @@ mod in_mpi_job {
             let mut router = RouterSocket::bind("mpi://0", SocketOptions::default()).unwrap();
             router.await_peers(dealers as usize, WAIT).unwrap();
             let mut next: HashMap<_, u64> = HashMap::new();
-            for _ in 0..dealers * MESSAGES {
+            for _ in 0..dealers * messages() {
                 let (peer, got) = router.recv_from_timeout(WAIT).unwrap();
                 let from = got.header.src;
                 let seq = next.entry(peer.clone()).or_default();
@@ -71,7 +75,7 @@ mod in_mpi_job {
                     .send_to(&peer, got.reply(Kind::Put).with_seq(got.header.seq))
                     .unwrap();
             }
-            assert!(next.values().all(|&n| n == MESSAGES));
+            assert!(next.values().all(|&n| n == messages()));
             assert_eq!(router.dropped_malformed(), 0);
         } else {
             let threads: Vec<_> = (0..THREADS)
@@ -79,10 +83,10 @@ mod in_mpi_job {
                     std::thread::spawn(move || {
                         let mut dealer =
                             DealerSocket::connect("mpi://0", SocketOptions::default()).unwrap();
-                        for seq in 0..MESSAGES {
+                        for seq in 0..messages() {
                             dealer.send(message(world.rank, thread, seq)).unwrap();
                         }
-                        for seq in 0..MESSAGES {
+                        for seq in 0..messages() {
                             let reply = dealer.recv_timeout(WAIT).unwrap();
                             assert_eq!(reply.header.kind, Kind::Put);
                             assert_eq!(reply.header.seq, seq);
