@@ -2,6 +2,7 @@
 //! `cargo test -p switchyard-cli --test it -- launch_supervise::`), so the workspace
 //! links one test binary here instead of one per file, and the test harness runs the
 //! files' tests side by side.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 // Helpers shared by the modules below.
 mod netns;

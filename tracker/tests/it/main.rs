@@ -1,6 +1,7 @@
 //! The tracker's integration tests in one binary: each file is a module (run one with
 //! `cargo test -p switchyard-tracker --test it -- classic_job::`), so the workspace
 //! links one test binary here instead of one per file.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 // Helpers shared by the modules below.
 mod client_support;
