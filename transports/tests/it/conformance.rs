@@ -150,8 +150,11 @@ fn timeouts(backend: &str) {
         Err(RecvError::Timeout)
     );
     let waited = started.elapsed();
+    // At least the 100 ms asked for; the upper bound only tells "returned at its
+    // timeout" from "waited for a message that never comes", with room for a loaded
+    // runner (three MPI ranks on two busy cores took over 3 s).
     assert!(
-        waited >= Duration::from_millis(90) && waited < Duration::from_secs(3),
+        waited >= Duration::from_millis(90) && waited < Duration::from_secs(30),
         "{waited:?}"
     );
     assert_eq!(router.try_recv(), Err(RecvError::Empty));
