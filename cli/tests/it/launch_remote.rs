@@ -1,0 +1,309 @@
+//! `switchyard launch --launcher ssh|slurm|mpi`: each process goes through `ssh HOST`,
+//! `srun` or `mpirun`. Stand-in scripts first on `PATH` record their arguments and run
+//! the command here, so the tests check the exact hand-over without a cluster.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::time::Duration;
+use support::{run_bounded, switchyard};
+
+/// `ssh [-o OPT]... HOST COMMAND`: run COMMAND with sh, as a remote login shell would.
+const SSH: &str = r#"#!/bin/sh
+echo "ssh $*" >> "$STANDIN_LOG"
+while [ "$1" = "-o" ]; do shift 2; done
+shift
+exec sh -c "$*"
+"#;
+
+/// `srun --OPTION... PROGRAM ARGS`.
+const SRUN: &str = r#"#!/bin/sh
+echo "srun $*" >> "$STANDIN_LOG"
+while case "$1" in --*) true;; *) false;; esac; do shift; done
+exec "$@"
+"#;
+
+/// `mpirun -np 1 [--host HOST] PROGRAM ARGS`.
+const MPIRUN: &str = r#"#!/bin/sh
+echo "mpirun $*" >> "$STANDIN_LOG"
+[ "$1" = "-np" ] && shift 2
+[ "$1" = "--host" ] && shift 2
+exec "$@"
+"#;
+
+/// A folder with the stand-ins, a hostfile and the log, removed when dropped.
+struct Cluster(PathBuf);
+
+impl Cluster {
+    fn new(name: &str, hostfile: &str) -> Cluster {
+        let dir = std::env::temp_dir().join(format!("switchyard-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("bin")).unwrap();
+        for (file, body) in [("ssh", SSH), ("srun", SRUN), ("mpirun", MPIRUN)] {
+            let path = dir.join("bin").join(file);
+            std::fs::write(&path, body).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        std::fs::write(dir.join("hosts"), hostfile).unwrap();
+        Cluster(dir)
+    }
+
+    fn hostfile(&self) -> PathBuf {
+        self.0.join("hosts")
+    }
+
+    /// `switchyard launch` with the stand-ins first on PATH.
+    fn launch(&self, args: &[&str]) -> std::process::Command {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let mut dirs = vec![self.0.join("bin")];
+        dirs.extend(std::env::split_paths(&path));
+        let mut cmd = switchyard();
+        cmd.env("PATH", std::env::join_paths(dirs).unwrap())
+            .env("STANDIN_LOG", self.0.join("log"))
+            // Tests that want a job secret set it after this.
+            .env_remove("SWITCHYARD_JOB_SECRET")
+            .env_remove("SWITCHYARD_JOB_SECRET_FILE")
+            .arg("launch")
+            .args(args);
+        cmd
+    }
+
+    /// The stand-ins' argument lines, one per process.
+    fn log(&self) -> Vec<String> {
+        std::fs::read_to_string(self.0.join("log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const HOSTS: &str = "# test cluster\nnodeA slots=2\nnodeB\n";
+const PRINT: &str = "echo task=$DMLC_TASK_ID cluster=$DMLC_JOB_CLUSTER rank=$SWITCHYARD_RANK";
+
+/// Runs 3 workers through `launcher` and checks their output and the log line of each.
+fn three_workers(launcher: &str, with_hostfile: bool) -> Vec<String> {
+    // Tests run in parallel in one process: one folder per launcher and hostfile use.
+    let cluster = Cluster::new(&format!("remote-{launcher}-{with_hostfile}"), HOSTS);
+    let hostfile = cluster.hostfile();
+    let mut args = vec!["-n", "3", "--launcher", launcher, "--host", "127.0.0.1"];
+    if with_hostfile {
+        args.extend(["--hostfile", hostfile.to_str().unwrap()]);
+    }
+    args.extend(["--", "sh", "-c", PRINT]);
+    let (out, _) = run_bounded(cluster.launch(&args), Duration::from_secs(60));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for task in 0..3 {
+        let line = format!("[{task}] task={task} cluster={launcher} rank={task}");
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "no {line:?} in\n{stdout}\n{stderr}"
+        );
+    }
+    let log = cluster.log();
+    assert_eq!(log.len(), 3, "{log:?}");
+    log
+}
+
+/// The log line of the process with `DMLC_TASK_ID=task`.
+fn line_of(log: &[String], task: u32) -> &str {
+    let word = format!("DMLC_TASK_ID={task} ");
+    log.iter()
+        .find(|l| l.contains(&word))
+        .unwrap_or_else(|| panic!("no process with task {task} in {log:?}"))
+}
+
+#[test]
+fn ssh_runs_each_process_on_its_host_in_this_directory() {
+    let log = three_workers("ssh", true);
+    let cwd = std::env::current_dir().unwrap();
+    for (task, host) in [(0, "nodeA"), (1, "nodeA"), (2, "nodeB")] {
+        let line = line_of(&log, task);
+        let start = format!("ssh -o BatchMode=yes {host} cd ");
+        assert!(line.starts_with(&start), "{line}");
+        assert!(line.contains(&cwd.display().to_string()), "{line}");
+        assert!(line.contains("DMLC_TRACKER_URI=127.0.0.1 "), "{line}");
+        assert!(line.contains("DMLC_NUM_ATTEMPT=0 "), "{line}");
+        // The program's argument is one quoted word for the remote shell.
+        assert!(line.ends_with(&format!("sh -c '{PRINT}'")), "{line}");
+    }
+}
+
+#[test]
+fn slurm_hands_each_process_to_srun_on_its_node() {
+    let log = three_workers("slurm", true);
+    for (task, host) in [(0, "nodeA"), (1, "nodeA"), (2, "nodeB")] {
+        let line = line_of(&log, task);
+        let start = format!("srun --nodes=1 --ntasks=1 --nodelist={host} env ");
+        assert!(line.starts_with(&start), "{line}");
+    }
+}
+
+#[test]
+fn slurm_without_a_hostfile_lets_srun_place_the_processes() {
+    let log = three_workers("slurm", false);
+    for task in 0..3 {
+        assert!(
+            line_of(&log, task).starts_with("srun --nodes=1 --ntasks=1 env "),
+            "{log:?}"
+        );
+    }
+}
+
+#[test]
+fn mpi_hands_each_process_to_mpirun_on_its_host() {
+    let log = three_workers("mpi", true);
+    for (task, host) in [(0, "nodeA"), (1, "nodeA"), (2, "nodeB")] {
+        let line = line_of(&log, task);
+        assert!(
+            line.starts_with(&format!("mpirun -np 1 --host {host} env ")),
+            "{line}"
+        );
+    }
+}
+
+const SECRET: &str = "remote-secret-remote-secret-12345";
+
+/// A secret file goes to the remote processes by its path, never by its content.
+#[test]
+fn the_secret_file_path_travels_and_the_secret_does_not() {
+    let cluster = Cluster::new("remote-secret-file", HOSTS);
+    let secret_file = cluster.0.join("job.secret");
+    std::fs::write(&secret_file, SECRET).unwrap();
+    std::fs::set_permissions(&secret_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let hostfile = cluster.hostfile();
+    for launcher in ["ssh", "slurm", "mpi"] {
+        let _ = std::fs::remove_file(cluster.0.join("log"));
+        let args = [
+            "-n",
+            "2",
+            "--launcher",
+            launcher,
+            "--host",
+            "127.0.0.1",
+            "--hostfile",
+            hostfile.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "echo file=$SWITCHYARD_JOB_SECRET_FILE",
+        ];
+        let mut cmd = cluster.launch(&args);
+        cmd.env("SWITCHYARD_JOB_SECRET_FILE", &secret_file);
+        let (out, _) = run_bounded(cmd, Duration::from_secs(60));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{launcher}: {stdout}\n{stderr}");
+        let log = cluster.log();
+        assert_eq!(log.len(), 2, "{launcher}: {log:?}");
+        let word = format!("SWITCHYARD_JOB_SECRET_FILE={}", secret_file.display());
+        for line in &log {
+            assert!(line.contains(&word), "{launcher}: {line}");
+            assert!(
+                !line.contains(SECRET),
+                "{launcher}: the secret is on the command line"
+            );
+        }
+        assert!(!stdout.contains(SECRET) && !stderr.contains(SECRET));
+    }
+}
+
+/// A secret given only by value cannot reach remote hosts without showing in `ps`:
+/// refused before any process starts, naming the way out.
+#[test]
+fn a_secret_value_with_a_remote_launcher_is_refused() {
+    let cluster = Cluster::new("remote-secret-value", HOSTS);
+    let hostfile = cluster.hostfile();
+    for launcher in ["ssh", "slurm", "mpi"] {
+        let args = [
+            "-n",
+            "1",
+            "--launcher",
+            launcher,
+            "--hostfile",
+            hostfile.to_str().unwrap(),
+            "--",
+            "true",
+        ];
+        let mut cmd = cluster.launch(&args);
+        cmd.env("SWITCHYARD_JOB_SECRET", SECRET);
+        let (out, _) = run_bounded(cmd, Duration::from_secs(30));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{launcher}: {stdout}\n{stderr}");
+        assert!(
+            stderr.contains("set SWITCHYARD_JOB_SECRET_FILE to that path"),
+            "{launcher}: {stderr}"
+        );
+        assert!(!stdout.contains(SECRET) && !stderr.contains(SECRET));
+        assert!(cluster.log().is_empty(), "{launcher}: a process started");
+    }
+}
+
+#[test]
+fn ssh_without_a_hostfile_is_refused() {
+    let cluster = Cluster::new("remote-nohosts", HOSTS);
+    let cmd = cluster.launch(&["-n", "1", "--launcher", "ssh", "--", "true"]);
+    let (out, _) = run_bounded(cmd, Duration::from_secs(30));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--launcher ssh needs --hostfile"),
+        "{stderr}"
+    );
+    assert!(cluster.log().is_empty());
+}
+
+#[test]
+fn a_bad_hostfile_line_is_named() {
+    let cluster = Cluster::new("remote-badhosts", "nodeA\nnodeB cpus=4\n");
+    let hostfile = cluster.hostfile();
+    let args = [
+        "-n",
+        "1",
+        "--launcher",
+        "ssh",
+        "--hostfile",
+        hostfile.to_str().unwrap(),
+        "--",
+        "true",
+    ];
+    let (out, _) = run_bounded(cluster.launch(&args), Duration::from_secs(30));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("line 2: unknown field \"cpus=4\""),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn an_unknown_launcher_is_refused_by_the_command_line() {
+    let (out, _) = run_bounded(
+        Cluster::new("remote-unknown", HOSTS).launch(&[
+            "-n",
+            "1",
+            "--launcher",
+            "pbs",
+            "--",
+            "true",
+        ]),
+        Duration::from_secs(30),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("expected one of local, ssh, slurm, mpi"),
+        "{stderr}"
+    );
+}

@@ -1,4 +1,0 @@
-//! Helpers shared by the integration tests.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
-
-pub(crate) mod mpirun;
