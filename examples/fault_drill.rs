@@ -1,5 +1,5 @@
 //! Allreduces in a loop until one fails, then exits through `?` in `main`: the
-//! program the fault tests stop and kill (`cli/tests/collective_faults.rs`), and a
+//! program the fault tests stop and kill (`cli/tests/it/collective_faults.rs`), and a
 //! way to watch the collectives' two clocks by hand.
 //!
 //! ```text

@@ -1,4 +1,4 @@
-//! A worker for the multi-host tests (`cli/tests/netns_*.rs`), where each "host" is a
+//! A worker for the multi-host tests (`cli/tests/it/netns_*.rs`), where each "host" is a
 //! network namespace: it forms a communicator, says who it is and where, runs a loop of
 //! allreduces checked against their closed form, and exits non-zero with the error on
 //! any failure.

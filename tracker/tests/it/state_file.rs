@@ -1,6 +1,6 @@
 //! The state file: a tracker stopped after bootstrap and started again on the same port
 //! with the same file finishes the job (the process-level SIGKILL test is
-//! `cli/tests/tracker_restart.rs`).
+//! `cli/tests/it/tracker_restart.rs`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
