@@ -297,10 +297,7 @@ fn half_set_environments_name_the_missing_variable() {
     ];
     assert_eq!(missing(&half_torchrun), "MASTER_PORT");
     assert_eq!(missing(&[("SLURM_PROCID", "0")]), "SLURM_NTASKS");
-    let no_root_host = [
-        ("OMPI_COMM_WORLD_RANK", "0"),
-        ("OMPI_COMM_WORLD_SIZE", "2"),
-    ];
+    let no_root_host = [("OMPI_COMM_WORLD_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "2")];
     assert_eq!(missing(&no_root_host), "MASTER_ADDR");
 
     let slurm_nodelist = [
@@ -371,20 +368,24 @@ fn a_malformed_value_names_the_variable_and_the_value() {
     if cfg!(not(feature = "mpi")) {
         cases.push(vec![
             ("SLURM_PROCID", "0"),
-            ("SLURM_NTASKS", "n"),
             ("MASTER_ADDR", "127.0.0.1"),
+            ("SLURM_NTASKS", "n"),
         ]);
         cases.push(vec![
             ("SLURM_PROCID", "0"),
             ("SLURM_NTASKS", "2"),
-            ("SLURM_JOB_NODELIST", "[1-2]"),
+            ("SLURM_JOB_NODELIST", ","),
         ]);
     }
+    // The last pair of each case is the malformed one.
     for vars in cases {
         let &(var, bad) = vars.last().unwrap();
         let (named, text) = env_error(Bootstrap::from_lookup(vars.as_slice()));
         assert_eq!(named, var, "{text}");
-        assert!(text.starts_with(&format!("{var}={bad:?}: expected ")), "{text}");
+        assert!(
+            text.starts_with(&format!("{var}={bad:?}: expected ")),
+            "{text}"
+        );
     }
 }
 

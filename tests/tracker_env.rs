@@ -101,7 +101,10 @@ fn dmlc_tracker_variables() {
         ("DMLC_NUM_WORKER", "four"),
     ]));
     assert_eq!(var, "DMLC_NUM_WORKER");
-    assert!(text.starts_with("DMLC_NUM_WORKER=\"four\": expected"), "{text}");
+    assert!(
+        text.starts_with("DMLC_NUM_WORKER=\"four\": expected"),
+        "{text}"
+    );
     let (var, reason) = env_error(with(&[
         ("DMLC_TRACKER_URI", "127.0.0.1"),
         ("DMLC_TRACKER_PORT", "9091"),

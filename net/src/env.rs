@@ -248,9 +248,16 @@ pub fn micros(lookup: &(impl Lookup + ?Sized), var: &str) -> Result<Option<Durat
 
 /// `var` as seconds, fractions allowed (`0.5`); zero included.
 pub fn seconds(lookup: &(impl Lookup + ?Sized), var: &str) -> Result<Option<Duration>, EnvError> {
-    parse_with(lookup, var, "a number of seconds (fractions allowed)", |s| {
-        s.parse().ok().and_then(|s| Duration::try_from_secs_f64(s).ok())
-    })
+    parse_with(
+        lookup,
+        var,
+        "a number of seconds (fractions allowed)",
+        |s| {
+            s.parse()
+                .ok()
+                .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        },
+    )
 }
 
 /// `var` as seconds, fractions allowed, above zero.
@@ -345,10 +352,22 @@ mod tests {
             ("O", "udp"),
         ];
         let cases: Vec<(EnvError, &str)> = vec![
-            (u32(&vars, "N").unwrap_err(), r#"N="-3": expected a non-negative integer"#),
-            (u64(&vars, "N").unwrap_err(), r#"N="-3": expected a non-negative integer"#),
-            (usize(&vars, "N").unwrap_err(), r#"N="-3": expected a non-negative integer"#),
-            (port(&vars, "P").unwrap_err(), r#"P="0": expected a port number (1..65535)"#),
+            (
+                u32(&vars, "N").unwrap_err(),
+                r#"N="-3": expected a non-negative integer"#,
+            ),
+            (
+                u64(&vars, "N").unwrap_err(),
+                r#"N="-3": expected a non-negative integer"#,
+            ),
+            (
+                usize(&vars, "N").unwrap_err(),
+                r#"N="-3": expected a non-negative integer"#,
+            ),
+            (
+                port(&vars, "P").unwrap_err(),
+                r#"P="0": expected a port number (1..65535)"#,
+            ),
             (
                 millis(&vars, "MS").unwrap_err(),
                 r#"MS="1.5": expected a whole number of milliseconds"#,
@@ -379,7 +398,10 @@ mod tests {
             assert!(err.value().is_some());
         }
         let err = u32(&vars, "N").unwrap_err();
-        assert_eq!((err.var(), err.value(), err.expected()), ("N", Some("-3"), INTEGER));
+        assert_eq!(
+            (err.var(), err.value(), err.expected()),
+            ("N", Some("-3"), INTEGER)
+        );
     }
 
     #[test]

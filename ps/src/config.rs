@@ -209,9 +209,10 @@ impl PsEnv {
         )?;
         // 0 is allowed: a launcher that serves the scheduler itself binds any port.
         let port_expected = "a port number (0..65535)";
-        let port: u16 = env::parse(lookup, "DMLC_PS_ROOT_PORT", port_expected)?.ok_or_else(
-            || EnvError::missing("DMLC_PS_ROOT_PORT", format!("{port_expected}, {needed}")),
-        )?;
+        let port: u16 =
+            env::parse(lookup, "DMLC_PS_ROOT_PORT", port_expected)?.ok_or_else(|| {
+                EnvError::missing("DMLC_PS_ROOT_PORT", format!("{port_expected}, {needed}"))
+            })?;
         let mut config = PsConfig::new(workers, servers);
         config.host = env::text(lookup, "DMLC_NODE_HOST");
         if let Some(d) = env::positive_seconds(lookup, "PS_HEARTBEAT_INTERVAL")? {
@@ -312,7 +313,11 @@ mod tests {
             ("DMLC_NUM_WORKER", "four", "a non-negative integer"),
             ("DMLC_NUM_SERVER", "-1", "a non-negative integer"),
             ("DMLC_PS_ROOT_PORT", "70000", "a port number (0..65535)"),
-            ("PS_HEARTBEAT_INTERVAL", "soon", "a positive number of seconds"),
+            (
+                "PS_HEARTBEAT_INTERVAL",
+                "soon",
+                "a positive number of seconds",
+            ),
             ("PS_HEARTBEAT_TIMEOUT", "0", "a positive number of seconds"),
             ("SWITCHYARD_PS_REPLICATE", "yes", "0 or 1"),
         ] {

@@ -56,7 +56,12 @@ fn missing(var: &str, because: &str) -> BootstrapError {
     EnvError::missing(var, format!("it set, since {because}")).into()
 }
 
-fn number(lookup: &(impl Lookup + ?Sized), var: &str, partner: &str, hint: &str) -> Result<u32, BootstrapError> {
+fn number(
+    lookup: &(impl Lookup + ?Sized),
+    var: &str,
+    partner: &str,
+    hint: &str,
+) -> Result<u32, BootstrapError> {
     env::u32(lookup, var)?.ok_or_else(|| missing(var, &format!("{partner} is set{hint}")))
 }
 
@@ -68,7 +73,10 @@ pub(crate) fn torchrun(lookup: &(impl Lookup + ?Sized)) -> Result<Option<Found>,
         return Ok(None);
     };
     // MASTER_* alone may accompany a scheduler's variables, which give the rank.
-    if env::text(lookup, "RANK").is_none() && env::text(lookup, "WORLD_SIZE").is_none() && scheduler_present(lookup) {
+    if env::text(lookup, "RANK").is_none()
+        && env::text(lookup, "WORLD_SIZE").is_none()
+        && scheduler_present(lookup)
+    {
         return Ok(None);
     }
     if let Some(absent) = VARS.into_iter().find(|v| env::text(lookup, v).is_none()) {
@@ -121,7 +129,9 @@ pub(crate) fn scheduler(lookup: &(impl Lookup + ?Sized)) -> Result<Option<Found>
             )
         })?;
         ("SLURM_JOB_NODELIST", first)
-    } else if env::text(lookup, "OMPI_COMM_WORLD_LOCAL_SIZE").is_some_and(|l| l.trim() == world.to_string()) {
+    } else if env::text(lookup, "OMPI_COMM_WORLD_LOCAL_SIZE")
+        .is_some_and(|l| l.trim() == world.to_string())
+    {
         ("OMPI_COMM_WORLD_LOCAL_SIZE", "127.0.0.1".to_string())
     } else {
         return Err(missing(
@@ -178,9 +188,7 @@ fn root_addr(var: &str, host: &str, port: u16) -> Result<SocketAddr, BootstrapEr
     let bare = host.trim().trim_start_matches('[').trim_end_matches(']');
     let all: Vec<SocketAddr> = (bare, port)
         .to_socket_addrs()
-        .map_err(|e| {
-            EnvError::malformed(var, host, format!("a host name that resolves ({e})"))
-        })?
+        .map_err(|e| EnvError::malformed(var, host, format!("a host name that resolves ({e})")))?
         .collect();
     all.iter()
         .find(|a| a.is_ipv4())

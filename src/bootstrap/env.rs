@@ -288,7 +288,9 @@ impl Bootstrap {
     ) -> Result<Option<Bootstrap>, BootstrapError> {
         let set = |v: &str| env::text(lookup, v).is_some();
         // Set but empty is "no tracker" too: the blank-is-unset rule, then this.
-        if lookup.get(ENV_DMLC_TRACKER_URI).is_some_and(|u| u.trim() == "NULL")
+        if lookup
+            .get(ENV_DMLC_TRACKER_URI)
+            .is_some_and(|u| u.trim() == "NULL")
             || lookup.get(ENV_DMLC_TRACKER_URI).is_some() && !set(ENV_DMLC_TRACKER_URI)
         {
             return Ok(None);
@@ -350,10 +352,7 @@ impl Bootstrap {
     fn from_mpi_lookup(
         lookup: &(impl Lookup + ?Sized),
     ) -> Result<Option<Bootstrap>, BootstrapError> {
-        let Some(marker) = MPI_RANK_VARS
-            .into_iter()
-            .find(|v| lookup.get(v).is_some())
-        else {
+        let Some(marker) = MPI_RANK_VARS.into_iter().find(|v| lookup.get(v).is_some()) else {
             return Ok(None);
         };
         #[cfg(feature = "mpi")]

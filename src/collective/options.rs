@@ -455,7 +455,8 @@ mod tests {
             let err = CommOptions::from_lookup(&[(var, bad)]).unwrap_err();
             assert_eq!((err.var(), err.value()), (var, Some(bad)));
             assert!(
-                err.to_string().starts_with(&format!("{var}={bad:?}: expected ")),
+                err.to_string()
+                    .starts_with(&format!("{var}={bad:?}: expected ")),
                 "{err}"
             );
         }

@@ -5,9 +5,9 @@ use super::RobustOptions;
 use super::engine::{Rejoin, Report, RobustEngine, SilentReport};
 use crate::bootstrap::{Bootstrap, Rendezvous};
 use crate::collective::error::{Call, CollectiveError};
+use crate::collective::options::heartbeat_var;
 use crate::collective::setup::tracker_spec;
 use crate::collective::tracked::{JoinAs, TrackerMesh, tracker_mesh};
-use crate::collective::options::heartbeat_var;
 use crate::collective::{CommOptions, Communicator, TrackerJoin, TrackerProtocol};
 use std::time::{Duration, Instant};
 use switchyard_net::env::{self, EnvError, Lookup};
@@ -116,6 +116,12 @@ impl Communicator {
         let spec = &spec;
         let options = robust_defaults(options, &env::ProcessEnv)
             .map_err(|e| CollectiveError::setup("reading the environment", e))?;
+        let silent_reports = env::flag(
+            &env::ProcessEnv,
+            crate::bootstrap::watchdog::ENV_SILENT_REPORTS,
+        )
+        .map_err(|e| CollectiveError::setup("reading the environment", e))?
+        .unwrap_or(false);
         let first = form(spec, &options, JoinAs::Start)?;
         let rank = u32::try_from(first.rank).map_err(|_| refused("rank past u32"))?;
         let (again, again_options) = (spec.clone(), options.clone());
@@ -135,8 +141,7 @@ impl Communicator {
             // print's text is any worker's. Elsewhere a print for the log only (a
             // tracker of rabit's fails on a command it does not know).
             Ok(session) => {
-                let command = std::env::var_os(crate::bootstrap::watchdog::ENV_SILENT_REPORTS)
-                    .is_some_and(|v| v == "1");
+                let command = silent_reports;
                 Some(Box::new(move |silent: SilentReport<'_>| {
                     let rank = u32::try_from(silent.rank).unwrap_or(u32::MAX);
                     let attempt = u32::try_from(silent.attempt).unwrap_or(u32::MAX);
@@ -176,7 +181,10 @@ mod tests {
     fn robust_mode_beats_unless_told_otherwise_and_refuses_a_malformed_deadline() {
         let none: [(&str, &str); 0] = [];
         let beat = |vars: &[(&str, &str)]| robust_defaults(CommOptions::default(), vars);
-        assert_eq!(beat(&none).unwrap().heartbeat, Some(CommOptions::ROBUST_HEARTBEAT));
+        assert_eq!(
+            beat(&none).unwrap().heartbeat,
+            Some(CommOptions::ROBUST_HEARTBEAT)
+        );
         assert_eq!(beat(&[(ENV_HEARTBEAT, "0")]).unwrap().heartbeat, None);
         assert_eq!(
             beat(&[(ENV_HEARTBEAT, "250")]).unwrap().heartbeat,
@@ -188,7 +196,9 @@ mod tests {
         // A deadline the caller chose stands.
         let chosen = CommOptions::default().with_heartbeat(Some(Duration::from_secs(2)));
         assert_eq!(
-            robust_defaults(chosen, &[(ENV_HEARTBEAT, "abc")]).unwrap().heartbeat,
+            robust_defaults(chosen, &[(ENV_HEARTBEAT, "abc")])
+                .unwrap()
+                .heartbeat,
             Some(Duration::from_secs(2))
         );
     }

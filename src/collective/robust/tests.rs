@@ -536,7 +536,10 @@ fn robust_options_read_from_a_lookup() {
         (ENV_MOCK, "0,0,1,0 1,1,1,0"),
     ])
     .unwrap();
-    assert_eq!((o.local_replica, o.global_replica, o.result_budget), (3, 1, 4096));
+    assert_eq!(
+        (o.local_replica, o.global_replica, o.result_budget),
+        (3, 1, 4096)
+    );
     assert_eq!((o.attempt, o.mock.len()), (2, 2));
 }
 
@@ -553,6 +556,10 @@ fn robust_options_name_a_malformed_variable_and_its_value() {
     ] {
         let err = RobustOptions::from_lookup(&[(var, bad)]).unwrap_err();
         assert_eq!((err.var(), err.value()), (var, Some(bad)));
-        assert!(err.to_string().starts_with(&format!("{var}={bad:?}: expected ")), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with(&format!("{var}={bad:?}: expected ")),
+            "{err}"
+        );
     }
 }
