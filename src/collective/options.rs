@@ -396,6 +396,7 @@ pub(crate) fn heartbeat_var(
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     /// Off unless asked for; zero is off too (as `SWITCHYARD_HEARTBEAT_MS=0` is, which
