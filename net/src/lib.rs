@@ -1,6 +1,6 @@
 //! Plumbing that several switchyard crates share below the facade.
 //!
-//! [`env`] reads environment variables through one injectable lookup and reports a
+//! [`env`](mod@env) reads environment variables through one injectable lookup and reports a
 //! malformed value with one error type, the same way in every crate.
 
 pub mod env;

@@ -181,7 +181,7 @@ impl PsEnv {
     /// # Errors
     ///
     /// [`PsError::Env`] naming the variable, its value and what was expected; or a
-    /// configuration [`PsConfig::check`] refuses.
+    /// configuration that cannot work (no workers, no servers).
     pub fn from_lookup(lookup: &(impl env::Lookup + ?Sized)) -> Result<Option<PsEnv>, PsError> {
         let role = env::one_of(
             lookup,
