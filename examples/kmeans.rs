@@ -145,7 +145,7 @@ fn run(args: Args) -> Result<(), Error> {
         .with_args(std::env::args().skip(1).filter(|a| a.contains('=')))?;
     // Under `switchyard launch`: robust mode joins the tracker it serves.
     let boot = Bootstrap::from_env()?.unwrap_or_else(Bootstrap::solo);
-    let mut comm = Communicator::join(&boot, CommOptions::from_env().with_robust(robust))?;
+    let mut comm = Communicator::join(&boot, CommOptions::from_env()?.with_robust(robust))?;
     let (rank, n) = (comm.rank(), comm.world_size());
     let attempt = std::env::var("DMLC_NUM_ATTEMPT").unwrap_or_else(|_| "0".into());
     let (k, dim) = (args.k, args.dim);

@@ -129,7 +129,7 @@ fn root(args: &Args, id: Option<UniqueId>) -> Option<(String, u16)> {
 /// The communicator, and the unique id when this process made it.
 fn communicator(args: &Args) -> Result<(Communicator, Option<UniqueId>), Error> {
     let mut made = None;
-    let mut options = CommOptions::from_env();
+    let mut options = CommOptions::from_env()?;
     if let Some(t) = args.timeout {
         options = options.with_timeout(t);
     }

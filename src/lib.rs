@@ -58,6 +58,10 @@ pub mod fuzzing;
 pub struct ReadmeDoctests;
 
 pub use switchyard_msg as msg;
+/// Reading environment variables: the [`Lookup`](env::Lookup) every `from_lookup`
+/// takes, and [`EnvError`](env::EnvError), what every `from_env` reports for a
+/// malformed value (the `switchyard-net` crate's module).
+pub use switchyard_net::env;
 /// The parameter server (the `switchyard-ps` crate).
 pub use switchyard_ps as ps;
 /// The optional job secret (`SWITCHYARD_JOB_SECRET` / `SWITCHYARD_JOB_SECRET_FILE`).

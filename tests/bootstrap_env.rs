@@ -1,6 +1,8 @@
 //! `Bootstrap::from_env` / `Communicator::from_env` with the torchrun and scheduler
-//! conventions. Each case runs in child processes (this test binary again) with its
-//! environment set only there: no thread of this binary mutates the environment.
+//! conventions. What only reads variables goes through `Bootstrap::from_lookup` with
+//! the variables injected; the jobs that form communicators run in child processes
+//! (this test binary again) with their environment set only there: no thread of this
+//! binary mutates the environment.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -127,9 +129,10 @@ fn free_port() -> u16 {
         .expect("a free port in 20000-31999")
 }
 
-fn env_error(r: Result<Option<Bootstrap>, BootstrapError>) -> &'static str {
+/// The environment error of `r`: its variable, and the whole message.
+fn env_error(r: Result<Option<Bootstrap>, BootstrapError>) -> (String, String) {
     match r {
-        Err(BootstrapError::Env { var, .. }) => var,
+        Err(BootstrapError::Env(e)) => (e.var().to_string(), e.to_string()),
         other => panic!("expected an environment error, got {other:?}"),
     }
 }
@@ -149,26 +152,6 @@ fn child_case() {
             let mut x = [comm.rank() as u64 + 1];
             comm.allreduce(&mut x, ReduceOp::Sum).unwrap();
             assert_eq!(x[0], n * (n + 1) / 2);
-        }
-        "half-torchrun" => {
-            assert_eq!(env_error(Bootstrap::from_env()), "MASTER_PORT");
-        }
-        "half-slurm" => {
-            assert_eq!(env_error(Bootstrap::from_env()), "SLURM_NTASKS");
-        }
-        "no-root-host" => {
-            assert_eq!(env_error(Bootstrap::from_env()), "MASTER_ADDR");
-        }
-        "slurm-nodelist" => {
-            let boot = Bootstrap::from_env().unwrap().unwrap();
-            assert_eq!((boot.rank, boot.world_size), (1, 4));
-            match boot.rendezvous {
-                Rendezvous::UniqueId(id) => {
-                    assert!(id.root().ip().is_loopback(), "{id}");
-                    assert_eq!(id.root().port(), 29500 + 7);
-                }
-                other => panic!("expected a unique-id root, got {other:?}"),
-            }
         }
         // A rank whose setup must fail, naming the rank in EXPECT_LEFT, which left.
         "expect-left" => {
@@ -218,13 +201,6 @@ fn child_case() {
             println!("EXCHANGED");
             std::io::stdout().flush().unwrap();
             std::thread::sleep(Duration::from_secs(120));
-        }
-        "dmlc-wins" => {
-            let boot = Bootstrap::from_env().unwrap().unwrap();
-            assert!(
-                matches!(boot.rendezvous, Rendezvous::Tracker { .. }),
-                "{boot:?}"
-            );
         }
         other => panic!("unknown case {other}"),
     }
@@ -313,48 +289,104 @@ fn pmi_variables_with_master_addr() {
 #[cfg(not(feature = "mpi"))]
 #[test]
 fn half_set_environments_name_the_missing_variable() {
-    let s = |v: &str| v.to_string();
-    let cases = [
-        (
-            "half-torchrun",
-            vec![
-                ("MASTER_ADDR", s("127.0.0.1")),
-                ("RANK", s("0")),
-                ("WORLD_SIZE", s("2")),
-            ],
-        ),
-        ("half-slurm", vec![("SLURM_PROCID", s("0"))]),
-        (
-            "no-root-host",
-            vec![
-                ("OMPI_COMM_WORLD_RANK", s("0")),
-                ("OMPI_COMM_WORLD_SIZE", s("2")),
-            ],
-        ),
-        (
-            "slurm-nodelist",
-            vec![
-                ("SLURM_PROCID", s("1")),
-                ("SLURM_NTASKS", s("4")),
-                ("SLURM_JOB_NODELIST", s("localhost,other[1-2]")),
-                ("SLURM_JOB_ID", s("1007")),
-            ],
-        ),
-        (
-            "dmlc-wins",
-            vec![
-                ("DMLC_TRACKER_URI", s("127.0.0.1")),
-                ("DMLC_TRACKER_PORT", s("9091")),
-                ("RANK", s("0")),
-                ("WORLD_SIZE", s("2")),
-                ("MASTER_ADDR", s("127.0.0.1")),
-                ("MASTER_PORT", s("29500")),
-            ],
-        ),
+    let missing = |vars: &[(&str, &str)]| env_error(Bootstrap::from_lookup(vars)).0;
+    let half_torchrun = [
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("RANK", "0"),
+        ("WORLD_SIZE", "2"),
     ];
-    all_pass(Children(
-        cases.iter().map(|(case, vars)| child(case, vars)).collect(),
-    ));
+    assert_eq!(missing(&half_torchrun), "MASTER_PORT");
+    assert_eq!(missing(&[("SLURM_PROCID", "0")]), "SLURM_NTASKS");
+    let no_root_host = [("OMPI_COMM_WORLD_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "2")];
+    assert_eq!(missing(&no_root_host), "MASTER_ADDR");
+
+    let slurm_nodelist = [
+        ("SLURM_PROCID", "1"),
+        ("SLURM_NTASKS", "4"),
+        ("SLURM_JOB_NODELIST", "localhost,other[1-2]"),
+        ("SLURM_JOB_ID", "1007"),
+    ];
+    let boot = Bootstrap::from_lookup(&slurm_nodelist).unwrap().unwrap();
+    assert_eq!((boot.rank, boot.world_size), (1, 4));
+    match boot.rendezvous {
+        Rendezvous::UniqueId(id) => {
+            assert!(id.root().ip().is_loopback(), "{id}");
+            assert_eq!(id.root().port(), 29500 + 7);
+        }
+        other => panic!("expected a unique-id root, got {other:?}"),
+    }
+
+    let dmlc_wins = [
+        ("DMLC_TRACKER_URI", "127.0.0.1"),
+        ("DMLC_TRACKER_PORT", "9091"),
+        ("RANK", "0"),
+        ("WORLD_SIZE", "2"),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", "29500"),
+    ];
+    let boot = Bootstrap::from_lookup(&dmlc_wins).unwrap().unwrap();
+    assert!(
+        matches!(boot.rendezvous, Rendezvous::Tracker { .. }),
+        "{boot:?}"
+    );
+}
+
+/// Every convention's malformed value: an error naming the variable and the value.
+#[test]
+fn a_malformed_value_names_the_variable_and_the_value() {
+    let torchrun = |var: &'static str, bad: &'static str| {
+        let mut vars = vec![
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "29500"),
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+        ];
+        vars.push((var, bad));
+        vars
+    };
+    let launcher = |var: &'static str, bad: &'static str| {
+        let mut vars = vec![
+            ("SWITCHYARD_RANK", "0"),
+            ("SWITCHYARD_WORLD_SIZE", "2"),
+            ("SWITCHYARD_RENDEZVOUS", "127.0.0.1:5000"),
+        ];
+        vars.push((var, bad));
+        vars
+    };
+    let mut cases = vec![
+        torchrun("RANK", "first"),
+        torchrun("RANK", "2"),
+        torchrun("WORLD_SIZE", "-2"),
+        torchrun("MASTER_PORT", "0"),
+        torchrun("MASTER_PORT", "http"),
+        launcher("SWITCHYARD_RANK", "one"),
+        launcher("SWITCHYARD_RANK", "5"),
+        launcher("SWITCHYARD_WORLD_SIZE", "2.0"),
+    ];
+    // Without the MPI engine these are read as a scheduler's convention (with it,
+    // OpenMPI's variables start MPI).
+    if cfg!(not(feature = "mpi")) {
+        cases.push(vec![
+            ("SLURM_PROCID", "0"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("SLURM_NTASKS", "n"),
+        ]);
+        cases.push(vec![
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_JOB_NODELIST", ","),
+        ]);
+    }
+    // The last pair of each case is the malformed one.
+    for vars in cases {
+        let &(var, bad) = vars.last().unwrap();
+        let (named, text) = env_error(Bootstrap::from_lookup(vars.as_slice()));
+        assert_eq!(named, var, "{text}");
+        assert!(
+            text.starts_with(&format!("{var}={bad:?}: expected ")),
+            "{text}"
+        );
+    }
 }
 
 fn torchrun_vars(port: &str, rank: usize, world: usize) -> Vec<(&'static str, String)> {

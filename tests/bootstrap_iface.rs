@@ -62,8 +62,9 @@ fn child_case() {
             );
         }
         "missing" => match bind_address("127.0.0.1", 9) {
-            Err(BootstrapError::Env { var, reason, .. }) => {
-                assert_eq!(var, "SWITCHYARD_IFNAME");
+            Err(BootstrapError::Env(e)) => {
+                assert_eq!(e.var(), "SWITCHYARD_IFNAME");
+                let reason = e.expected();
                 assert!(reason.contains("\"lo\""), "{reason}");
                 // Each interface once, though lo has an IPv4 and an IPv6 address.
                 assert_eq!(reason.matches("\"lo\"").count(), 1, "{reason}");

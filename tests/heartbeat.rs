@@ -50,6 +50,7 @@ fn child_rank() {
     let scenario = std::env::var(SCENARIO).unwrap();
     // The deadline comes from SWITCHYARD_HEARTBEAT_MS (0: off), which the parent sets.
     let options = CommOptions::from_env()
+        .unwrap()
         .with_timeout(Duration::from_secs(30))
         .with_data_path(DataPath::Tcp);
     say(rank, &format!("heartbeat {:?}", options.heartbeat));

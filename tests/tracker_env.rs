@@ -1,42 +1,21 @@
-//! `Bootstrap::from_env` and the DMLC tracker variables. One test function: the
-//! process environment is shared by every thread of a test binary.
+//! `Bootstrap::from_lookup` (what `Bootstrap::from_env` reads the process environment
+//! with) and the DMLC tracker variables.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use switchyard::bootstrap::{Bootstrap, BootstrapError, Rendezvous};
 use switchyard::collective::TrackerProtocol;
 
-const ALL: [&str; 13] = [
-    "DMLC_ROLE",
-    "SWITCHYARD_RANK",
-    "SWITCHYARD_WORLD_SIZE",
-    "SWITCHYARD_RENDEZVOUS",
-    "DMLC_TRACKER_URI",
-    "DMLC_TRACKER_PORT",
-    "DMLC_TASK_ID",
-    "DMLC_NUM_WORKER",
-    "SWITCHYARD_TRACKER_PROTOCOL",
-    "OMPI_COMM_WORLD_RANK",
-    "PMI_RANK",
-    "PMIX_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-];
-
+/// The variables are injected: nothing here reads or changes the process
+/// environment, so the cases need neither a child process nor `set_var`.
 fn with(vars: &[(&str, &str)]) -> Result<Option<Bootstrap>, BootstrapError> {
-    for v in ALL {
-        // SAFETY: this binary has one test function, so no other thread reads the environment.
-        unsafe { std::env::remove_var(v) };
-    }
-    for (k, v) in vars {
-        // SAFETY: this binary has one test function, so no other thread reads the environment.
-        unsafe { std::env::set_var(k, v) };
-    }
-    Bootstrap::from_env()
+    Bootstrap::from_lookup(vars)
 }
 
-fn env_error(r: Result<Option<Bootstrap>, BootstrapError>) -> (&'static str, String) {
+/// The variable an environment error names, and the whole message.
+fn env_error(r: Result<Option<Bootstrap>, BootstrapError>) -> (String, String) {
     match r {
-        Err(BootstrapError::Env { var, reason, .. }) => (var, reason),
+        Err(BootstrapError::Env(e)) => (e.var().to_string(), e.to_string()),
         other => panic!("expected an environment error, got {other:?}"),
     }
 }
@@ -116,6 +95,16 @@ fn dmlc_tracker_variables() {
         ("DMLC_TRACKER_PORT", "ninety"),
     ]));
     assert_eq!(var, "DMLC_TRACKER_PORT");
+    let (var, text) = env_error(with(&[
+        ("DMLC_TRACKER_URI", "127.0.0.1"),
+        ("DMLC_TRACKER_PORT", "9091"),
+        ("DMLC_NUM_WORKER", "four"),
+    ]));
+    assert_eq!(var, "DMLC_NUM_WORKER");
+    assert!(
+        text.starts_with("DMLC_NUM_WORKER=\"four\": expected"),
+        "{text}"
+    );
     let (var, reason) = env_error(with(&[
         ("DMLC_TRACKER_URI", "127.0.0.1"),
         ("DMLC_TRACKER_PORT", "9091"),

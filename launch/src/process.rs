@@ -180,7 +180,7 @@ fn ps_config(options: &LaunchOptions) -> Result<switchyard_ps::PsConfig, LaunchE
         value: options.servers.to_string(),
         reason,
     };
-    switchyard_ps::PsEnv::from_lookup(lookup)
+    switchyard_ps::PsEnv::from_lookup(&lookup)
         .map_err(|e| refuse(e.to_string()))?
         .map(|env| env.config)
         .ok_or_else(|| refuse("no parameter-server role".into()))

@@ -1,14 +1,16 @@
 //! The floor every set-up path of switchyard stands on: the launcher's rendezvous, the
 //! unique-id ring, the tracker's protocols and the parameter server's address choice
-//! all read their peers and pick their addresses through these modules, so that a
-//! deadline, a length cap or an error's wording is decided once.
+//! all read their peers, pick their addresses and read their variables through these
+//! modules, so that a deadline, a length cap or an error's wording is decided once.
 //!
 //! | module | its one job |
 //! |---|---|
 //! | [`stream`] | reads and writes on a `TcpStream` that all share one deadline, with length caps and errors naming the field and the peer |
 //! | [`route`] | the local address that routes to a host, and the host's interfaces |
 //! | [`tag`] | 64 random bits that keep one job's or one mesh's traffic apart from another's |
+//! | [`env`](mod@env) | environment variables through one injectable lookup; a malformed value is one error type, worded the same in every crate |
 
+pub mod env;
 pub mod route;
 pub mod stream;
 pub mod tag;

@@ -2,6 +2,7 @@
 
 use super::{PsError, Sharding};
 use std::time::Duration;
+use switchyard_net::env::{self, EnvError};
 use switchyard_transports::SocketOptions;
 
 /// The shape of the job and its timeouts. Every node of a job must use the same
@@ -171,78 +172,61 @@ impl PsEnv {
     /// Reads the environment: `Ok(None)` when `DMLC_ROLE` is unset, an error naming
     /// the variable when one is missing or does not parse.
     pub fn from_env() -> Result<Option<PsEnv>, PsError> {
-        PsEnv::from_lookup(|var| std::env::var(var).ok())
+        PsEnv::from_lookup(&env::ProcessEnv)
     }
 
-    /// As [`PsEnv::from_env`], with variables from `lookup` (for tests).
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Option<PsEnv>, PsError> {
-        let Some(role) = lookup("DMLC_ROLE") else {
+    /// As [`PsEnv::from_env`], with variables from `lookup` (a map or a closure in a
+    /// test, the launcher's own table for its scheduler).
+    ///
+    /// # Errors
+    ///
+    /// [`PsError::Env`] naming the variable, its value and what was expected; or a
+    /// configuration that cannot work (no workers, no servers).
+    pub fn from_lookup(lookup: &(impl env::Lookup + ?Sized)) -> Result<Option<PsEnv>, PsError> {
+        let role = env::one_of(
+            lookup,
+            "DMLC_ROLE",
+            &[
+                ("scheduler", PsRole::Scheduler),
+                ("server", PsRole::Server),
+                ("worker", PsRole::Worker),
+            ],
+        )?;
+        let Some(role) = role else {
             return Ok(None);
         };
-        let role = match role.trim() {
-            "scheduler" => PsRole::Scheduler,
-            "server" => PsRole::Server,
-            "worker" => PsRole::Worker,
-            other => {
-                return Err(PsError::Env {
-                    var: "DMLC_ROLE",
-                    reason: format!("{other:?} is not scheduler, server or worker"),
-                });
-            }
-        };
-        let need = |var: &'static str| {
-            lookup(var).ok_or(PsError::Env {
-                var,
-                reason: "not set".into(),
-            })
-        };
-        let number = |var: &'static str| -> Result<u32, PsError> {
-            let text = need(var)?;
-            text.trim().parse().map_err(|_| PsError::Env {
-                var,
-                reason: format!("{text:?} is not a number"),
-            })
+        let needed = "set in every process of a parameter-server job (DMLC_ROLE is set)";
+        let number = |var: &str| -> Result<u32, EnvError> {
+            env::u32(lookup, var)?
+                .ok_or_else(|| EnvError::missing(var, format!("{}, {needed}", env::INTEGER)))
         };
         let workers = number("DMLC_NUM_WORKER")?;
         let servers = number("DMLC_NUM_SERVER")?;
-        let uri = need("DMLC_PS_ROOT_URI")?;
-        let port = number("DMLC_PS_ROOT_PORT")?;
-        if port > u32::from(u16::MAX) {
-            return Err(PsError::Env {
-                var: "DMLC_PS_ROOT_PORT",
-                reason: format!("{port} is not a port"),
-            });
-        }
+        let uri = env::required(
+            lookup,
+            "DMLC_PS_ROOT_URI",
+            &format!("the scheduler's host, {needed}"),
+        )?;
+        // 0 is allowed: a launcher that serves the scheduler itself binds any port.
+        let port_expected = "a port number (0..65535)";
+        let port: u16 =
+            env::parse(lookup, "DMLC_PS_ROOT_PORT", port_expected)?.ok_or_else(|| {
+                EnvError::missing("DMLC_PS_ROOT_PORT", format!("{port_expected}, {needed}"))
+            })?;
         let mut config = PsConfig::new(workers, servers);
-        config.host = lookup("DMLC_NODE_HOST");
-        let seconds = |var: &'static str| -> Result<Option<Duration>, PsError> {
-            let Some(text) = lookup(var) else {
-                return Ok(None);
-            };
-            match text.trim().parse::<f64>() {
-                Ok(s) if s > 0.0 && s.is_finite() => Ok(Some(Duration::from_secs_f64(s))),
-                _ => Err(PsError::Env {
-                    var,
-                    reason: format!("{text:?} is not a positive number of seconds"),
-                }),
-            }
-        };
-        if let Some(d) = seconds("PS_HEARTBEAT_INTERVAL")? {
+        config.host = env::text(lookup, "DMLC_NODE_HOST");
+        if let Some(d) = env::positive_seconds(lookup, "PS_HEARTBEAT_INTERVAL")? {
             config.heartbeat = d;
         }
-        if let Some(d) = seconds("PS_HEARTBEAT_TIMEOUT")? {
+        if let Some(d) = env::positive_seconds(lookup, "PS_HEARTBEAT_TIMEOUT")? {
             config.dead_timeout = d;
         }
-        config.replicate = match lookup("SWITCHYARD_PS_REPLICATE").as_deref().map(str::trim) {
-            None | Some("" | "0") => false,
-            Some("1") => true,
-            Some(other) => {
-                return Err(PsError::Env {
-                    var: "SWITCHYARD_PS_REPLICATE",
-                    reason: format!("{other:?} is not 0 or 1"),
-                });
-            }
-        };
+        config.replicate = env::one_of(
+            lookup,
+            "SWITCHYARD_PS_REPLICATE",
+            &[("0", false), ("1", true)],
+        )?
+        .unwrap_or(false);
         config.check()?;
         Ok(Some(PsEnv {
             role,
@@ -258,17 +242,16 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
-        let map: HashMap<String, String> = pairs
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |k| map.get(k).cloned()
+            .collect()
     }
 
     #[test]
     fn reads_ps_lite_variables() {
-        let e = PsEnv::from_lookup(env(&[
+        let e = PsEnv::from_lookup(&env(&[
             ("DMLC_ROLE", "server"),
             ("DMLC_NUM_WORKER", "4"),
             ("DMLC_NUM_SERVER", "2"),
@@ -286,13 +269,13 @@ mod tests {
 
     #[test]
     fn names_the_missing_or_bad_variable() {
-        assert!(PsEnv::from_lookup(env(&[])).unwrap().is_none());
-        let err = PsEnv::from_lookup(env(&[("DMLC_ROLE", "worker"), ("DMLC_NUM_WORKER", "4")]))
+        assert!(PsEnv::from_lookup(&env(&[])).unwrap().is_none());
+        let err = PsEnv::from_lookup(&env(&[("DMLC_ROLE", "worker"), ("DMLC_NUM_WORKER", "4")]))
             .unwrap_err();
         assert!(err.to_string().contains("DMLC_NUM_SERVER"), "{err}");
-        let err = PsEnv::from_lookup(env(&[("DMLC_ROLE", "boss")])).unwrap_err();
+        let err = PsEnv::from_lookup(&env(&[("DMLC_ROLE", "boss")])).unwrap_err();
         assert!(err.to_string().contains("DMLC_ROLE"), "{err}");
-        let err = PsEnv::from_lookup(env(&[
+        let err = PsEnv::from_lookup(&env(&[
             ("DMLC_ROLE", "worker"),
             ("DMLC_NUM_WORKER", "4"),
             ("DMLC_NUM_SERVER", "x"),
@@ -302,7 +285,7 @@ mod tests {
             err.to_string().contains("DMLC_NUM_SERVER") && err.to_string().contains("\"x\""),
             "{err}"
         );
-        let err = PsEnv::from_lookup(env(&[
+        let err = PsEnv::from_lookup(&env(&[
             ("DMLC_ROLE", "worker"),
             ("DMLC_NUM_WORKER", "1"),
             ("DMLC_NUM_SERVER", "1"),
@@ -312,5 +295,44 @@ mod tests {
         ]))
         .unwrap_err();
         assert!(err.to_string().contains("PS_HEARTBEAT_INTERVAL"), "{err}");
+    }
+
+    /// Each variable's malformed value, in the one wording: variable, value, what was
+    /// expected.
+    #[test]
+    fn a_malformed_value_is_named_with_its_value() {
+        let base = [
+            ("DMLC_ROLE", "worker"),
+            ("DMLC_NUM_WORKER", "1"),
+            ("DMLC_NUM_SERVER", "1"),
+            ("DMLC_PS_ROOT_URI", "h"),
+            ("DMLC_PS_ROOT_PORT", "1"),
+        ];
+        for (var, bad, expected) in [
+            ("DMLC_ROLE", "boss", "scheduler, server or worker"),
+            ("DMLC_NUM_WORKER", "four", "a non-negative integer"),
+            ("DMLC_NUM_SERVER", "-1", "a non-negative integer"),
+            ("DMLC_PS_ROOT_PORT", "70000", "a port number (0..65535)"),
+            (
+                "PS_HEARTBEAT_INTERVAL",
+                "soon",
+                "a positive number of seconds",
+            ),
+            ("PS_HEARTBEAT_TIMEOUT", "0", "a positive number of seconds"),
+            ("SWITCHYARD_PS_REPLICATE", "yes", "0 or 1"),
+        ] {
+            let mut vars = env(&base);
+            vars.insert(var.to_string(), bad.to_string());
+            let err = PsEnv::from_lookup(&vars).unwrap_err();
+            let PsError::Env(inner) = &err else {
+                panic!("{var}={bad}: not an environment error: {err}");
+            };
+            assert_eq!((inner.var(), inner.value()), (var, Some(bad)));
+            let text = err.to_string();
+            assert!(
+                text.starts_with(&format!("{var}={bad:?}: expected {expected}")),
+                "{text}"
+            );
+        }
     }
 }

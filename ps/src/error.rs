@@ -143,14 +143,10 @@ pub enum PsError {
         /// What was wrong.
         reason: String,
     },
-    /// An environment variable is missing or does not parse.
-    #[error("environment variable {var}: {reason}")]
-    Env {
-        /// The variable.
-        var: &'static str,
-        /// What is wrong with it.
-        reason: String,
-    },
+    /// An environment variable is missing or does not parse: the error names the
+    /// variable, its value and what was expected.
+    #[error("{0}")]
+    Env(#[from] switchyard_net::env::EnvError),
     /// The job is over (the scheduler sent shutdown); no more calls are served.
     #[error("the job is over: the scheduler shut it down")]
     Finished,

@@ -54,7 +54,9 @@ fn op_of(name: &str) -> PyResult<ReduceOp> {
 
 /// Options from the environment, with the Ctrl-C flag and an optional timeout.
 fn options(timeout: Option<f64>) -> PyResult<CommOptions> {
-    let mut options = CommOptions::from_env().with_interrupt(sigint::interrupt().clone());
+    let mut options = CommOptions::from_env()
+        .map_err(|e| PyValueError::new_err(e.to_string()))?
+        .with_interrupt(sigint::interrupt().clone());
     if let Some(secs) = timeout {
         let t = Duration::try_from_secs_f64(secs)
             .map_err(|e| PyValueError::new_err(format!("timeout {secs}: {e}")))?;
@@ -159,6 +161,7 @@ impl Comm {
         let mut options = options(timeout)?;
         if robust {
             let robust_options = RobustOptions::from_env()
+                .map_err(|e| e.to_string())
                 .and_then(|r| r.with_args(args))
                 .map_err(|e| PyValueError::new_err(format!("init: {e}")))?;
             options = options.with_robust(robust_options);

@@ -384,7 +384,12 @@ def init(args=None, lib="standard", robust=None, timeout=None):
     args = [a.decode() if isinstance(a, bytes) else str(a) for a in args]
     mock = [a for a in args if a.startswith("mock=")]
     if robust is None:
-        robust = bool(mock) or lib == "mock" or os.environ.get(ENV_ROBUST, "") in ("1", "true")
+        # The same rule as the library's variables: empty is unset, anything else
+        # that is not a switch is an error naming the variable and the value.
+        value = os.environ.get(ENV_ROBUST, "").strip()
+        if value not in ("", "0", "1", "true", "false"):
+            raise ValueError(f"{ENV_ROBUST}={value!r}: expected 1, 0, true or false")
+        robust = bool(mock) or lib == "mock" or value in ("1", "true")
     _comm = Communicator.from_env(robust=robust, args=mock, timeout=timeout)
 
 

@@ -22,6 +22,7 @@
 use super::BootstrapError;
 use super::unique_id::UniqueId;
 use std::net::{SocketAddr, ToSocketAddrs};
+use switchyard_net::env::{self, EnvError, Lookup};
 
 /// The root port when `MASTER_PORT` is unset (torchrun's default).
 pub const DEFAULT_PORT: u16 = 29500;
@@ -51,51 +52,46 @@ pub(crate) struct Found {
     pub(crate) id: UniqueId,
 }
 
-fn get(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+fn missing(var: &str, because: &str) -> BootstrapError {
+    EnvError::missing(var, format!("it set, since {because}")).into()
 }
 
-fn missing(var: &'static str, because: &str) -> BootstrapError {
-    BootstrapError::Env {
-        var,
-        value: String::new(),
-        reason: format!("missing, but {because}"),
-    }
-}
-
-fn number(var: &'static str, partner: &str, hint: &str) -> Result<u32, BootstrapError> {
-    let text = get(var).ok_or_else(|| missing(var, &format!("{partner} is set{hint}")))?;
-    text.trim().parse().map_err(|_| BootstrapError::Env {
-        var,
-        value: text,
-        reason: "not a non-negative integer".into(),
-    })
+fn number(
+    lookup: &(impl Lookup + ?Sized),
+    var: &str,
+    partner: &str,
+    hint: &str,
+) -> Result<u32, BootstrapError> {
+    env::u32(lookup, var)?.ok_or_else(|| missing(var, &format!("{partner} is set{hint}")))
 }
 
 /// `torchrun`'s variables: `None` when none of the four is set; a half-set group is an
 /// error naming the first missing one.
-pub(crate) fn torchrun() -> Result<Option<Found>, BootstrapError> {
+pub(crate) fn torchrun(lookup: &(impl Lookup + ?Sized)) -> Result<Option<Found>, BootstrapError> {
     const VARS: [&str; 4] = ["MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"];
-    let Some(present) = VARS.into_iter().find(|v| get(v).is_some()) else {
+    let Some(present) = VARS.into_iter().find(|v| env::text(lookup, v).is_some()) else {
         return Ok(None);
     };
     // MASTER_* alone may accompany a scheduler's variables, which give the rank.
-    if get("RANK").is_none() && get("WORLD_SIZE").is_none() && scheduler_present() {
+    if env::text(lookup, "RANK").is_none()
+        && env::text(lookup, "WORLD_SIZE").is_none()
+        && scheduler_present(lookup)
+    {
         return Ok(None);
     }
-    if let Some(absent) = VARS.into_iter().find(|v| get(v).is_none()) {
+    if let Some(absent) = VARS.into_iter().find(|v| env::text(lookup, v).is_none()) {
         return Err(missing(
             absent,
             &format!("{present} is set: the torchrun convention needs {VARS:?}"),
         ));
     }
-    let (rank, world) = rank_and_size("RANK", "WORLD_SIZE", "")?;
+    let (rank, world) = rank_and_size(lookup, "RANK", "WORLD_SIZE", "")?;
     let root = root_addr(
         "MASTER_ADDR",
-        &get("MASTER_ADDR").unwrap_or_default(),
-        port()?,
+        &env::text(lookup, "MASTER_ADDR").unwrap_or_default(),
+        port(lookup)?,
     )?;
-    let id = UniqueId::at(root, tag(&["torchrun", &root.to_string(), &job_id()]));
+    let id = UniqueId::at(root, tag(&["torchrun", &root.to_string(), &job_id(lookup)]));
     Ok(Some(Found {
         convention: "torchrun (MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE)",
         rank,
@@ -104,34 +100,38 @@ pub(crate) fn torchrun() -> Result<Option<Found>, BootstrapError> {
     }))
 }
 
-fn scheduler_present() -> bool {
+fn scheduler_present(lookup: &(impl Lookup + ?Sized)) -> bool {
     SCHEDULERS
         .iter()
-        .any(|(_, r, s)| get(r).is_some() || get(s).is_some())
+        .any(|(_, r, s)| env::text(lookup, r).is_some() || env::text(lookup, s).is_some())
 }
 
 /// A scheduler's variables (`mpirun`, `srun`), or `None`.
-pub(crate) fn scheduler() -> Result<Option<Found>, BootstrapError> {
+pub(crate) fn scheduler(lookup: &(impl Lookup + ?Sized)) -> Result<Option<Found>, BootstrapError> {
     let Some(&(convention, rank_var, size_var)) = SCHEDULERS
         .iter()
-        .find(|(_, r, s)| get(r).is_some() || get(s).is_some())
+        .find(|(_, r, s)| env::text(lookup, r).is_some() || env::text(lookup, s).is_some())
     else {
         return Ok(None);
     };
-    let (rank, world) = rank_and_size(rank_var, size_var, MPI_HINT)?;
-    let port = port()?;
-    let (var, host) = if let Some(h) = get("MASTER_ADDR") {
+    let (rank, world) = rank_and_size(lookup, rank_var, size_var, MPI_HINT)?;
+    let port = port(lookup)?;
+    let (var, host) = if let Some(h) = env::text(lookup, "MASTER_ADDR") {
         ("MASTER_ADDR", h)
-    } else if let Some(h) = get("SLURM_LAUNCH_NODE_IPADDR") {
+    } else if let Some(h) = env::text(lookup, "SLURM_LAUNCH_NODE_IPADDR") {
         ("SLURM_LAUNCH_NODE_IPADDR", h)
-    } else if let Some(list) = get("SLURM_JOB_NODELIST") {
-        let first = first_host(&list).ok_or_else(|| BootstrapError::Env {
-            var: "SLURM_JOB_NODELIST",
-            value: list.clone(),
-            reason: "no host name in the list".into(),
+    } else if let Some(list) = env::text(lookup, "SLURM_JOB_NODELIST") {
+        let first = first_host(&list).ok_or_else(|| {
+            EnvError::malformed(
+                "SLURM_JOB_NODELIST",
+                list.clone(),
+                "a Slurm node list starting with a host name",
+            )
         })?;
         ("SLURM_JOB_NODELIST", first)
-    } else if get("OMPI_COMM_WORLD_LOCAL_SIZE").is_some_and(|l| l.trim() == world.to_string()) {
+    } else if env::text(lookup, "OMPI_COMM_WORLD_LOCAL_SIZE")
+        .is_some_and(|l| l.trim() == world.to_string())
+    {
         ("OMPI_COMM_WORLD_LOCAL_SIZE", "127.0.0.1".to_string())
     } else {
         return Err(missing(
@@ -144,7 +144,7 @@ pub(crate) fn scheduler() -> Result<Option<Found>, BootstrapError> {
         ));
     };
     let root = root_addr(var, &host, port)?;
-    let id = UniqueId::at(root, tag(&[convention, &root.to_string(), &job_id()]));
+    let id = UniqueId::at(root, tag(&[convention, &root.to_string(), &job_id(lookup)]));
     Ok(Some(Found {
         convention,
         rank,
@@ -154,68 +154,51 @@ pub(crate) fn scheduler() -> Result<Option<Found>, BootstrapError> {
 }
 
 fn rank_and_size(
+    lookup: &(impl Lookup + ?Sized),
     rank_var: &'static str,
     size_var: &'static str,
     hint: &str,
 ) -> Result<(u32, u32), BootstrapError> {
-    let rank = number(rank_var, size_var, hint)?;
-    let world = number(size_var, rank_var, hint)?;
+    let rank = number(lookup, rank_var, size_var, hint)?;
+    let world = number(lookup, size_var, rank_var, hint)?;
     if world == 0 || rank >= world {
-        return Err(BootstrapError::Env {
-            var: rank_var,
-            value: rank.to_string(),
-            reason: format!("must be below {size_var}={world}"),
-        });
+        return Err(EnvError::malformed(
+            rank_var,
+            rank.to_string(),
+            format!("a rank below {size_var}={world}"),
+        )
+        .into());
     }
     Ok((rank, world))
 }
 
-fn port() -> Result<u16, BootstrapError> {
-    match get("MASTER_PORT") {
-        Some(text) => {
-            text.trim()
-                .parse::<u16>()
-                .ok()
-                .filter(|&p| p != 0)
-                .ok_or(BootstrapError::Env {
-                    var: "MASTER_PORT",
-                    value: text,
-                    reason: "not a port number (1..65535)".into(),
-                })
-        }
-        None => {
-            let offset = get("SLURM_JOB_ID")
-                .and_then(|j| j.trim().parse::<u64>().ok())
-                .map_or(0, |j| (j % 1000) as u16);
-            Ok(DEFAULT_PORT + offset)
-        }
+fn port(lookup: &(impl Lookup + ?Sized)) -> Result<u16, BootstrapError> {
+    if let Some(port) = env::port(lookup, "MASTER_PORT")? {
+        return Ok(port);
     }
+    // Only an offset: a job id that is not a number leaves torchrun's port as it is.
+    let offset = env::text(lookup, "SLURM_JOB_ID")
+        .and_then(|j| j.parse::<u64>().ok())
+        .map_or(0, |j| (j % 1000) as u16);
+    Ok(DEFAULT_PORT + offset)
 }
 
 /// `host` resolved, IPv4 first (the mesh is IPv4).
-fn root_addr(var: &'static str, host: &str, port: u16) -> Result<SocketAddr, BootstrapError> {
+fn root_addr(var: &str, host: &str, port: u16) -> Result<SocketAddr, BootstrapError> {
     let bare = host.trim().trim_start_matches('[').trim_end_matches(']');
     let all: Vec<SocketAddr> = (bare, port)
         .to_socket_addrs()
-        .map_err(|e| BootstrapError::Env {
-            var,
-            value: host.to_string(),
-            reason: format!("cannot resolve the root host: {e}"),
-        })?
+        .map_err(|e| EnvError::malformed(var, host, format!("a host name that resolves ({e})")))?
         .collect();
     all.iter()
         .find(|a| a.is_ipv4())
         .or(all.first())
         .copied()
-        .ok_or(BootstrapError::Env {
-            var,
-            value: host.to_string(),
-            reason: "the root host has no address".into(),
-        })
+        .ok_or_else(|| EnvError::malformed(var, host, "a host name with an address").into())
 }
 
 /// The scheduler's job id, when one is known, so two jobs on one root differ.
-fn job_id() -> String {
+fn job_id(lookup: &(impl Lookup + ?Sized)) -> String {
     [
         "TORCHELASTIC_RUN_ID",
         "SLURM_JOB_ID",
@@ -223,7 +206,7 @@ fn job_id() -> String {
         "PMI_JOBID",
     ]
     .into_iter()
-    .find_map(get)
+    .find_map(|v| env::text(lookup, v))
     .unwrap_or_default()
 }
 

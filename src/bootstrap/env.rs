@@ -2,6 +2,7 @@ use super::{BootstrapError, ENV_RANK, ENV_RENDEZVOUS, ENV_WORLD_SIZE, rendezvous
 use super::{ENV_TRACKER_PROTOCOL, TrackerProtocol};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
+use switchyard_net::env::{self, EnvError, Lookup};
 
 /// How many endpoint exchanges this process made through the launcher's rendezvous:
 /// the generation of its next one.
@@ -130,24 +131,10 @@ const ENV_DMLC_NUM_WORKER: &str = "DMLC_NUM_WORKER";
 /// Variables by which MPI launchers mark their processes.
 const MPI_RANK_VARS: [&str; 3] = ["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"];
 
-fn var(name: &'static str) -> Result<String, BootstrapError> {
-    std::env::var(name).map_err(|e| BootstrapError::Env {
-        var: name,
-        value: String::new(),
-        reason: e.to_string(),
-    })
-}
-
-fn number(name: &'static str) -> Result<u32, BootstrapError> {
-    let value = var(name)?;
-    value
-        .trim()
-        .parse::<u32>()
-        .map_err(|_| BootstrapError::Env {
-            var: name,
-            value: value.clone(),
-            reason: "not a non-negative integer".into(),
-        })
+/// `name` as a count that must be set: `because` says why it is needed.
+fn needed_u32(lookup: &(impl Lookup + ?Sized), name: &str, because: &str) -> Result<u32, EnvError> {
+    env::u32(lookup, name)?
+        .ok_or_else(|| EnvError::missing(name, format!("{}, {because}", env::INTEGER)))
 }
 
 impl Bootstrap {
@@ -186,11 +173,11 @@ impl Bootstrap {
     /// MPI did not start.
     #[cfg(feature = "mpi")]
     pub fn mpi() -> Result<Bootstrap, BootstrapError> {
-        let world = switchyard_transports::mpi::world().map_err(|e| BootstrapError::Env {
-            var: "OMPI_COMM_WORLD_RANK",
-            value: String::new(),
-            reason: format!("started by an MPI launcher, but MPI did not start: {e}"),
-        })?;
+        let world =
+            switchyard_transports::mpi::world().map_err(|e| BootstrapError::Rendezvous {
+                addr: "mpirun".into(),
+                reason: format!("started by an MPI launcher, but MPI did not start: {e}"),
+            })?;
         Ok(Bootstrap {
             rank: world.rank,
             world_size: world.size,
@@ -223,35 +210,53 @@ impl Bootstrap {
     /// missing or malformed, or says that an `mpirun`-started program was built without
     /// the `mpi` feature.
     pub fn from_env() -> Result<Option<Bootstrap>, BootstrapError> {
-        if std::env::var_os(ENV_RANK).is_none() {
-            if let Some(tracker) = Bootstrap::from_tracker_env()? {
+        Bootstrap::from_lookup(&env::ProcessEnv)
+    }
+
+    /// As [`Bootstrap::from_env`], with variables from `lookup` (a map or a closure in
+    /// a test). An empty variable counts as unset.
+    ///
+    /// # Errors
+    ///
+    /// [`BootstrapError::Env`] naming the variable, its value and what was expected.
+    pub fn from_lookup(
+        lookup: &(impl Lookup + ?Sized),
+    ) -> Result<Option<Bootstrap>, BootstrapError> {
+        if env::text(lookup, ENV_RANK).is_none() {
+            if let Some(tracker) = Bootstrap::from_tracker_lookup(lookup)? {
                 tracing::debug!("bootstrap: a rabit/XGBoost tracker (DMLC_TRACKER_URI)");
                 return Ok(Some(tracker));
             }
-            if let Some(found) = super::conventions::torchrun()? {
+            if let Some(found) = super::conventions::torchrun(lookup)? {
                 return Ok(Some(Bootstrap::rooted(found)));
             }
             // With the MPI engine built in, mpirun's processes use it.
             #[cfg(feature = "mpi")]
-            if MPI_RANK_VARS.iter().any(|v| std::env::var_os(v).is_some()) {
-                return Bootstrap::from_mpi_env();
+            if MPI_RANK_VARS.iter().any(|v| lookup.get(v).is_some()) {
+                return Bootstrap::from_mpi_lookup(lookup);
             }
-            if let Some(found) = super::conventions::scheduler()? {
+            if let Some(found) = super::conventions::scheduler(lookup)? {
                 return Ok(Some(Bootstrap::rooted(found)));
             }
-            return Bootstrap::from_mpi_env();
+            return Bootstrap::from_mpi_lookup(lookup);
         }
         tracing::debug!("bootstrap: switchyard launch (SWITCHYARD_RANK)");
-        let rank = number(ENV_RANK)?;
-        let world_size = number(ENV_WORLD_SIZE)?;
+        let because = format!("{ENV_RANK} is set (switchyard launch sets both)");
+        let rank = needed_u32(lookup, ENV_RANK, &because)?;
+        let world_size = needed_u32(lookup, ENV_WORLD_SIZE, &because)?;
         if world_size == 0 || rank >= world_size {
-            return Err(BootstrapError::Env {
-                var: ENV_RANK,
-                value: rank.to_string(),
-                reason: format!("must be below {ENV_WORLD_SIZE}={world_size}"),
-            });
+            return Err(EnvError::malformed(
+                ENV_RANK,
+                rank.to_string(),
+                format!("a rank below {ENV_WORLD_SIZE}={world_size}"),
+            )
+            .into());
         }
-        let rendezvous = Rendezvous::Launcher(var(ENV_RENDEZVOUS)?);
+        let rendezvous = Rendezvous::Launcher(env::required(
+            lookup,
+            ENV_RENDEZVOUS,
+            &format!("the launcher's rendezvous host:port, since {because}"),
+        )?);
         Ok(Some(Bootstrap {
             rank,
             world_size,
@@ -278,12 +283,16 @@ impl Bootstrap {
     /// without the URI and the port is an error naming the missing one. A URI of
     /// `NULL` (or empty) means no tracker, as for XGBoost's workers. `DMLC_ROLE`, when
     /// set, must be `worker`: servers and schedulers do not join the tracker.
-    pub(crate) fn from_tracker_env() -> Result<Option<Bootstrap>, BootstrapError> {
-        let set = |v: &str| std::env::var_os(v).is_some();
-        let no_tracker = std::env::var(ENV_DMLC_TRACKER_URI)
-            .map(|u| u.trim().is_empty() || u.trim() == "NULL")
-            .unwrap_or(false);
-        if no_tracker {
+    pub(crate) fn from_tracker_lookup(
+        lookup: &(impl Lookup + ?Sized),
+    ) -> Result<Option<Bootstrap>, BootstrapError> {
+        let set = |v: &str| env::text(lookup, v).is_some();
+        // Set but empty is "no tracker" too: the blank-is-unset rule, then this.
+        if lookup
+            .get(ENV_DMLC_TRACKER_URI)
+            .is_some_and(|u| u.trim() == "NULL")
+            || lookup.get(ENV_DMLC_TRACKER_URI).is_some() && !set(ENV_DMLC_TRACKER_URI)
+        {
             return Ok(None);
         }
         let present = [
@@ -296,55 +305,38 @@ impl Bootstrap {
         let Some(present) = present else {
             return Ok(None);
         };
+        let because = format!(
+            "{present} is set: joining a tracker needs {ENV_DMLC_TRACKER_URI} and \
+             {ENV_DMLC_TRACKER_PORT}"
+        );
         if let Some(absent) = [ENV_DMLC_TRACKER_URI, ENV_DMLC_TRACKER_PORT]
             .into_iter()
             .find(|v| !set(v))
         {
-            return Err(BootstrapError::Env {
-                var: absent,
-                value: String::new(),
-                reason: format!(
-                    "missing, but {present} is set: joining a tracker needs \
-                     {ENV_DMLC_TRACKER_URI} and {ENV_DMLC_TRACKER_PORT}"
-                ),
-            });
+            return Err(EnvError::missing(absent, format!("it set, since {because}")).into());
         }
-        if let Ok(role) = std::env::var(ENV_DMLC_ROLE) {
-            if role.trim() != "worker" {
-                return Err(BootstrapError::Env {
-                    var: ENV_DMLC_ROLE,
-                    value: role,
-                    reason: "only workers join the tracker; this process has another role".into(),
-                });
+        if let Some(role) = env::text(lookup, ENV_DMLC_ROLE) {
+            if role != "worker" {
+                return Err(EnvError::malformed(
+                    ENV_DMLC_ROLE,
+                    role,
+                    "worker beside tracker variables: only workers join the tracker",
+                )
+                .into());
             }
         }
-        let host = var(ENV_DMLC_TRACKER_URI)?.trim().to_string();
-        let port_text = var(ENV_DMLC_TRACKER_PORT)?;
-        let port = port_text
-            .trim()
-            .parse::<u16>()
-            .ok()
-            .filter(|&p| p != 0)
-            .ok_or_else(|| BootstrapError::Env {
-                var: ENV_DMLC_TRACKER_PORT,
-                value: port_text.clone(),
-                reason: "not a port number (1..65535)".into(),
-            })?;
-        let task_id = std::env::var(ENV_DMLC_TASK_ID)
-            .ok()
-            .filter(|t| !t.is_empty());
-        let world_size = match std::env::var_os(ENV_DMLC_NUM_WORKER) {
-            Some(_) => number(ENV_DMLC_NUM_WORKER)?,
-            None => 0,
-        };
-        let protocol = match std::env::var(ENV_TRACKER_PROTOCOL) {
-            Ok(text) => text.parse().map_err(|reason| BootstrapError::Env {
-                var: ENV_TRACKER_PROTOCOL,
-                value: text.clone(),
-                reason,
-            })?,
-            Err(_) => TrackerProtocol::Classic,
-        };
+        let host = env::required(lookup, ENV_DMLC_TRACKER_URI, &because)?;
+        let port = env::port(lookup, ENV_DMLC_TRACKER_PORT)?
+            .ok_or_else(|| EnvError::missing(ENV_DMLC_TRACKER_PORT, because.clone()))?;
+        let task_id = env::text(lookup, ENV_DMLC_TASK_ID);
+        let world_size = env::u32(lookup, ENV_DMLC_NUM_WORKER)?.unwrap_or(0);
+        // The protocol's own parser, which also takes `rabit` and any case.
+        let protocol = env::parse::<TrackerProtocol>(
+            lookup,
+            ENV_TRACKER_PROTOCOL,
+            "classic or json (the tracker protocol)",
+        )?
+        .unwrap_or(TrackerProtocol::Classic);
         Ok(Some(Bootstrap {
             rank: 0,
             world_size,
@@ -357,11 +349,10 @@ impl Bootstrap {
         }))
     }
 
-    fn from_mpi_env() -> Result<Option<Bootstrap>, BootstrapError> {
-        let Some(marker) = MPI_RANK_VARS
-            .into_iter()
-            .find(|v| std::env::var_os(v).is_some())
-        else {
+    fn from_mpi_lookup(
+        lookup: &(impl Lookup + ?Sized),
+    ) -> Result<Option<Bootstrap>, BootstrapError> {
+        let Some(marker) = MPI_RANK_VARS.into_iter().find(|v| lookup.get(v).is_some()) else {
             return Ok(None);
         };
         #[cfg(feature = "mpi")]
@@ -370,15 +361,14 @@ impl Bootstrap {
             Bootstrap::mpi().map(Some)
         }
         #[cfg(not(feature = "mpi"))]
-        Err(BootstrapError::Env {
-            var: marker,
-            value: std::env::var(marker).unwrap_or_default(),
-            reason: "started by an MPI launcher that sets no size variable \
-                     (OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS), and this build has \
-                     no MPI backend: rebuild with `--features mpi`, or start it with \
-                     `switchyard launch`"
-                .into(),
-        })
+        Err(EnvError::malformed(
+            marker,
+            lookup.get(marker).unwrap_or_default(),
+            "no MPI launcher's rank without a size variable (OMPI_COMM_WORLD_SIZE, \
+             PMI_SIZE, SLURM_NTASKS) in a build without the MPI backend: rebuild with \
+             `--features mpi`, or start it with `switchyard launch`",
+        )
+        .into())
     }
 
     /// Where this process's stub should bind: `mpi://RANK` under `mpirun`; otherwise

@@ -5,16 +5,10 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum BootstrapError {
-    /// An environment variable is missing or does not parse.
-    #[error("environment variable {var}={value:?}: {reason}")]
-    Env {
-        /// The variable.
-        var: &'static str,
-        /// Its value (empty if unset).
-        value: String,
-        /// What is wrong.
-        reason: String,
-    },
+    /// An environment variable is missing or does not parse: the error names the
+    /// variable, its value and what was expected.
+    #[error("{0}")]
+    Env(#[from] switchyard_net::env::EnvError),
     /// The rendezvous could not be reached or failed.
     #[error("rendezvous at {addr}: {reason}")]
     Rendezvous {

@@ -19,6 +19,7 @@
 
 use super::BootstrapError;
 use std::net::IpAddr;
+use switchyard_net::env::{self, EnvError};
 use switchyard_net::route::interface_addresses;
 
 /// Environment variable naming the interface(s) to bind the mesh on.
@@ -79,16 +80,15 @@ fn interface_of(ip: IpAddr) -> String {
 /// The address of the interface named by [`ENV_IFNAME`], or `None` when it is unset
 /// or empty.
 pub(crate) fn ifname_address() -> Result<Option<IpAddr>, BootstrapError> {
-    let Ok(names) = std::env::var(ENV_IFNAME) else {
+    let Some(names) = env::text(&env::ProcessEnv, ENV_IFNAME) else {
         return Ok(None);
     };
-    if names.trim().is_empty() {
-        return Ok(None);
-    }
-    let all = interface_addresses().map_err(|e| BootstrapError::Env {
-        var: ENV_IFNAME,
-        value: names.clone(),
-        reason: format!("cannot list the interfaces: {e}"),
+    let all = interface_addresses().map_err(|e| {
+        EnvError::malformed(
+            ENV_IFNAME,
+            names.clone(),
+            format!("names of interfaces, which cannot be listed here: {e}"),
+        )
     })?;
     match pick(&all, &names) {
         Some((name, ip)) => {
@@ -104,11 +104,12 @@ pub(crate) fn ifname_address() -> Result<Option<IpAddr>, BootstrapError> {
                     known.push(name);
                 }
             }
-            Err(BootstrapError::Env {
-                var: ENV_IFNAME,
-                value: names,
-                reason: format!("no such interface with an address; there are {known:?}"),
-            })
+            Err(EnvError::malformed(
+                ENV_IFNAME,
+                names,
+                format!("the name of an interface with an address, one of {known:?}"),
+            )
+            .into())
         }
     }
 }

@@ -3,6 +3,7 @@
 use super::interrupt::Interrupt;
 use super::robust::RobustOptions;
 use std::time::Duration;
+use switchyard_net::env::{self, EnvError, Lookup};
 use switchyard_transports::SocketOptions;
 
 /// Environment variable overriding [`CommOptions::large_threshold`] (bytes).
@@ -190,8 +191,7 @@ impl CommOptions {
     /// against lost datagrams and late wake-ups.
     pub const ROBUST_HEARTBEAT: Duration = Duration::from_millis(800);
 
-    /// The defaults, with these environment variables applied when set (a value that
-    /// does not parse is ignored with a warning):
+    /// The defaults, with these environment variables applied when set:
     ///
     /// | variable | field |
     /// |---|---|
@@ -203,61 +203,61 @@ impl CommOptions {
     /// | `SWITCHYARD_PIECE_BYTES` | `piece_bytes` |
     /// | `SWITCHYARD_SPIN_US` | `spin`, microseconds |
     /// | `SWITCHYARD_DATA_PATH` ([`ENV_DATA_PATH`]) | `data_path`: `tcp` or `zmq` |
-    /// | `SWITCHYARD_CHECK` ([`ENV_CHECK`]) | `check`: `1` or `0` |
-    /// | `SWITCHYARD_HEARTBEAT_MS` | `heartbeat`, milliseconds (0: off) |
-    pub fn from_env() -> CommOptions {
+    /// | `SWITCHYARD_CHECK` ([`ENV_CHECK`]) | `check`: `1` or `0` (`true` or `false`) |
+    /// | `SWITCHYARD_HEARTBEAT_MS` ([`ENV_HEARTBEAT`]) | `heartbeat`, milliseconds (0: off) |
+    ///
+    /// # Errors
+    ///
+    /// A variable that is set but malformed, named with its value and what was
+    /// expected: a value is never ignored, since a job that silently runs with its
+    /// defaults is harder to find than one that fails at the start.
+    pub fn from_env() -> Result<CommOptions, EnvError> {
+        CommOptions::from_lookup(&env::ProcessEnv)
+    }
+
+    /// As [`CommOptions::from_env`], with variables from `lookup` (a map or a closure
+    /// in a test).
+    ///
+    /// # Errors
+    ///
+    /// As [`CommOptions::from_env`].
+    pub fn from_lookup(lookup: &(impl Lookup + ?Sized)) -> Result<CommOptions, EnvError> {
         let mut o = CommOptions::default();
-        env_number(ENV_TIMEOUT, |secs: f64| {
-            Duration::try_from_secs_f64(secs)
-                .map(|t| o.timeout = t)
-                .is_ok()
-        });
-        env_number(ENV_DEADLINE, |secs: f64| {
-            Duration::try_from_secs_f64(secs)
-                .map(|t| o.deadline = (!t.is_zero()).then_some(t))
-                .is_ok()
-        });
-        env_number(ENV_LARGE_THRESHOLD, |bytes| {
+        if let Some(t) = env::seconds(lookup, ENV_TIMEOUT)? {
+            o.timeout = t;
+        }
+        if let Some(t) = env::seconds(lookup, ENV_DEADLINE)? {
+            o.deadline = (!t.is_zero()).then_some(t);
+        }
+        if let Some(bytes) = env::usize(lookup, ENV_LARGE_THRESHOLD)? {
             o.large_threshold = bytes;
-            true
-        });
-        env_number("SWITCHYARD_DIRECT_MAX_RANKS", |ranks| {
+        }
+        if let Some(ranks) = env::usize(lookup, "SWITCHYARD_DIRECT_MAX_RANKS")? {
             o.direct_max_ranks = ranks;
-            true
-        });
-        env_number("SWITCHYARD_GATHER_THRESHOLD", |bytes| {
+        }
+        if let Some(bytes) = env::usize(lookup, "SWITCHYARD_GATHER_THRESHOLD")? {
             o.gather_threshold = bytes;
-            true
-        });
-        env_number("SWITCHYARD_PIECE_BYTES", |bytes: usize| {
+        }
+        if let Some(bytes) = env::usize(lookup, "SWITCHYARD_PIECE_BYTES")? {
             o.piece_bytes = bytes.max(1);
-            true
-        });
-        env_number("SWITCHYARD_SPIN_US", |us| {
-            o.spin = Duration::from_micros(us);
-            true
-        });
-        env_number(ENV_HEARTBEAT, |ms: u64| {
-            o.heartbeat = (ms > 0).then(|| Duration::from_millis(ms));
-            true
-        });
-        match std::env::var(ENV_CHECK).as_deref().map(str::trim) {
-            Ok("1") | Ok("true") => o.check = true,
-            Ok("0") | Ok("false") | Ok("") => o.check = false,
-            Ok(other) => {
-                tracing::warn!(var = ENV_CHECK, value = %other, "expected 1 or 0; ignored")
-            }
-            Err(_) => {}
         }
-        match std::env::var(ENV_DATA_PATH).as_deref().map(str::trim) {
-            Ok("zmq") => o.data_path = DataPath::Zmq,
-            Ok("tcp") => o.data_path = DataPath::Tcp,
-            Ok(other) => {
-                tracing::warn!(var = ENV_DATA_PATH, value = %other, "expected tcp or zmq; ignored")
-            }
-            Err(_) => {}
+        if let Some(spin) = env::micros(lookup, "SWITCHYARD_SPIN_US")? {
+            o.spin = spin;
         }
-        o
+        if let Some(beat) = heartbeat_var(lookup)? {
+            o.heartbeat = beat;
+        }
+        if let Some(check) = env::flag(lookup, ENV_CHECK)? {
+            o.check = check;
+        }
+        if let Some(path) = env::one_of(
+            lookup,
+            ENV_DATA_PATH,
+            &[("tcp", DataPath::Tcp), ("zmq", DataPath::Zmq)],
+        )? {
+            o.data_path = path;
+        }
+        Ok(o)
     }
 
     /// Sets [`CommOptions::timeout`].
@@ -386,20 +386,17 @@ pub(crate) struct Tuning {
     pub(crate) check: bool,
 }
 
-/// Applies the number in environment variable `var`, if set; warns when it does not
-/// parse or `apply` refuses it.
-fn env_number<T: std::str::FromStr>(var: &str, apply: impl FnOnce(T) -> bool) {
-    let Ok(value) = std::env::var(var) else {
-        return;
-    };
-    let accepted = value.trim().parse::<T>().ok().map(apply).unwrap_or(false);
-    if !accepted {
-        tracing::warn!(var, value = %value, "not a valid number; ignored");
-    }
+/// [`ENV_HEARTBEAT`]: `None` when unset, `Some(None)` for 0 (off), else the deadline.
+/// Robust mode reads it too, to tell "off" from "unset" (whose default it sets).
+pub(crate) fn heartbeat_var(
+    lookup: &(impl Lookup + ?Sized),
+) -> Result<Option<Option<Duration>>, EnvError> {
+    Ok(env::millis(lookup, ENV_HEARTBEAT)?.map(|ms| (!ms.is_zero()).then_some(ms)))
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     /// Off unless asked for; zero is off too (as `SWITCHYARD_HEARTBEAT_MS=0` is, which
@@ -411,5 +408,58 @@ mod tests {
         let on = CommOptions::default().with_heartbeat(Some(CommOptions::ROBUST_HEARTBEAT));
         assert_eq!(on.heartbeat, Some(Duration::from_millis(800)));
         assert_eq!(on.with_heartbeat(Some(Duration::ZERO)).heartbeat, None);
+    }
+
+    #[test]
+    fn from_lookup_reads_every_variable() {
+        let vars = [
+            (ENV_TIMEOUT, "2.5"),
+            (ENV_DEADLINE, "0"),
+            (ENV_LARGE_THRESHOLD, "1024"),
+            ("SWITCHYARD_DIRECT_MAX_RANKS", "3"),
+            ("SWITCHYARD_GATHER_THRESHOLD", "4096"),
+            ("SWITCHYARD_PIECE_BYTES", "0"),
+            ("SWITCHYARD_SPIN_US", "7"),
+            (ENV_HEARTBEAT, "300"),
+            (ENV_CHECK, "true"),
+            (ENV_DATA_PATH, "zmq"),
+        ];
+        let o = CommOptions::from_lookup(&vars).unwrap();
+        assert_eq!(o.timeout, Duration::from_millis(2500));
+        assert_eq!(o.deadline, None);
+        assert_eq!((o.large_threshold, o.direct_max_ranks), (1024, 3));
+        assert_eq!((o.gather_threshold, o.piece_bytes), (4096, 1));
+        assert_eq!(o.spin, Duration::from_micros(7));
+        assert_eq!(o.heartbeat, Some(Duration::from_millis(300)));
+        assert!(o.check);
+        assert_eq!(o.data_path, DataPath::Zmq);
+        let off = CommOptions::from_lookup(&[(ENV_HEARTBEAT, "0")]).unwrap();
+        assert_eq!(off.heartbeat, None);
+    }
+
+    /// Every variable's malformed value is an error naming it and the value; none is
+    /// ignored with a warning any more.
+    #[test]
+    fn a_malformed_value_is_an_error_naming_variable_and_value() {
+        for (var, bad) in [
+            (ENV_TIMEOUT, "soon"),
+            (ENV_DEADLINE, "-1"),
+            (ENV_LARGE_THRESHOLD, "1M"),
+            ("SWITCHYARD_DIRECT_MAX_RANKS", "eight"),
+            ("SWITCHYARD_GATHER_THRESHOLD", "-5"),
+            ("SWITCHYARD_PIECE_BYTES", "1.5"),
+            ("SWITCHYARD_SPIN_US", "fast"),
+            (ENV_HEARTBEAT, "abc"),
+            (ENV_CHECK, "yes"),
+            (ENV_DATA_PATH, "udp"),
+        ] {
+            let err = CommOptions::from_lookup(&[(var, bad)]).unwrap_err();
+            assert_eq!((err.var(), err.value()), (var, Some(bad)));
+            assert!(
+                err.to_string()
+                    .starts_with(&format!("{var}={bad:?}: expected ")),
+                "{err}"
+            );
+        }
     }
 }

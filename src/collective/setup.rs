@@ -299,7 +299,8 @@ impl Communicator {
     /// [`CollectiveError::Setup`] ("reading the environment: ...") for a malformed or
     /// half-set environment, naming the variable; then as [`join`](Communicator::join).
     pub fn from_env() -> Result<Communicator, CollectiveError> {
-        let options = CommOptions::from_env();
+        let options = CommOptions::from_env()
+            .map_err(|e| CollectiveError::setup("reading the environment", e))?;
         match Bootstrap::from_env() {
             Ok(Some(boot)) => Communicator::join(&boot, options),
             Ok(None) => {

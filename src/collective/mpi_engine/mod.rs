@@ -49,6 +49,7 @@ use super::engine::{Collective, Combine, Elem, Engine, Prepare, share_fold_resul
 use super::error::{Call, CollectiveError};
 use super::signature::Signature;
 use std::time::Duration;
+use switchyard_net::env::{self, EnvError, Lookup};
 use switchyard_transports::mpi::{self as transport, CallError, Collectives, Datatype, Operation};
 
 /// Environment variable, for tests: the largest element count one MPI call gets
@@ -60,6 +61,20 @@ pub(crate) const ENV_MAX_COUNT: &str = "SWITCHYARD_MPI_MAX_COUNT";
 /// buffers instead of passing `MPI_IN_PLACE`, the path libraries other than Open MPI
 /// take.
 pub(crate) const ENV_IN_PLACE: &str = "SWITCHYARD_MPI_IN_PLACE";
+
+/// The engine's variables, read before MPI starts so that a malformed one fails the
+/// setup instead of being taken for its default: whether to pass `MPI_IN_PLACE`
+/// ([`ENV_IN_PLACE`]), the largest count of one call ([`ENV_MAX_COUNT`]), and the
+/// finalize timeout that the exit path reads again later
+/// ([`ENV_FINALIZE_TIMEOUT`](switchyard_transports::mpi::ENV_FINALIZE_TIMEOUT)).
+fn engine_vars(lookup: &(impl Lookup + ?Sized)) -> Result<(bool, usize), EnvError> {
+    let in_place = env::flag(lookup, ENV_IN_PLACE)?.unwrap_or(true);
+    let max_count = env::usize(lookup, ENV_MAX_COUNT)?
+        .unwrap_or(usize::MAX)
+        .clamp(1, i32::MAX as usize);
+    env::u64(lookup, transport::ENV_FINALIZE_TIMEOUT)?;
+    Ok((in_place, max_count))
+}
 
 /// Collectives over `MPI_COMM_WORLD`, run by MPI itself.
 #[derive(Debug)]
@@ -141,6 +156,8 @@ impl MpiEngine {
     /// `check_args` turns the argument check before each call on or off; every rank
     /// must choose the same.
     pub(crate) fn new(timeout: Duration, check_args: bool) -> Result<MpiEngine, CollectiveError> {
+        let (in_place, max_count) = engine_vars(&env::ProcessEnv)
+            .map_err(|e| CollectiveError::setup("reading the environment", e))?;
         let world = transport::world().map_err(|e| CollectiveError::Transport {
             call: Call::Setup,
             rank: launcher_rank(),
@@ -148,7 +165,6 @@ impl MpiEngine {
         })?;
         let rank = world.rank as usize;
         let size = world.size as usize;
-        let in_place = !matches!(std::env::var(ENV_IN_PLACE), Ok(v) if v.trim() == "0");
         let (library, comm_rank, comm_size, in_place_known) = run(Call::Setup, rank, |c| {
             let failed = failed(Call::Setup, rank);
             Ok((
@@ -168,11 +184,6 @@ impl MpiEngine {
                 ),
             });
         }
-        let max_count = std::env::var(ENV_MAX_COUNT)
-            .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .unwrap_or(usize::MAX)
-            .clamp(1, i32::MAX as usize);
         tracing::debug!(
             rank,
             size,
@@ -368,6 +379,31 @@ impl Engine for MpiEngine {
                 elem,
                 combine,
             } => self.fold(buf, *count, *elem, *combine),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// Silent before: a malformed value ran the engine with its default.
+    #[test]
+    fn a_malformed_engine_variable_is_named_with_its_value() {
+        let none: [(&str, &str); 0] = [];
+        assert_eq!(engine_vars(&none).unwrap(), (true, i32::MAX as usize));
+        assert_eq!(
+            engine_vars(&[(ENV_IN_PLACE, "0"), (ENV_MAX_COUNT, "7")]).unwrap(),
+            (false, 7)
+        );
+        for (var, bad) in [
+            (ENV_IN_PLACE, "off"),
+            (ENV_MAX_COUNT, "many"),
+            (transport::ENV_FINALIZE_TIMEOUT, "1m"),
+        ] {
+            let err = engine_vars(&[(var, bad)]).unwrap_err();
+            assert_eq!((err.var(), err.value()), (var, Some(bad)));
         }
     }
 }

@@ -5,10 +5,12 @@ use super::RobustOptions;
 use super::engine::{Rejoin, Report, RobustEngine, SilentReport};
 use crate::bootstrap::{Bootstrap, Rendezvous};
 use crate::collective::error::{Call, CollectiveError};
+use crate::collective::options::heartbeat_var;
 use crate::collective::setup::tracker_spec;
 use crate::collective::tracked::{JoinAs, TrackerMesh, tracker_mesh};
-use crate::collective::{CommOptions, Communicator, ENV_HEARTBEAT, TrackerJoin, TrackerProtocol};
+use crate::collective::{CommOptions, Communicator, TrackerJoin, TrackerProtocol};
 use std::time::{Duration, Instant};
+use switchyard_net::env::{self, EnvError, Lookup};
 use switchyard_tracker::client::ClientConfig;
 use switchyard_tracker::client::classic::ClassicClient;
 
@@ -49,11 +51,20 @@ fn form(
 /// `options` with what robust mode needs that the caller left unset: heartbeats
 /// ([`CommOptions::ROBUST_HEARTBEAT`]), so that a stopped or cut-off rank is given up
 /// on within a second, unless `SWITCHYARD_HEARTBEAT_MS` says otherwise (0: off).
-fn robust_defaults(mut options: CommOptions) -> CommOptions {
-    if options.heartbeat.is_none() && std::env::var_os(ENV_HEARTBEAT).is_none() {
-        options.heartbeat = Some(CommOptions::ROBUST_HEARTBEAT);
+///
+/// The variable is parsed, not just looked for: a malformed value is an error, where
+/// its mere presence used to suppress the default and leave the heartbeat off.
+fn robust_defaults(
+    mut options: CommOptions,
+    lookup: &(impl Lookup + ?Sized),
+) -> Result<CommOptions, EnvError> {
+    if options.heartbeat.is_none() {
+        options.heartbeat = match heartbeat_var(lookup)? {
+            Some(beat) => beat,
+            None => Some(CommOptions::ROBUST_HEARTBEAT),
+        };
     }
-    options
+    Ok(options)
 }
 
 /// A robust communicator that cannot be formed from what it was given.
@@ -77,7 +88,7 @@ impl Communicator {
             // `switchyard launch` gives its workers both its rendezvous, which the
             // bootstrap names, and its tracker, which robust mode joins.
             None if matches!(bootstrap.rendezvous, Rendezvous::Launcher(_)) => {
-                Bootstrap::from_tracker_env()
+                Bootstrap::from_tracker_lookup(&switchyard_net::env::ProcessEnv)
                     .map_err(|e| CollectiveError::setup("reading the environment", e))?
                     .as_ref()
                     .and_then(tracker_spec)
@@ -103,7 +114,14 @@ impl Communicator {
             ));
         }
         let spec = &spec;
-        let options = robust_defaults(options);
+        let options = robust_defaults(options, &env::ProcessEnv)
+            .map_err(|e| CollectiveError::setup("reading the environment", e))?;
+        let silent_reports = env::flag(
+            &env::ProcessEnv,
+            crate::bootstrap::watchdog::ENV_SILENT_REPORTS,
+        )
+        .map_err(|e| CollectiveError::setup("reading the environment", e))?
+        .unwrap_or(false);
         let first = form(spec, &options, JoinAs::Start)?;
         let rank = u32::try_from(first.rank).map_err(|_| refused("rank past u32"))?;
         let (again, again_options) = (spec.clone(), options.clone());
@@ -123,8 +141,7 @@ impl Communicator {
             // print's text is any worker's. Elsewhere a print for the log only (a
             // tracker of rabit's fails on a command it does not know).
             Ok(session) => {
-                let command = std::env::var_os(crate::bootstrap::watchdog::ENV_SILENT_REPORTS)
-                    .is_some_and(|v| v == "1");
+                let command = silent_reports;
                 Some(Box::new(move |silent: SilentReport<'_>| {
                     let rank = u32::try_from(silent.rank).unwrap_or(u32::MAX);
                     let attempt = u32::try_from(silent.attempt).unwrap_or(u32::MAX);
@@ -151,5 +168,38 @@ impl Communicator {
             link
         });
         Ok(comm)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::collective::ENV_HEARTBEAT;
+
+    #[test]
+    fn robust_mode_beats_unless_told_otherwise_and_refuses_a_malformed_deadline() {
+        let none: [(&str, &str); 0] = [];
+        let beat = |vars: &[(&str, &str)]| robust_defaults(CommOptions::default(), vars);
+        assert_eq!(
+            beat(&none).unwrap().heartbeat,
+            Some(CommOptions::ROBUST_HEARTBEAT)
+        );
+        assert_eq!(beat(&[(ENV_HEARTBEAT, "0")]).unwrap().heartbeat, None);
+        assert_eq!(
+            beat(&[(ENV_HEARTBEAT, "250")]).unwrap().heartbeat,
+            Some(Duration::from_millis(250))
+        );
+        // Before, the variable's presence alone suppressed the default: heartbeats off.
+        let err = beat(&[(ENV_HEARTBEAT, "abc")]).unwrap_err();
+        assert_eq!((err.var(), err.value()), (ENV_HEARTBEAT, Some("abc")));
+        // A deadline the caller chose stands.
+        let chosen = CommOptions::default().with_heartbeat(Some(Duration::from_secs(2)));
+        assert_eq!(
+            robust_defaults(chosen, &[(ENV_HEARTBEAT, "abc")])
+                .unwrap()
+                .heartbeat,
+            Some(Duration::from_secs(2))
+        );
     }
 }

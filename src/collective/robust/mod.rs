@@ -50,6 +50,7 @@ use serde::{Serialize, de::DeserializeOwned};
 use std::sync::Arc;
 use store::Global;
 use switchyard_msg::payload;
+use switchyard_net::env::{self, EnvError, Lookup};
 
 /// Environment variable: [`RobustOptions::local_replica`].
 pub const ENV_LOCAL_REPLICA: &str = "SWITCHYARD_LOCAL_REPLICA";
@@ -102,33 +103,40 @@ impl RobustOptions {
     ///
     /// # Errors
     ///
-    /// A variable that is set but does not parse, named.
-    pub fn from_env() -> Result<RobustOptions, String> {
+    /// A variable that is set but malformed, named with its value and what was
+    /// expected.
+    pub fn from_env() -> Result<RobustOptions, EnvError> {
+        RobustOptions::from_lookup(&env::ProcessEnv)
+    }
+
+    /// As [`RobustOptions::from_env`], with variables from `lookup` (a map or a
+    /// closure in a test).
+    ///
+    /// # Errors
+    ///
+    /// As [`RobustOptions::from_env`].
+    pub fn from_lookup(lookup: &(impl Lookup + ?Sized)) -> Result<RobustOptions, EnvError> {
         let mut options = RobustOptions::default();
-        let number = |name: &str| -> Result<Option<usize>, String> {
-            match std::env::var(name) {
-                Ok(v) => v
-                    .trim()
-                    .parse()
-                    .map(Some)
-                    .map_err(|_| format!("{name}={v:?} is not a number")),
-                Err(_) => Ok(None),
-            }
-        };
-        if let Some(n) = number(ENV_LOCAL_REPLICA)? {
+        if let Some(n) = env::usize(lookup, ENV_LOCAL_REPLICA)? {
             options.local_replica = n;
         }
-        if let Some(n) = number(ENV_GLOBAL_REPLICA)? {
+        if let Some(n) = env::usize(lookup, ENV_GLOBAL_REPLICA)? {
             options.global_replica = n.max(1);
         }
-        if let Some(n) = number(ENV_RESULT_BUDGET)? {
+        if let Some(n) = env::usize(lookup, ENV_RESULT_BUDGET)? {
             options.result_budget = n;
         }
-        if let Some(n) = number(crate::bootstrap::ENV_NUM_ATTEMPT)? {
-            options.attempt = n as u64;
+        if let Some(n) = env::u64(lookup, crate::bootstrap::ENV_NUM_ATTEMPT)? {
+            options.attempt = n;
         }
-        if let Ok(text) = std::env::var(ENV_MOCK) {
-            options.mock = MockKill::parse_list(&text).map_err(|e| format!("{ENV_MOCK}: {e}"))?;
+        if let Some(text) = env::text(lookup, ENV_MOCK) {
+            options.mock = MockKill::parse_list(&text).map_err(|e| {
+                EnvError::malformed(
+                    ENV_MOCK,
+                    text.clone(),
+                    format!("kills `rank,version,seq,ndeath[,point]` separated by spaces ({e})"),
+                )
+            })?;
         }
         Ok(options)
     }

@@ -524,3 +524,42 @@ fn mock_kills_that_never_fire_are_warned_about_at_the_end() {
     }
     assert!(!text.contains("mock kill 2,1,1,0"), "{text}");
 }
+
+#[test]
+fn robust_options_read_from_a_lookup() {
+    use super::{ENV_GLOBAL_REPLICA, ENV_LOCAL_REPLICA, ENV_MOCK, ENV_RESULT_BUDGET};
+    let o = RobustOptions::from_lookup(&[
+        (ENV_LOCAL_REPLICA, "3"),
+        (ENV_GLOBAL_REPLICA, "0"),
+        (ENV_RESULT_BUDGET, "4096"),
+        ("DMLC_NUM_ATTEMPT", "2"),
+        (ENV_MOCK, "0,0,1,0 1,1,1,0"),
+    ])
+    .unwrap();
+    assert_eq!(
+        (o.local_replica, o.global_replica, o.result_budget),
+        (3, 1, 4096)
+    );
+    assert_eq!((o.attempt, o.mock.len()), (2, 2));
+}
+
+/// Each variable's malformed value: an error naming the variable and the value.
+#[test]
+fn robust_options_name_a_malformed_variable_and_its_value() {
+    use super::{ENV_GLOBAL_REPLICA, ENV_LOCAL_REPLICA, ENV_MOCK, ENV_RESULT_BUDGET};
+    for (var, bad) in [
+        (ENV_LOCAL_REPLICA, "two"),
+        (ENV_GLOBAL_REPLICA, "-1"),
+        (ENV_RESULT_BUDGET, "1GiB"),
+        ("DMLC_NUM_ATTEMPT", "first"),
+        (ENV_MOCK, "0,0"),
+    ] {
+        let err = RobustOptions::from_lookup(&[(var, bad)]).unwrap_err();
+        assert_eq!((err.var(), err.value()), (var, Some(bad)));
+        assert!(
+            err.to_string()
+                .starts_with(&format!("{var}={bad:?}: expected ")),
+            "{err}"
+        );
+    }
+}

@@ -77,7 +77,7 @@ pub(super) fn work(
 ) -> Result<()> {
     match engine {
         Engine::Mesh => {
-            let mut options = CommOptions::from_env().with_timeout(Duration::from_secs(120));
+            let mut options = CommOptions::from_env()?.with_timeout(Duration::from_secs(120));
             if checked {
                 options = options.with_check(true);
             }

@@ -27,10 +27,22 @@ fn at_exit(status: i32) {
     }
     let (done_tx, done_rx) = crossbeam_channel::bounded(1);
     let linger = Duration::from_millis(engine.linger_ms.load(Ordering::Relaxed));
-    let finalize_timeout = std::env::var(ENV_FINALIZE_TIMEOUT)
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map_or(Duration::from_secs(60), Duration::from_secs);
+    // The facade's MPI engine refuses a malformed value when it starts; this exit
+    // path has no caller to fail, so it says so and takes the default.
+    let finalize_timeout = match std::env::var(ENV_FINALIZE_TIMEOUT) {
+        Ok(v) if v.trim().is_empty() => Duration::from_secs(60),
+        Ok(v) => v.trim().parse::<u64>().map_or_else(
+            |_| {
+                eprintln!(
+                    "switchyard: {ENV_FINALIZE_TIMEOUT}={v:?}: expected a non-negative \
+                     integer (seconds); waiting the default 60 s"
+                );
+                Duration::from_secs(60)
+            },
+            Duration::from_secs,
+        ),
+        Err(_) => Duration::from_secs(60),
+    };
     if engine
         .submit(Command::Shutdown {
             finalize: true,
