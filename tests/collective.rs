@@ -6,8 +6,8 @@
 mod collective_suite;
 
 use collective_suite::World;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use switchyard::bootstrap::{Bootstrap, MemoryExchange};
 use switchyard::collective::testing::{self, MemoryLink, MemorySchedule};

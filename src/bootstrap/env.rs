@@ -1,5 +1,5 @@
-use super::{BootstrapError, ENV_RANK, ENV_RENDEZVOUS, ENV_WORLD_SIZE};
 use super::exchange::{EndpointExchange, LauncherExchange, SharedExchange, UniqueIdExchange};
+use super::{BootstrapError, ENV_RANK, ENV_RENDEZVOUS, ENV_WORLD_SIZE};
 use super::{ENV_TRACKER_PROTOCOL, TrackerProtocol};
 use std::time::Duration;
 
@@ -476,12 +476,9 @@ impl Bootstrap {
                 }
                 Ok((0..self.world_size).map(|r| format!("mpi://{r}")).collect())
             }
-            Rendezvous::UniqueId(id) => UniqueIdExchange { id: *id }.exchange(
-                self.rank,
-                self.world_size,
-                endpoint,
-                timeout,
-            ),
+            Rendezvous::UniqueId(id) => {
+                UniqueIdExchange { id: *id }.exchange(self.rank, self.world_size, endpoint, timeout)
+            }
             Rendezvous::Exchange(shared) => {
                 shared
                     .lock()

@@ -67,7 +67,9 @@ impl SharedExchange {
 
 impl std::fmt::Debug for SharedExchange {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("SharedExchange").field(&*self.lock()).finish()
+        f.debug_tuple("SharedExchange")
+            .field(&*self.lock())
+            .finish()
     }
 }
 
@@ -275,6 +277,7 @@ impl EndpointExchange for MemoryExchange {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     fn on_threads(

@@ -46,11 +46,11 @@ mod rendezvous_server;
 pub mod unique_id;
 pub mod watchdog;
 
-pub(crate) use env::{split_host_port, tcp_any_port};
 pub use env::{Bootstrap, Rendezvous};
+pub(crate) use env::{split_host_port, tcp_any_port};
 pub use error::BootstrapError;
-pub(crate) use exchange::{LauncherExchange, UniqueIdExchange};
 pub use exchange::{EndpointExchange, MemoryExchange, SharedExchange};
+pub(crate) use exchange::{LauncherExchange, UniqueIdExchange};
 pub(crate) use iface::ifname_address;
 pub use iface::{ENV_IFNAME, bind_address};
 pub use rendezvous_server::RendezvousServer;

@@ -17,11 +17,10 @@ use crate::bootstrap::{
 use std::time::Duration;
 
 /// A mesh communicator whose endpoint is bound but whose peers are not connected:
-/// hand [`MeshBuilder::endpoint`] to the other ranks, then [`MeshBuilder::connect`].
-/// For switchyard's own tests (feature `testing`), which exchange endpoints
-/// themselves; a program's mesh is formed by [`Communicator::join`].
+/// its endpoint goes through an exchange ([`MeshBuilder::connect_through`]), or the
+/// endpoints were known in advance ([`MeshBuilder::connect`]).
 #[derive(Debug)]
-pub struct MeshBuilder {
+pub(crate) struct MeshBuilder {
     link: BoundLink,
     rank: u32,
     world: u32,
@@ -33,7 +32,7 @@ pub struct MeshBuilder {
 
 impl MeshBuilder {
     /// Where the other ranks reach this one (the real port when bound to port 0).
-    pub fn endpoint(&self) -> &str {
+    pub(crate) fn endpoint(&self) -> &str {
         self.link.endpoint()
     }
 
@@ -68,7 +67,7 @@ impl MeshBuilder {
 
     /// Connects to every rank's endpoint (`endpoints[r]` is rank `r`'s), waiting at
     /// most [`CommOptions::timeout`] for all of them.
-    pub fn connect(self, endpoints: &[String]) -> Result<Communicator, CollectiveError> {
+    pub(crate) fn connect(self, endpoints: &[String]) -> Result<Communicator, CollectiveError> {
         let tcp_host = tcp_host(self.link.endpoint());
         let mut bound = self.link;
         if self.exchanged || self.options.setup_limit.is_some() {
@@ -307,13 +306,11 @@ impl Communicator {
                     || format!("bootstrap at rank 0's root {root}"),
                 )
             }
-            Rendezvous::Exchange(shared) => Communicator::exchanged_mesh(
-                rank,
-                world,
-                &mut *shared.lock(),
-                options,
-                || "endpoint exchange".into(),
-            ),
+            Rendezvous::Exchange(shared) => {
+                Communicator::exchanged_mesh(rank, world, &mut *shared.lock(), options, || {
+                    "endpoint exchange".into()
+                })
+            }
         }
     }
 

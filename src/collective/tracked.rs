@@ -7,7 +7,7 @@
 //! reach the tracker (the address the tracker hands to peers; the interface named by
 //! `SWITCHYARD_IFNAME` when that is set), the endpoints go round
 //! the ring (an allgather of length-prefixed strings, under
-//! [`CommOptions::timeout`]), and then [`MeshBuilder::connect`](super::MeshBuilder::connect)
+//! [`CommOptions::timeout`]), and then `MeshBuilder::connect` (`setup.rs`)
 //! wires the mesh as for any other start. The tracker links are closed afterwards.
 //!
 //! The communicator keeps its tracker session: [`Communicator::tracker_print`] sends
