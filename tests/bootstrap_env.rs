@@ -8,8 +8,9 @@
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use switchyard::bootstrap::EndpointExchange;
 use switchyard::bootstrap::{Bootstrap, BootstrapError, Rendezvous};
-use switchyard::collective::{Communicator, ReduceOp, testing};
+use switchyard::collective::{CommOptions, Communicator, ReduceOp};
 
 /// Set in a child: which case it runs.
 const CHILD: &str = "SWITCHYARD_TEST_ENV_CHILD";
@@ -137,6 +138,38 @@ fn env_error(r: Result<Option<Bootstrap>, BootstrapError>) -> (String, String) {
     }
 }
 
+/// A rank that dies between the exchange and the mesh: it exchanges its bound mesh
+/// endpoint through the launcher, says so, then stalls until killed.
+#[derive(Debug)]
+struct StallAfterExchange(Bootstrap);
+
+impl EndpointExchange for StallAfterExchange {
+    fn exchange(
+        &mut self,
+        _rank: u32,
+        _world: u32,
+        endpoint: &str,
+        _timeout: Duration,
+    ) -> Result<Vec<String>, BootstrapError> {
+        use std::io::Write;
+        let endpoints = self.0.exchange(endpoint, Duration::from_secs(30))?;
+        println!("EXCHANGED");
+        std::io::stdout().flush().unwrap();
+        std::thread::sleep(Duration::from_secs(120));
+        Ok(endpoints)
+    }
+
+    /// The launcher's rendezvous, whose route picks the mesh address as for any
+    /// launched rank.
+    fn root_hint(&self) -> Option<(String, u16)> {
+        let Rendezvous::Launcher(addr) = &self.0.rendezvous else {
+            return None;
+        };
+        let (host, port) = addr.rsplit_once(':')?;
+        Some((host.to_string(), port.parse().ok()?))
+    }
+}
+
 /// The body of a child process; outside one it has nothing to check.
 #[test]
 fn child_case() {
@@ -187,20 +220,11 @@ fn child_case() {
         // Binds its mesh endpoint and exchanges it, says so, then stalls until killed
         // (a rank that dies between the exchange and the mesh).
         "stall-after-exchange" => {
-            use std::io::Write;
             let boot = Bootstrap::from_env().unwrap().unwrap();
-            let builder = testing::bind_mesh(
-                boot.rank as usize,
-                boot.world_size as usize,
-                &boot.bind_endpoint().unwrap(),
-                switchyard::collective::CommOptions::default(),
-            )
-            .unwrap();
-            boot.exchange(builder.endpoint(), Duration::from_secs(30))
-                .unwrap();
-            println!("EXCHANGED");
-            std::io::stdout().flush().unwrap();
-            std::thread::sleep(Duration::from_secs(120));
+            let (rank, world) = (boot.rank as usize, boot.world_size as usize);
+            let stalling = Bootstrap::from_exchange(rank, world, StallAfterExchange(boot));
+            // Killed long before the stall ends.
+            let _ = Communicator::join(&stalling, CommOptions::default());
         }
         other => panic!("unknown case {other}"),
     }

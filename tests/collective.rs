@@ -6,10 +6,10 @@
 mod collective_suite;
 
 use collective_suite::World;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
-use switchyard::bootstrap::Bootstrap;
+use switchyard::bootstrap::{Bootstrap, MemoryExchange};
 use switchyard::collective::testing::{self, MemoryLink, MemorySchedule};
 use switchyard::collective::{CollectiveError, CommOptions, Communicator, ReduceOp, RobustOptions};
 
@@ -26,20 +26,6 @@ fn endpoints(scheme: &str, n: usize) -> Vec<String> {
             )
         })
         .collect()
-}
-
-/// Every rank binds port 0, then all swap their real endpoints through `board`.
-fn tcp_mesh(
-    rank: usize,
-    n: usize,
-    board: &(Mutex<Vec<String>>, Barrier),
-    options: CommOptions,
-) -> Result<Communicator, CollectiveError> {
-    let builder = testing::bind_mesh(rank, n, "tcp://127.0.0.1:0", options)?;
-    board.0.lock().expect("board")[rank] = builder.endpoint().to_string();
-    board.1.wait();
-    let endpoints = board.0.lock().expect("board").clone();
-    builder.connect(&endpoints)
 }
 
 fn options() -> CommOptions {
@@ -64,7 +50,8 @@ fn on_ranks_over<R: Send + 'static>(
 ) -> Vec<R> {
     let endpoints = endpoints(scheme, n);
     let body = Arc::new(body);
-    let board = Arc::new((Mutex::new(vec![String::new(); n]), Barrier::new(n)));
+    // On TCP every rank binds port 0 and the real endpoints go through the board.
+    let board = MemoryExchange::new(n);
     // A world of one is solo on every scheme (`Bootstrap::endpoints` binds nothing).
     let tcp = scheme == "tcp" && n > 1;
     let handles: Vec<_> = (0..n)
@@ -73,7 +60,7 @@ fn on_ranks_over<R: Send + 'static>(
             let board = board.clone();
             std::thread::spawn(move || {
                 let mut comm = if tcp {
-                    tcp_mesh(rank, n, &board, options)?
+                    Communicator::join(&Bootstrap::from_exchange(rank, n, board), options)?
                 } else {
                     Communicator::join(&Bootstrap::endpoints(rank, &endpoints), options)?
                 };

@@ -10,8 +10,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use bytes::Bytes;
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use switchyard::bootstrap::{EndpointExchange, MemoryExchange};
 use switchyard::collective::testing::{
     self, BoundLink, Clock, Link, LinkError, Notice, StreamLink, Tag,
 };
@@ -87,17 +88,17 @@ fn world<R: Send + 'static>(
     body: impl Fn(&mut Communicator) -> Result<R, CollectiveError> + Send + Sync + 'static,
 ) -> Vec<(Result<R, CollectiveError>, Duration)> {
     let body = Arc::new(body);
-    let board = Arc::new((Mutex::new(vec![String::new(); n]), Barrier::new(n)));
+    let board = MemoryExchange::new(n);
     let handles: Vec<_> = (0..n)
         .map(|rank| {
-            let (body, board, options) = (body.clone(), board.clone(), options.clone());
+            let (body, mut board, options) = (body.clone(), board.clone(), options.clone());
             std::thread::spawn(move || {
                 let setup = Duration::from_secs(20);
                 let bound =
                     BoundLink::bind(rank, n, "tcp://127.0.0.1:0", options.socket.clone()).unwrap();
-                board.0.lock().unwrap()[rank] = bound.endpoint().to_string();
-                board.1.wait();
-                let endpoints = board.0.lock().unwrap().clone();
+                let endpoints = board
+                    .exchange(rank as u32, n as u32, bound.endpoint(), setup)
+                    .unwrap();
                 let control = bound.connect(&endpoints, setup).unwrap();
                 let mut link: Box<dyn Link> = match path {
                     Path::Zmq => Box::new(control),

@@ -17,7 +17,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
-use switchyard::bootstrap::Bootstrap;
+use switchyard::bootstrap::{Bootstrap, MemoryExchange};
 use switchyard::collective::testing::{self, MemoryLink, MemorySchedule};
 use switchyard::collective::{CollectiveError, CommOptions, Communicator, DataPath, ReduceOp};
 
@@ -67,7 +67,7 @@ fn run<R: Send + 'static>(
 ) -> Vec<Outcome<R>> {
     let job = JOB.fetch_add(1, Ordering::Relaxed);
     let call = Arc::new(call);
-    let board = Arc::new(Mutex::new(vec![String::new(); n]));
+    let board = MemoryExchange::new(n);
     let memory = Arc::new(Mutex::new(
         MemoryLink::world_with(n, MemorySchedule::RoundRobin)
             .into_iter()
@@ -103,12 +103,8 @@ fn run<R: Send + 'static>(
                             Path::Stream => DataPath::Tcp,
                             _ => DataPath::Zmq,
                         };
-                        let builder = testing::bind_mesh(rank, n, "tcp://127.0.0.1:0", options)
-                            .expect("bind");
-                        board.lock().unwrap()[rank] = builder.endpoint().to_string();
-                        bound.wait();
-                        let endpoints = board.lock().unwrap().clone();
-                        builder.connect(&endpoints)
+                        // Port 0 on loopback, the real endpoints swapped on the board.
+                        Communicator::join(&Bootstrap::from_exchange(rank, n, board), options)
                     }
                 };
                 // A rank whose setup failed still takes part in the barriers, so that

@@ -18,7 +18,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
-use switchyard::collective::{CommOptions, DataPath, ReduceOp, testing};
+use switchyard::bootstrap::{Bootstrap, BootstrapError, EndpointExchange};
+use switchyard::collective::{CommOptions, Communicator, DataPath, ReduceOp};
 
 /// Set in a child: its rank.
 const RANK: &str = "SWITCHYARD_TEST_HEARTBEAT_RANK";
@@ -54,10 +55,8 @@ fn child_rank() {
         .with_timeout(Duration::from_secs(30))
         .with_data_path(DataPath::Tcp);
     say(rank, &format!("heartbeat {:?}", options.heartbeat));
-    let builder = testing::bind_mesh(rank, SIZE, "tcp://127.0.0.1:0", options).unwrap();
-    publish(&dir, rank, builder.endpoint());
-    let endpoints = gather(&dir);
-    let mut comm = builder.connect(&endpoints).unwrap();
+    let boot = Bootstrap::from_exchange(rank, SIZE, DirExchange(dir.clone()));
+    let mut comm = Communicator::join(&boot, options).unwrap();
     let expected = (1..=SIZE).sum::<usize>() as f64;
     let mut buf = vec![rank as f64 + 1.0; 8];
     comm.allreduce(&mut buf, ReduceOp::Sum).unwrap();
@@ -117,6 +116,24 @@ fn gather(dir: &Path) -> Vec<String> {
         }
         assert!(Instant::now() < until, "endpoints missing: {found:?}");
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The children's endpoint exchange: a file per rank in the test's directory (one use
+/// per process). Endpoints bind on loopback.
+#[derive(Debug)]
+struct DirExchange(PathBuf);
+
+impl EndpointExchange for DirExchange {
+    fn exchange(
+        &mut self,
+        rank: u32,
+        _world: u32,
+        endpoint: &str,
+        _timeout: Duration,
+    ) -> Result<Vec<String>, BootstrapError> {
+        publish(&self.0, rank as usize, endpoint);
+        Ok(gather(&self.0))
     }
 }
 

@@ -9,8 +9,9 @@ use std::sync::mpsc::channel;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
+use switchyard::bootstrap::{Bootstrap, MemoryExchange};
 use switchyard::collective::{
-    CollectiveError, CommOptions, Communicator, DataPath, Interrupt, ReduceOp, testing,
+    CollectiveError, CommOptions, Communicator, DataPath, Interrupt, ReduceOp,
 };
 
 const SIZE: usize = 3;
@@ -20,29 +21,24 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 #[test]
 fn an_interrupted_rank_returns_at_once_and_its_peers_name_it() {
     let stop = Interrupt::new();
-    let (endpoint_tx, endpoint_rx) = channel();
-    let (all_tx, all_rx): (Vec<_>, Vec<_>) = (0..SIZE).map(|_| channel::<Vec<String>>()).unzip();
+    let board = MemoryExchange::new(SIZE);
+    let (joined_tx, joined_rx) = channel();
     let (release_tx, release_rx) = channel::<()>();
     let mut release_rx = Some(release_rx);
-    let ranks: Vec<_> = all_rx
-        .into_iter()
-        .enumerate()
-        .map(|(rank, endpoints)| {
+    let ranks: Vec<_> = (0..SIZE)
+        .map(|rank| {
             let mut options = CommOptions::default()
                 .with_timeout(TIMEOUT)
                 .with_data_path(DataPath::Tcp);
             if rank == 0 {
                 options = options.with_interrupt(stop.clone());
             }
-            let endpoint_tx = endpoint_tx.clone();
+            let (joined_tx, board) = (joined_tx.clone(), board.clone());
             let release = if rank == 2 { release_rx.take() } else { None };
             thread::spawn(move || {
-                let builder = testing::bind_mesh(rank, SIZE, "tcp://127.0.0.1:0", options).unwrap();
-                endpoint_tx
-                    .send((rank, builder.endpoint().to_string()))
-                    .unwrap();
-                let endpoints = endpoints.recv().unwrap();
-                let mut comm = builder.connect(&endpoints).unwrap();
+                let boot = Bootstrap::from_exchange(rank, SIZE, board);
+                let mut comm = Communicator::join(&boot, options).unwrap();
+                joined_tx.send(rank).unwrap();
                 if let Some(release) = release {
                     // In the mesh, but never in the call: the others wait for it.
                     let _ = release.recv_timeout(TIMEOUT);
@@ -55,13 +51,9 @@ fn an_interrupted_rank_returns_at_once_and_its_peers_name_it() {
             })
         })
         .collect();
-    let mut endpoints = vec![String::new(); SIZE];
+    // The flag goes up once every rank is in the mesh, while two wait in the call.
     for _ in 0..SIZE {
-        let (rank, endpoint) = endpoint_rx.recv_timeout(TIMEOUT).unwrap();
-        endpoints[rank] = endpoint;
-    }
-    for tx in &all_tx {
-        tx.send(endpoints.clone()).unwrap();
+        joined_rx.recv_timeout(TIMEOUT).unwrap();
     }
     thread::sleep(Duration::from_millis(300));
     stop.raise();
@@ -97,40 +89,25 @@ fn mesh_of<R: Send + 'static>(
     stop: &Interrupt,
     body: impl Fn(usize, &mut Communicator) -> R + Send + Sync + Clone + 'static,
 ) -> Vec<(R, Duration)> {
-    let (endpoint_tx, endpoint_rx) = channel();
-    let (all_tx, all_rx): (Vec<_>, Vec<_>) = (0..size).map(|_| channel::<Vec<String>>()).unzip();
-    let ranks: Vec<_> = all_rx
-        .into_iter()
-        .enumerate()
-        .map(|(rank, endpoints)| {
+    let board = MemoryExchange::new(size);
+    let ranks: Vec<_> = (0..size)
+        .map(|rank| {
             let mut options = CommOptions::default()
                 .with_timeout(TIMEOUT)
                 .with_data_path(DataPath::Tcp);
             if rank == 0 {
                 options = options.with_interrupt(stop.clone());
             }
-            let (endpoint_tx, body) = (endpoint_tx.clone(), body.clone());
+            let (board, body) = (board.clone(), body.clone());
             thread::spawn(move || {
-                let builder = testing::bind_mesh(rank, size, "tcp://127.0.0.1:0", options).unwrap();
-                endpoint_tx
-                    .send((rank, builder.endpoint().to_string()))
-                    .unwrap();
-                let endpoints = endpoints.recv_timeout(TIMEOUT).unwrap();
-                let mut comm = builder.connect(&endpoints).unwrap();
+                let boot = Bootstrap::from_exchange(rank, size, board);
+                let mut comm = Communicator::join(&boot, options).unwrap();
                 let started = Instant::now();
                 let result = body(rank, &mut comm);
                 (result, started.elapsed())
             })
         })
         .collect();
-    let mut endpoints = vec![String::new(); size];
-    for _ in 0..size {
-        let (rank, endpoint) = endpoint_rx.recv_timeout(TIMEOUT).unwrap();
-        endpoints[rank] = endpoint;
-    }
-    for tx in &all_tx {
-        tx.send(endpoints.clone()).unwrap();
-    }
     ranks.into_iter().map(|r| r.join().unwrap()).collect()
 }
 

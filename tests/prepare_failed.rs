@@ -7,10 +7,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::mpsc::channel;
 use std::thread;
 use std::time::{Duration, Instant};
-use switchyard::collective::{CollectiveError, CommOptions, DataPath, ReduceOp, testing};
+use switchyard::bootstrap::{Bootstrap, MemoryExchange};
+use switchyard::collective::{CollectiveError, CommOptions, Communicator, DataPath, ReduceOp};
 
 const SIZE: usize = 3;
 /// The silence timeout: a peer that was not told would wait this long.
@@ -21,24 +21,17 @@ const FAILING: usize = 1;
 /// Runs one lazy allreduce of `len` f32 on every rank over `path`; rank `FAILING`'s
 /// prepare fails. Returns each rank's result and how long its call took.
 fn lazy_call(path: DataPath, len: usize) -> Vec<(Result<Vec<f32>, CollectiveError>, Duration)> {
-    let (endpoint_tx, endpoint_rx) = channel();
-    let (all_tx, all_rx): (Vec<_>, Vec<_>) = (0..SIZE).map(|_| channel::<Vec<String>>()).unzip();
-    let ranks: Vec<_> = all_rx
-        .into_iter()
-        .enumerate()
-        .map(|(rank, endpoints)| {
+    let board = MemoryExchange::new(SIZE);
+    let ranks: Vec<_> = (0..SIZE)
+        .map(|rank| {
             let options = CommOptions::default()
                 .with_timeout(TIMEOUT)
                 .with_data_path(path)
                 .with_direct_max_ranks(0);
-            let endpoint_tx = endpoint_tx.clone();
+            let board = board.clone();
             thread::spawn(move || {
-                let builder = testing::bind_mesh(rank, SIZE, "tcp://127.0.0.1:0", options).unwrap();
-                endpoint_tx
-                    .send((rank, builder.endpoint().to_string()))
-                    .unwrap();
-                let endpoints = endpoints.recv_timeout(TIMEOUT).unwrap();
-                let mut comm = builder.connect(&endpoints).unwrap();
+                let boot = Bootstrap::from_exchange(rank, SIZE, board);
+                let mut comm = Communicator::join(&boot, options).unwrap();
                 let mut buf = vec![0.0f32; len];
                 let started = Instant::now();
                 let result = comm.try_allreduce_lazy(&mut buf, ReduceOp::Sum, |buf| {
@@ -54,14 +47,6 @@ fn lazy_call(path: DataPath, len: usize) -> Vec<(Result<Vec<f32>, CollectiveErro
             })
         })
         .collect();
-    let mut endpoints = vec![String::new(); SIZE];
-    for _ in 0..SIZE {
-        let (rank, endpoint) = endpoint_rx.recv_timeout(TIMEOUT).unwrap();
-        endpoints[rank] = endpoint;
-    }
-    for tx in &all_tx {
-        tx.send(endpoints.clone()).unwrap();
-    }
     ranks.into_iter().map(|r| r.join().unwrap()).collect()
 }
 

@@ -1,12 +1,8 @@
-use super::{BootstrapError, ENV_RANK, ENV_RENDEZVOUS, ENV_WORLD_SIZE, rendezvous};
+use super::exchange::{EndpointExchange, LauncherExchange, SharedExchange, UniqueIdExchange};
+use super::{BootstrapError, ENV_RANK, ENV_RENDEZVOUS, ENV_WORLD_SIZE};
 use super::{ENV_TRACKER_PROTOCOL, TrackerProtocol};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 use switchyard_net::env::{self, EnvError, Lookup};
-
-/// How many endpoint exchanges this process made through the launcher's rendezvous:
-/// the generation of its next one.
-static LAUNCHER_GENERATION: AtomicU32 = AtomicU32::new(0);
 
 /// What a process learns from whoever started it: its rank, the job size, and how to
 /// learn every rank's endpoint.
@@ -34,8 +30,8 @@ static LAUNCHER_GENERATION: AtomicU32 = AtomicU32::new(0);
 /// missing variable.
 ///
 /// A program that forms its job itself builds one instead: [`Bootstrap::unique_id`],
-/// [`Bootstrap::tracker`], `Bootstrap::mpi` (feature `mpi`), [`Bootstrap::endpoints`]
-/// or [`Bootstrap::solo`]. Either way
+/// [`Bootstrap::tracker`], `Bootstrap::mpi` (feature `mpi`), [`Bootstrap::endpoints`],
+/// [`Bootstrap::from_exchange`] or [`Bootstrap::solo`]. Either way
 /// [`Communicator::join`](crate::collective::Communicator::join) forms the
 /// communicator from it.
 ///
@@ -114,6 +110,9 @@ pub enum Rendezvous {
     Endpoints(Vec<String>),
     /// A world of one: no other rank, nothing to exchange ([`Bootstrap::solo`]).
     Solo,
+    /// The program's own [`EndpointExchange`](super::EndpointExchange)
+    /// ([`Bootstrap::from_exchange`]).
+    Exchange(SharedExchange),
 }
 
 /// Environment variable naming the tracker's host (rabit, XGBoost ≤ 2.0, dmlc-core).
@@ -193,6 +192,25 @@ impl Bootstrap {
             rank: saturate(rank),
             world_size: saturate(endpoints.len()),
             rendezvous: Rendezvous::Endpoints(endpoints.to_vec()),
+        }
+    }
+
+    /// Rank `rank` of `world`, whose endpoints go through the program's own
+    /// `exchange` (a [`MemoryExchange`](super::MemoryExchange) for ranks that are
+    /// threads of one process). The mesh binds on the address that routes to the
+    /// exchange's [`root_hint`](EndpointExchange::root_hint), loopback without one.
+    ///
+    /// The bootstrap's clones share the exchange (and compare equal): give every rank
+    /// a bootstrap of its own.
+    pub fn from_exchange(
+        rank: usize,
+        world: usize,
+        exchange: impl EndpointExchange + 'static,
+    ) -> Bootstrap {
+        Bootstrap {
+            rank: saturate(rank),
+            world_size: saturate(world),
+            rendezvous: Rendezvous::Exchange(SharedExchange::new(exchange)),
         }
     }
 
@@ -404,6 +422,10 @@ impl Bootstrap {
                 });
             }
             Rendezvous::Solo => return Ok("tcp://127.0.0.1:0".into()),
+            Rendezvous::Exchange(shared) => match shared.lock().root_hint() {
+                Some(hint) => hint,
+                None => return Ok("tcp://127.0.0.1:0".into()),
+            },
         };
         Ok(tcp_any_port(super::bind_address(&host, port)?))
     }
@@ -424,24 +446,12 @@ impl Bootstrap {
         timeout: Duration,
     ) -> Result<Vec<String>, BootstrapError> {
         match &self.rendezvous {
-            Rendezvous::Launcher(addr) => {
-                // Each exchange is this process's next communicator: the launcher
-                // gathers it with the other ranks' of the same number.
-                let generation = LAUNCHER_GENERATION.fetch_add(1, Ordering::SeqCst);
-                let secret = switchyard_secret::JobSecret::from_env().map_err(|e| {
-                    BootstrapError::Rendezvous {
-                        addr: addr.clone(),
-                        reason: e.to_string(),
-                    }
-                })?;
-                rendezvous::exchange_generation(
-                    addr,
-                    (self.rank, self.world_size, generation),
-                    endpoint,
-                    timeout,
-                    secret.as_ref(),
-                )
-            }
+            Rendezvous::Launcher(addr) => LauncherExchange { addr: addr.clone() }.exchange(
+                self.rank,
+                self.world_size,
+                endpoint,
+                timeout,
+            ),
             Rendezvous::Mpi => {
                 if endpoint != self.stub_endpoint() {
                     return Err(BootstrapError::Rendezvous {
@@ -457,13 +467,12 @@ impl Bootstrap {
                 Ok((0..self.world_size).map(|r| format!("mpi://{r}")).collect())
             }
             Rendezvous::UniqueId(id) => {
-                let root = id.root();
-                let ip = super::bind_address(&root.ip().to_string(), root.port())?;
-                super::unique_id::exchange(id, self.rank, self.world_size, ip, endpoint, timeout)
-                    .map_err(|e| BootstrapError::Rendezvous {
-                        addr: root.to_string(),
-                        reason: e.to_string(),
-                    })
+                UniqueIdExchange { id: *id }.exchange(self.rank, self.world_size, endpoint, timeout)
+            }
+            Rendezvous::Exchange(shared) => {
+                shared
+                    .lock()
+                    .exchange(self.rank, self.world_size, endpoint, timeout)
             }
             Rendezvous::Tracker { host, port, .. } => Err(BootstrapError::Rendezvous {
                 addr: format!("{host}:{port}"),

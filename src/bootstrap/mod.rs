@@ -5,7 +5,9 @@
 //! below and its [`rendezvous`]), a rabit/XGBoost tracker (`DMLC_TRACKER_*`), torchrun's
 //! and batch schedulers' variables ([`conventions`], rooted at rank 0 through a
 //! [`UniqueId`]) and `mpirun`; [`Bootstrap::exchange`] then swaps this process's
-//! endpoint for everyone's. Without any starter, ranks share a [`UniqueId`] by their
+//! endpoint for everyone's, through an [`EndpointExchange`] (the launcher's, the
+//! unique id's, or one the program brings: [`Bootstrap::from_exchange`],
+//! [`MemoryExchange`]). Without any starter, ranks share a [`UniqueId`] by their
 //! own means ([`unique_id`]).
 //!
 //! The launcher itself (process supervision, ssh/slurm/mpirun, the embedded tracker)
@@ -36,6 +38,7 @@
 pub mod conventions;
 mod env;
 mod error;
+mod exchange;
 pub(crate) mod handshakes;
 mod iface;
 pub mod rendezvous;
@@ -43,9 +46,11 @@ mod rendezvous_server;
 pub mod unique_id;
 pub mod watchdog;
 
-pub(crate) use env::tcp_any_port;
 pub use env::{Bootstrap, Rendezvous};
+pub(crate) use env::{split_host_port, tcp_any_port};
 pub use error::BootstrapError;
+pub use exchange::{EndpointExchange, MemoryExchange, SharedExchange};
+pub(crate) use exchange::{LauncherExchange, UniqueIdExchange};
 pub(crate) use iface::ifname_address;
 pub use iface::{ENV_IFNAME, bind_address};
 pub use rendezvous_server::RendezvousServer;

@@ -79,8 +79,6 @@ mod mesh;
 mod mpi_engine;
 mod options;
 mod robust;
-// `MeshBuilder` is `pub` for the `testing` feature's re-export.
-#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 mod setup;
 mod signature;
 #[cfg(feature = "testing")]

@@ -1,8 +1,9 @@
 //! Forming a [`Communicator`]: the one door, [`Communicator::join`], and what it
 //! goes through for each [`Rendezvous`]: a world of one, a mesh over the transports
-//! whose endpoints are known, exchanged through the launcher's rendezvous or a
-//! unique id's root, a tracker (`tracked.rs`, robust mode in `robust/join.rs`), or
-//! MPI.
+//! whose endpoints are known, a mesh whose endpoints go through an
+//! [`EndpointExchange`] (the launcher's rendezvous, a unique id's root, the program's
+//! own; one path for all of them, [`Communicator::exchanged_mesh`]), a tracker
+//! (`tracked.rs`, robust mode in `robust/join.rs`), or MPI.
 
 use super::engine::{Engine, Solo};
 use super::error::{Call, CollectiveError};
@@ -10,15 +11,19 @@ use super::link::{BoundLink, Link, StreamLink};
 use super::mesh::MeshEngine;
 use super::options::{CommOptions, DataPath};
 use super::{Communicator, TrackerJoin};
-use crate::bootstrap::{Bootstrap, Rendezvous, UniqueId};
+use crate::bootstrap::{
+    Bootstrap, EndpointExchange, LauncherExchange, Rendezvous, UniqueId, UniqueIdExchange,
+};
+use std::time::Duration;
 
 /// A mesh communicator whose endpoint is bound but whose peers are not connected:
-/// hand [`MeshBuilder::endpoint`] to the other ranks, then [`MeshBuilder::connect`].
-/// For switchyard's own tests (feature `testing`), which exchange endpoints
-/// themselves; a program's mesh is formed by [`Communicator::join`].
+/// its endpoint goes through an exchange ([`MeshBuilder::connect_through`]), or the
+/// endpoints were known in advance ([`MeshBuilder::connect`]).
 #[derive(Debug)]
-pub struct MeshBuilder {
+pub(crate) struct MeshBuilder {
     link: BoundLink,
+    rank: u32,
+    world: u32,
     options: CommOptions,
     /// Every endpoint was bound before the rendezvous handed it out, so one that
     /// refuses a connection belongs to a rank that left.
@@ -27,13 +32,42 @@ pub struct MeshBuilder {
 
 impl MeshBuilder {
     /// Where the other ranks reach this one (the real port when bound to port 0).
-    pub fn endpoint(&self) -> &str {
+    pub(crate) fn endpoint(&self) -> &str {
         self.link.endpoint()
+    }
+
+    /// Hands this rank's endpoint to `exchange` and returns every rank's, waiting at
+    /// most `timeout`; a failure is the setup error of `stage`.
+    pub(crate) fn exchange(
+        &self,
+        exchange: &mut dyn EndpointExchange,
+        stage: impl FnOnce() -> String,
+        timeout: Duration,
+    ) -> Result<Vec<String>, CollectiveError> {
+        exchange
+            .exchange(self.rank, self.world, self.endpoint(), timeout)
+            .map_err(|e| CollectiveError::setup(stage(), e))
+    }
+
+    /// Hands this rank's endpoint to `exchange` (waiting at most `timeout` for the
+    /// others'; a failure is the setup error of `stage`), then connects to every
+    /// rank's. A world of one is solo once the exchange is done.
+    pub(crate) fn connect_through(
+        self,
+        exchange: &mut dyn EndpointExchange,
+        stage: impl FnOnce() -> String,
+        timeout: Duration,
+    ) -> Result<Communicator, CollectiveError> {
+        let endpoints = self.exchange(exchange, stage, timeout)?;
+        if self.world == 1 {
+            return Ok(Communicator::solo_with(self.options));
+        }
+        self.connect(&endpoints)
     }
 
     /// Connects to every rank's endpoint (`endpoints[r]` is rank `r`'s), waiting at
     /// most [`CommOptions::timeout`] for all of them.
-    pub fn connect(self, endpoints: &[String]) -> Result<Communicator, CollectiveError> {
+    pub(crate) fn connect(self, endpoints: &[String]) -> Result<Communicator, CollectiveError> {
         let tcp_host = tcp_host(self.link.endpoint());
         let mut bound = self.link;
         if self.exchanged || self.options.setup_limit.is_some() {
@@ -113,6 +147,7 @@ impl Communicator {
     /// | [`Bootstrap::tracker`] (or `DMLC_TRACKER_URI`) | joins the rabit/XGBoost tracker, which assigns the rank; a mesh, endpoints passed round the tracker's ring |
     /// | `Bootstrap::mpi` (or `mpirun`'s variables; feature `mpi`) | the MPI engine on `MPI_COMM_WORLD` |
     /// | [`Bootstrap::endpoints`] | a mesh on endpoints known in advance: this rank binds its own and connects to the others |
+    /// | [`Bootstrap::from_exchange`] | a mesh, endpoints exchanged through the program's own [`EndpointExchange`] (for threads of one process: [`MemoryExchange`](crate::bootstrap::MemoryExchange)) |
     /// | [`Bootstrap::solo`], or any bootstrap of a world of one | no network at all |
     ///
     /// Every wait is bounded by [`CommOptions::timeout`], including the wait for the
@@ -162,6 +197,32 @@ impl Communicator {
     ///     .collect();
     /// for r in ranks {
     ///     assert_eq!(r.join().expect("rank")?, 6);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// Two ranks as threads of one process, binding port 0 on loopback and swapping
+    /// their endpoints through an in-memory board:
+    ///
+    /// ```
+    /// use switchyard::bootstrap::{Bootstrap, MemoryExchange};
+    /// use switchyard::collective::{CommOptions, Communicator, ReduceOp};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let board = MemoryExchange::new(2);
+    /// let ranks: Vec<_> = (0..2)
+    ///     .map(|rank| {
+    ///         let boot = Bootstrap::from_exchange(rank, 2, board.clone());
+    ///         std::thread::spawn(move || {
+    ///             let mut comm = Communicator::join(&boot, CommOptions::default())?;
+    ///             let mut x = [rank as u32 + 1];
+    ///             comm.allreduce(&mut x, ReduceOp::Sum)?;
+    ///             Ok::<_, switchyard::collective::CollectiveError>(x[0])
+    ///         })
+    ///     })
+    ///     .collect();
+    /// for r in ranks {
+    ///     assert_eq!(r.join().expect("rank")?, 3);
     /// }
     /// # Ok(())
     /// # }
@@ -220,27 +281,36 @@ impl Communicator {
             }
             Rendezvous::Solo => Ok(Communicator::solo_with(options)),
             Rendezvous::Endpoints(endpoints) => Communicator::mesh(rank, endpoints, options),
-            Rendezvous::Launcher(_) => {
+            Rendezvous::Launcher(addr) => {
                 check_rank(rank, world)?;
                 if world == 1 {
                     return Ok(Communicator::solo_with(options));
                 }
-                // On the address that reaches the launcher's host (loopback when it
-                // is this machine), or the SWITCHYARD_IFNAME interface's.
-                let endpoint = bootstrap
-                    .bind_endpoint()
+                crate::bootstrap::split_host_port(addr)
                     .map_err(|e| CollectiveError::setup("choosing the mesh address", e))?;
-                let mut builder = Communicator::bind_mesh(rank, world, &endpoint, options)?;
-                builder.exchanged = true;
-                let endpoints = bootstrap
-                    .exchange(builder.endpoint(), builder.options.timeout)
-                    .map_err(|e| {
-                        // The error names the rendezvous's address.
-                        CollectiveError::setup("endpoint exchange through the launcher", e)
-                    })?;
-                builder.connect(&endpoints)
+                let mut launcher = LauncherExchange { addr: addr.clone() };
+                // The error names the rendezvous's address.
+                Communicator::exchanged_mesh(rank, world, &mut launcher, options, || {
+                    "endpoint exchange through the launcher".into()
+                })
             }
-            Rendezvous::UniqueId(id) => Communicator::unique_id_mesh(id, rank, world, options),
+            Rendezvous::UniqueId(id) => {
+                let root = id.root();
+                // Worded without "unique id": under torchrun or a scheduler the id was
+                // read from the environment, and the user never saw one.
+                Communicator::exchanged_mesh(
+                    rank,
+                    world,
+                    &mut UniqueIdExchange { id: *id },
+                    options,
+                    || format!("bootstrap at rank 0's root {root}"),
+                )
+            }
+            Rendezvous::Exchange(shared) => {
+                Communicator::exchanged_mesh(rank, world, &mut *shared.lock(), options, || {
+                    "endpoint exchange".into()
+                })
+            }
         }
     }
 
@@ -335,11 +405,13 @@ impl Communicator {
         endpoint: &str,
         options: CommOptions,
     ) -> Result<MeshBuilder, CollectiveError> {
-        check_rank(rank, size)?;
+        let (rank32, world32) = check_rank(rank, size)?;
         let link = BoundLink::bind(rank, size, endpoint, options.socket.clone())
             .map_err(|e| e.during(Call::Setup))?;
         Ok(MeshBuilder {
             link,
+            rank: rank32,
+            world: world32,
             options,
             exchanged: false,
         })
@@ -364,36 +436,30 @@ impl Communicator {
         Communicator::bind_mesh(rank, endpoints.len(), endpoint, options)?.connect(endpoints)
     }
 
-    /// The unique-id bootstrap: a mesh, endpoints exchanged through rank 0's root.
-    fn unique_id_mesh(
-        id: &UniqueId,
+    /// The one path of every mesh whose endpoints are exchanged (the launcher's, the
+    /// unique id's, the program's own): binds on the address that routes to the
+    /// exchange's root (loopback without one, `SWITCHYARD_IFNAME` when set), swaps
+    /// the bound endpoint for every rank's within [`CommOptions::timeout`], and
+    /// connects. Every endpoint was bound before the exchange handed it out, so a
+    /// refused connection means that rank left.
+    fn exchanged_mesh(
         rank: usize,
         world: usize,
+        exchange: &mut dyn EndpointExchange,
         options: CommOptions,
+        stage: impl FnOnce() -> String,
     ) -> Result<Communicator, CollectiveError> {
-        let (rank32, world32) = check_rank(rank, world)?;
-        let root = id.root();
-        let ip = crate::bootstrap::bind_address(&root.ip().to_string(), root.port())
-            .map_err(|e| CollectiveError::setup("choosing the mesh address", e))?;
+        check_rank(rank, world)?;
+        let endpoint = match exchange.root_hint() {
+            Some((host, port)) => crate::bootstrap::bind_address(&host, port)
+                .map(crate::bootstrap::tcp_any_port)
+                .map_err(|e| CollectiveError::setup("choosing the mesh address", e))?,
+            None => "tcp://127.0.0.1:0".into(),
+        };
         let timeout = options.timeout;
-        let mut builder =
-            Communicator::bind_mesh(rank, world, &crate::bootstrap::tcp_any_port(ip), options)?;
+        let mut builder = Communicator::bind_mesh(rank, world, &endpoint, options)?;
         builder.exchanged = true;
-        // Worded without "unique id": under torchrun or a scheduler the id was read
-        // from the environment, and the user never saw one.
-        let endpoints = crate::bootstrap::unique_id::exchange(
-            id,
-            rank32,
-            world32,
-            ip,
-            builder.endpoint(),
-            timeout,
-        )
-        .map_err(|e| CollectiveError::setup(format!("bootstrap at rank 0's root {root}"), e))?;
-        if world == 1 {
-            return Ok(Communicator::solo_with(builder.options));
-        }
-        builder.connect(&endpoints)
+        builder.connect_through(exchange, stage, timeout)
     }
 
     /// The MPI engine on `MPI_COMM_WORLD` (the process must run under `mpirun`).

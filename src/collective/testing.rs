@@ -2,31 +2,19 @@
 //! package's own tests turn on: it may change in any release).
 //!
 //! The collectives' tests run the algorithms over links a program never chooses: the
-//! deterministic in-memory link, a link wrapped to be slow, meshes on TCP port 0 whose
-//! endpoints the test exchanges itself. A program forms its communicator with
-//! [`Communicator::join`].
+//! deterministic in-memory link, a link wrapped to be slow. Meshes on TCP port 0 form
+//! through [`Communicator::join`] like a program's, their endpoints swapped through a
+//! [`MemoryExchange`](crate::bootstrap::MemoryExchange).
 
 pub use super::error::LinkError;
 pub use super::link::{
     BoundLink, Clock, Link, MemoryLink, MemorySchedule, Notice, SocketLink, StreamLink, Tag,
 };
-pub use super::setup::MeshBuilder;
 use super::{CollectiveError, CommOptions, Communicator};
 
 /// A mesh communicator over any [`Link`].
 pub fn over_link(link: Box<dyn Link>, options: CommOptions) -> Communicator {
     Communicator::over_link(link, options)
-}
-
-/// Binds rank `rank` of `size` at `endpoint` (`tcp://127.0.0.1:0` picks a port), for
-/// peers to be connected later with [`MeshBuilder::connect`].
-pub fn bind_mesh(
-    rank: usize,
-    size: usize,
-    endpoint: &str,
-    options: CommOptions,
-) -> Result<MeshBuilder, CollectiveError> {
-    Communicator::bind_mesh(rank, size, endpoint, options)
 }
 
 /// A robust-mode communicator over `link`, its first and only mesh: robust mode's

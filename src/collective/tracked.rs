@@ -7,7 +7,7 @@
 //! reach the tracker (the address the tracker hands to peers; the interface named by
 //! `SWITCHYARD_IFNAME` when that is set), the endpoints go round
 //! the ring (an allgather of length-prefixed strings, under
-//! [`CommOptions::timeout`]), and then [`MeshBuilder::connect`](super::MeshBuilder::connect)
+//! [`CommOptions::timeout`]), and then `MeshBuilder::connect` (`setup.rs`)
 //! wires the mesh as for any other start. The tracker links are closed afterwards.
 //!
 //! The communicator keeps its tracker session: [`Communicator::tracker_print`] sends
@@ -27,6 +27,7 @@ use super::Communicator;
 use super::engine::{Engine, Solo};
 use super::error::{Call, CollectiveError};
 use super::options::CommOptions;
+use crate::bootstrap::{BootstrapError, EndpointExchange};
 use std::net::{IpAddr, TcpStream};
 use std::time::{Duration, Instant};
 use switchyard_tracker::client::classic::{ClassicClient, ClassicSession};
@@ -211,36 +212,57 @@ fn join(spec: &TrackerJoin, config: ClientConfig, how: JoinAs) -> Result<Joined,
     }
 }
 
-/// Every rank's `mine`, in rank order, passed round the ring: at step `k` this rank
+/// The tracker's ring as an [`EndpointExchange`]: built once the tracker has assigned
+/// the rank and linked its ring neighbours, used for one allgather, then dropped
+/// with the tracker links before the mesh connects.
+///
+/// Every rank's endpoint, in rank order, passed round the ring: at step `k` this rank
 /// sends entry `rank − k` to its successor and receives entry `rank − k − 1` from its
 /// predecessor. Entries are an `i32` byte count and the bytes.
-fn ring_allgather(
-    mine: &str,
-    rank: u32,
-    world: u32,
-    next: &TcpStream,
-    prev: &TcpStream,
-    limit: Duration,
-) -> Result<Vec<String>, String> {
-    let n = world as usize;
-    let r = rank as usize;
-    let until = Instant::now() + limit;
-    let mut all = vec![String::new(); n];
-    all[r] = mine.to_string();
-    for k in 0..n - 1 {
-        let out = &all[(r + n - k) % n];
-        let mut frame = Vec::with_capacity(4 + out.len());
-        wire::put_str(&mut frame, out);
-        let left = until.saturating_duration_since(Instant::now());
-        wire::write_all_within(next, &frame, left, "mesh endpoint")
-            .map_err(|e| format!("sending to the ring successor: {e}"))?;
-        let left = until.saturating_duration_since(Instant::now());
-        let got = Deadline::new(prev, left)
-            .str("mesh endpoint", MAX_ENDPOINT)
-            .map_err(|e| format!("receiving from the ring predecessor: {e}"))?;
-        all[(r + n - k - 1) % n] = got;
+#[derive(Debug)]
+struct TrackerRing {
+    /// Stream to the ring successor (send side).
+    next: TcpStream,
+    /// Stream from the ring predecessor (receive side).
+    prev: TcpStream,
+}
+
+impl EndpointExchange for TrackerRing {
+    fn exchange(
+        &mut self,
+        rank: u32,
+        world: u32,
+        mine: &str,
+        limit: Duration,
+    ) -> Result<Vec<String>, BootstrapError> {
+        let n = world as usize;
+        let r = rank as usize;
+        let until = Instant::now() + limit;
+        let peer = |side: &str, of: usize| format!("ring {side} (rank {})", of % n);
+        let mut all = vec![String::new(); n];
+        all[r] = mine.to_string();
+        for k in 0..n - 1 {
+            let out = &all[(r + n - k) % n];
+            let mut frame = Vec::with_capacity(4 + out.len());
+            wire::put_str(&mut frame, out);
+            let left = until.saturating_duration_since(Instant::now());
+            wire::write_all_within(&self.next, &frame, left, "mesh endpoint").map_err(|e| {
+                BootstrapError::Protocol {
+                    peer: peer("successor", r + 1),
+                    reason: format!("sending to it: {e}"),
+                }
+            })?;
+            let left = until.saturating_duration_since(Instant::now());
+            let got = Deadline::new(&self.prev, left)
+                .str("mesh endpoint", MAX_ENDPOINT)
+                .map_err(|e| BootstrapError::Protocol {
+                    peer: peer("predecessor", r + n - 1),
+                    reason: format!("receiving from it: {e}"),
+                })?;
+            all[(r + n - k - 1) % n] = got;
+        }
+        Ok(all)
     }
-    Ok(all)
 }
 
 /// A mesh formed through the tracker: its engine (the caller wraps it in a
@@ -342,18 +364,13 @@ pub(crate) fn tracker_mesh(
                     ),
                     IpAddr::V4(_) => e,
                 })?;
-            let endpoints = ring_allgather(
-                builder.endpoint(),
-                joined.rank,
-                joined.world,
-                &next,
-                &prev,
+            let mut ring = TrackerRing { next, prev };
+            let endpoints = builder.exchange(
+                &mut ring,
+                || format!("mesh endpoint exchange over the {at} ring"),
                 options.setup_timeout(),
-            )
-            .map_err(|e| {
-                CollectiveError::setup(format!("mesh endpoint exchange over the {at} ring"), e)
-            })?;
-            drop((next, prev));
+            )?;
+            drop(ring);
             let (engine, _, processor_name, _) = builder.connect(&endpoints)?.into_parts();
             (engine, processor_name)
         };
