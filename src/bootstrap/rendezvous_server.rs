@@ -159,7 +159,12 @@ fn serve(
         let peer = finished.peer;
         match finished.result {
             Ok((stream, check_in)) => {
-                perform(gathering.on_check_in(check_in, stream), peer, world, on_check_in);
+                perform(
+                    gathering.on_check_in(check_in, stream),
+                    peer,
+                    world,
+                    on_check_in,
+                );
             }
             Err(reason) => {
                 tracing::warn!(%peer, %reason, "rendezvous: connection refused; closed");
