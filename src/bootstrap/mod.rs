@@ -43,6 +43,7 @@ pub(crate) mod handshakes;
 mod iface;
 pub mod rendezvous;
 mod rendezvous_server;
+mod rendezvous_state;
 pub mod unique_id;
 pub mod watchdog;
 

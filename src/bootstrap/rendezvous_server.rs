@@ -6,6 +6,8 @@
 //! its endpoint; once every rank has checked in at least once at a generation, each
 //! later check-in at it is answered at once with the current list. Every check-in is
 //! reported to the caller, whose supervision loop counts it as the rank having joined.
+//! Those decisions are the [`Gathering`]'s (in [`rendezvous_state`](super::rendezvous_state)),
+//! fed each check-in; this module only accepts, reads, writes and logs.
 //!
 //! With a job secret in the launcher's environment (which its processes inherit), every
 //! connection must first pass the secret's challenge-response; one that fails is logged
@@ -16,8 +18,8 @@
 use super::BootstrapError;
 use super::handshakes::{self, Handshakes, accept_all};
 use super::rendezvous::{AUTH_PURPOSE, CheckIn, read_check_in, write_endpoints};
-use std::collections::HashMap;
-use std::net::{TcpListener, TcpStream};
+use super::rendezvous_state::{Answer, Gathering, Joined, Refusal, Step, check_claim};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -28,9 +30,6 @@ use switchyard_secret::JobSecret;
 const CHECK_IN_LIMIT: Duration = Duration::from_secs(5);
 /// How long the serving loop waits for a handshake to end before it accepts again.
 const POLL: Duration = Duration::from_millis(5);
-/// At most this many generations of communicators are kept (each holds a list of
-/// endpoints), so that check-ins for ever new generations cannot exhaust memory.
-const MAX_GENERATIONS: usize = 4096;
 /// How long writing the endpoint list to one client may take.
 const ANSWER_LIMIT: Duration = Duration::from_secs(10);
 
@@ -135,34 +134,11 @@ fn handshake(
         ),
     };
     let check_in = read_check_in(&mut stream, by).map_err(|e| format!("bad check-in: {e}"))?;
-    if let Some(claimed) = claimed.filter(|rank| *rank != check_in.rank) {
-        return Err(format!(
-            "check-in for rank {} after authenticating as rank {claimed}",
-            check_in.rank
-        ));
-    }
+    check_claim(claimed, &check_in)?;
     Ok((stream, check_in))
 }
 
-/// One generation of communicators: the endpoints checked in, and the ranks waiting
-/// for the list.
-#[derive(Debug)]
-struct Generation {
-    waiting: Vec<Option<TcpStream>>,
-    endpoints: Vec<Option<String>>,
-    answered: bool,
-}
-
-impl Generation {
-    fn new(world: u32) -> Generation {
-        Generation {
-            waiting: (0..world).map(|_| None).collect(),
-            endpoints: vec![None; world as usize],
-            answered: false,
-        }
-    }
-}
-
+/// Accepts, reads each check-in, and does what the [`Gathering`] decides, until `done`.
 fn serve(
     listener: TcpListener,
     world: u32,
@@ -170,7 +146,7 @@ fn serve(
     done: &AtomicBool,
     secret: Option<JobSecret>,
 ) {
-    let mut generations: HashMap<u32, Generation> = HashMap::new();
+    let mut gathering = Gathering::new(world);
     let mut handshakes = Handshakes::new(handshakes::DEFAULT_LIMIT);
     while !done.load(Ordering::SeqCst) {
         accept_all(&listener, &mut handshakes, {
@@ -181,60 +157,73 @@ fn serve(
             continue;
         };
         let peer = finished.peer;
-        let (mut stream, check_in) = match finished.result {
-            Ok(ok) => ok,
+        match finished.result {
+            Ok((stream, check_in)) => {
+                perform(
+                    gathering.on_check_in(check_in, stream),
+                    peer,
+                    world,
+                    on_check_in,
+                );
+            }
             Err(reason) => {
                 tracing::warn!(%peer, %reason, "rendezvous: connection refused; closed");
-                continue;
-            }
-        };
-        if check_in.world != world {
-            tracing::warn!(%peer, claimed = check_in.world, world, "rendezvous: wrong world size; closed");
-            continue;
-        }
-        if check_in.rank >= world {
-            tracing::warn!(%peer, rank = check_in.rank, world, "rendezvous: rank outside the job; closed");
-            continue;
-        }
-        if !generations.contains_key(&check_in.generation) && generations.len() >= MAX_GENERATIONS {
-            tracing::warn!(%peer, generation = check_in.generation, "rendezvous: too many generations of communicators; closed");
-            continue;
-        }
-        let rank = check_in.rank;
-        let generation = check_in.generation;
-        let pending = generations
-            .entry(generation)
-            .or_insert_with(|| Generation::new(world));
-        let slot = &mut pending.endpoints[rank as usize];
-        if slot.is_some() {
-            tracing::info!(%peer, rank, generation, "rendezvous: rank checked in again (restarted); endpoint replaced");
-        }
-        *slot = Some(check_in.endpoint);
-        on_check_in(rank);
-        if pending.answered {
-            answer(&mut stream, &pending.endpoints, rank);
-        } else {
-            pending.waiting[rank as usize] = Some(stream);
-            if pending.endpoints.iter().all(Option::is_some) {
-                pending.answered = true;
-                tracing::debug!(generation, "rendezvous: every rank checked in; answering");
-                for (rank, stream) in pending.waiting.iter_mut().enumerate() {
-                    if let Some(mut stream) = stream.take() {
-                        answer(&mut stream, &pending.endpoints, rank as u32);
-                    }
-                }
             }
         }
     }
 }
 
-/// Sends the endpoint list (every slot is filled when this is called).
-fn answer(stream: &mut TcpStream, endpoints: &[Option<String>], rank: u32) {
-    let list: Vec<String> = endpoints
-        .iter()
-        .map(|e| e.clone().unwrap_or_default())
-        .collect();
-    if let Err(e) = write_endpoints(stream, &list, Instant::now() + ANSWER_LIMIT) {
+/// Logs, reports and sends what one check-in's [`Step`] says; the connections it
+/// hands back unanswered are closed when dropped here.
+fn perform(step: Step<TcpStream>, peer: SocketAddr, world: u32, on_check_in: &dyn Fn(u32)) {
+    let joined = match step {
+        Step::Refused { conn, refusal } => {
+            match refusal {
+                Refusal::WrongWorld { claimed } => {
+                    tracing::warn!(%peer, claimed, world, "rendezvous: wrong world size; closed");
+                }
+                Refusal::RankOutside { rank } => {
+                    tracing::warn!(%peer, rank, world, "rendezvous: rank outside the job; closed");
+                }
+                Refusal::TooManyGenerations { generation } => {
+                    tracing::warn!(%peer, generation, "rendezvous: too many generations of communicators; closed");
+                }
+            }
+            drop(conn);
+            return;
+        }
+        Step::Joined(joined) => joined,
+    };
+    let Joined {
+        rank,
+        generation,
+        replaced,
+        completed,
+        superseded,
+        answers,
+    } = joined;
+    if replaced {
+        tracing::info!(%peer, rank, generation, "rendezvous: rank checked in again (restarted); endpoint replaced");
+    }
+    on_check_in(rank);
+    drop(superseded);
+    if completed {
+        tracing::debug!(generation, "rendezvous: every rank checked in; answering");
+    }
+    for answer in answers {
+        send(answer);
+    }
+}
+
+/// Sends one endpoint list, within [`ANSWER_LIMIT`] of starting to (so a slow reader
+/// delays the next one by that much at most).
+fn send(answer: Answer<TcpStream>) {
+    let Answer {
+        mut conn,
+        rank,
+        endpoints,
+    } = answer;
+    if let Err(e) = write_endpoints(&mut conn, &endpoints, Instant::now() + ANSWER_LIMIT) {
         tracing::warn!(rank, error = %e, "rendezvous: could not send the endpoint list");
     }
 }
