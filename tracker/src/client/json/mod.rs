@@ -204,19 +204,19 @@ impl JsonClient {
     /// The successor listens since before its `start`: a refused connect means it is
     /// gone or not yet up, so retry on the tracker's schedule.
     fn connect_successor(&self, addr: SocketAddr) -> Result<TcpStream, ClientError> {
-        let attempts = self.config.connect_attempts.max(1);
-        let mut k = 0;
+        let mut retries = self.config.retries();
         loop {
-            k += 1;
             match net::connect_peer_unproven(addr, &self.config) {
                 Ok(s) => return Ok(s),
-                Err(source) if k >= attempts => {
-                    return Err(ClientError::PeerIo {
-                        what: "connecting to the ring successor",
-                        source,
-                    });
-                }
-                Err(_) => std::thread::sleep(self.config.backoff_after(k)),
+                Err(source) => match retries.on_failure() {
+                    None => {
+                        return Err(ClientError::PeerIo {
+                            what: "connecting to the ring successor",
+                            source,
+                        });
+                    }
+                    Some(sleep) => std::thread::sleep(sleep),
+                },
             }
         }
     }
