@@ -62,8 +62,72 @@ impl ClientConfig {
         self
     }
 
-    /// The sleep after the `k`-th failed connect (`k` from 1).
-    pub(crate) fn backoff_after(&self, k: u32) -> Duration {
-        self.connect_backoff.saturating_mul(k)
+    /// A fresh connect schedule (one per connection to open).
+    pub(crate) fn retries(&self) -> Retries {
+        Retries {
+            attempts: self.connect_attempts.max(1),
+            failed: 0,
+            backoff: self.connect_backoff,
+        }
+    }
+}
+
+/// The connect schedule of [`ClientConfig`]: fed each failed try, it says how long to
+/// sleep before the next, or that there is none. The sleeping and connecting are the
+/// caller's.
+#[derive(Clone, Debug)]
+pub(crate) struct Retries {
+    attempts: u32,
+    failed: u32,
+    backoff: Duration,
+}
+
+impl Retries {
+    /// Tries allowed in all.
+    pub(crate) fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// A try failed: the sleep before the next (`k ×` the backoff after the `k`-th
+    /// failure), or `None` when that was the last try.
+    pub(crate) fn on_failure(&mut self) -> Option<Duration> {
+        self.failed += 1;
+        (self.failed < self.attempts).then(|| self.backoff.saturating_mul(self.failed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sleeps(config: &ClientConfig) -> Vec<Duration> {
+        let mut r = config.retries();
+        std::iter::from_fn(|| r.on_failure()).collect()
+    }
+
+    #[test]
+    fn the_default_schedule_sleeps_longer_after_each_failure() {
+        let config = ClientConfig::default();
+        assert_eq!(config.retries().attempts(), 5);
+        let s = Duration::from_secs;
+        assert_eq!(sleeps(&config), [s(2), s(4), s(6), s(8)]);
+    }
+
+    #[test]
+    fn a_capped_schedule_keeps_its_tries_and_shrinks_its_sleeps() {
+        let config = ClientConfig::default().with_timeout(Duration::from_secs(1));
+        let total: Duration = sleeps(&config).iter().sum();
+        assert_eq!(sleeps(&config).len(), 4);
+        assert!(total <= Duration::from_secs(1), "{total:?}");
+    }
+
+    #[test]
+    fn no_tries_is_one_try_and_no_sleep() {
+        let config = ClientConfig {
+            connect_attempts: 0,
+            ..ClientConfig::default()
+        };
+        assert_eq!(config.retries().attempts(), 1);
+        assert!(sleeps(&config).is_empty());
     }
 }

@@ -51,7 +51,7 @@ pub(crate) fn connect_tracker(
     addr: SocketAddr,
     config: &ClientConfig,
 ) -> Result<TcpStream, ClientError> {
-    let attempts = config.connect_attempts.max(1);
+    let mut retries = config.retries();
     let mut k = 0;
     loop {
         k += 1;
@@ -67,17 +67,19 @@ pub(crate) fn connect_tracker(
                 let _ = stream.set_nodelay(true);
                 return Ok(stream);
             }
-            Err(source) if k >= attempts => {
-                return Err(ClientError::Connect {
-                    addr: addr.to_string(),
-                    attempts,
-                    source,
-                });
-            }
-            Err(e) => {
-                tracing::debug!(%addr, attempt = k, error = %e, "tracker connect failed; retrying");
-                std::thread::sleep(config.backoff_after(k));
-            }
+            Err(source) => match retries.on_failure() {
+                None => {
+                    return Err(ClientError::Connect {
+                        addr: addr.to_string(),
+                        attempts: retries.attempts(),
+                        source,
+                    });
+                }
+                Some(sleep) => {
+                    tracing::debug!(%addr, attempt = k, error = %source, "tracker connect failed; retrying");
+                    std::thread::sleep(sleep);
+                }
+            },
         }
     }
 }

@@ -1,8 +1,7 @@
 //! The assignment message of the classic rabit protocol, checked: a rank inside the
 //! world, neighbours that are other ranks of it, a parent among the tree neighbours.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::net::TcpStream;
+use std::collections::BTreeSet;
 
 /// A checked assignment message.
 #[derive(Debug)]
@@ -57,22 +56,6 @@ impl Assignment {
             next,
             link_set,
         })
-    }
-
-    /// `rank` as a peer to link now: one of ours, not linked yet.
-    pub(super) fn peer_rank(
-        &self,
-        rank: i32,
-        links: &BTreeMap<u32, TcpStream>,
-    ) -> Result<u32, String> {
-        match u32::try_from(rank) {
-            Ok(r) if self.link_set.contains(&r) && !links.contains_key(&r) => Ok(r),
-            Ok(r) if links.contains_key(&r) => Err(format!("rank {r} is already linked")),
-            _ => Err(format!(
-                "rank {rank} is not one of this worker's links {:?}",
-                self.link_set
-            )),
-        }
     }
 }
 

@@ -24,11 +24,13 @@
 //! ```
 
 mod assignment;
+mod negotiate;
 
 use super::error::At;
 use super::{ClientConfig, ClientError, net};
 use crate::wire::{self, Deadline, WireError};
 use assignment::Assignment;
+use negotiate::{Accepting, Dialled, Fields, Negotiation, Offer, Step};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::Instant;
@@ -142,32 +144,19 @@ impl ClassicClient {
                 source,
             })?
             .ip();
-        let assignment = self.read_assignment(&stream)?;
-        if let Some(wanted) = rank.filter(|&r| r != assignment.rank) {
-            return Err(At(self.addr).bad(
-                "assignment",
-                format!("asked for rank {wanted}, got {}", assignment.rank),
-            ));
-        }
-        let (mut links, num_accept) = self.negotiate(&stream, &assignment)?;
+        let assignment = negotiate::assignment(self.addr, rank, self.read_assignment(&stream)?)?;
+        let negotiation = self.negotiate(&stream, &assignment)?;
         let mut report = Vec::with_capacity(4);
         wire::put_i32(&mut report, i32::from(port));
         wire::write_all_within(&stream, &report, self.config.io_timeout, "listening port")
             .map_err(|e| At(self.addr).wire(command, e))?;
         drop(stream);
-        self.accept_links(&listener, &assignment, num_accept, &mut links)?;
-        let missing: Vec<u32> = assignment
-            .link_set
-            .iter()
-            .filter(|r| !links.contains_key(r))
-            .copied()
-            .collect();
-        if !missing.is_empty() {
-            return Err(At(self.addr).bad(
-                "negotiation",
-                format!("it ended with links to ranks {missing:?} missing"),
-            ));
-        }
+        let mut links = negotiation.links;
+        let accepting = negotiation
+            .state
+            .accepting(self.config.accept_timeout, Instant::now());
+        self.accept_links(&listener, accepting, assignment.rank, &mut links)?
+            .finish()?;
         Ok(Joined {
             rank: assignment.rank,
             world: assignment.world,
@@ -214,21 +203,16 @@ impl ClassicClient {
         Ok(stream)
     }
 
-    /// docs/rabit-protocol.md, *The assignment message*, checked: a rank in the world,
-    /// neighbours that are other ranks in it.
-    fn read_assignment(&self, stream: &TcpStream) -> Result<Assignment, ClientError> {
+    /// docs/rabit-protocol.md, *The assignment message*, as read (the refusal checked
+    /// on the first field, after which the tracker sends nothing).
+    fn read_assignment(&self, stream: &TcpStream) -> Result<Fields, ClientError> {
         let e = |err| At(self.addr).wire("waiting for the assignment", err);
         // The first field comes when the whole batch is in: the long wait.
         let rank = Deadline::new(stream, self.config.batch_timeout)
             .i32("assigned rank")
             .map_err(e)?;
-        if rank == -1 {
-            return Err(ClientError::Refused {
-                addr: self.addr.to_string(),
-                reason: "it assigned rank -1 (duplicate rank, wrong world size, a full job, or a \
-                         recover for a rank that never joined or already shut down)"
-                    .into(),
-            });
+        if let Some(refusal) = negotiate::refused(self.addr, rank) {
+            return Err(refusal);
         }
         let mut r = Deadline::new(stream, self.config.io_timeout);
         let parent = r.i32("parent").map_err(e)?;
@@ -242,144 +226,123 @@ impl ClassicClient {
         }
         let prev = r.i32("ring prev").map_err(e)?;
         let next = r.i32("ring next").map_err(e)?;
-        Assignment::check(rank, parent, world, tree, prev, next)
-            .map_err(|reason| At(self.addr).bad("assignment", reason))
+        Ok(Fields {
+            rank,
+            parent,
+            world,
+            tree,
+            prev,
+            next,
+        })
     }
 
-    /// docs/rabit-protocol.md, *Link negotiation*: rounds until the tracker's peers are
-    /// all reached; returns the links and the last round's `num_accept`.
-    fn negotiate(
-        &self,
-        stream: &TcpStream,
-        a: &Assignment,
-    ) -> Result<(BTreeMap<u32, TcpStream>, usize), ClientError> {
+    /// docs/rabit-protocol.md, *Link negotiation*: performs the steps of a
+    /// [`Negotiation`] until it says to accept.
+    fn negotiate(&self, stream: &TcpStream, a: &Assignment) -> Result<Negotiated, ClientError> {
         let e = |err| At(self.addr).wire("link negotiation", err);
+        let limit = self.config.io_timeout;
+        let mut state = Negotiation::new(self.addr, a);
         let mut links: BTreeMap<u32, TcpStream> = BTreeMap::new();
         loop {
-            let mut good = Vec::new();
-            wire::put_i32(&mut good, links.len() as i32);
-            for &r in links.keys() {
-                wire::put_i32(&mut good, r as i32);
-            }
-            wire::write_all_within(stream, &good, self.config.io_timeout, "good links")
-                .map_err(e)?;
-            let mut r = Deadline::new(stream, self.config.io_timeout);
-            let cap = a.link_set.len();
-            let num_conn = r.length("num_conn", cap).map_err(e)?;
-            let num_accept = r.length("num_accept", cap).map_err(e)?;
-            let mut peers = Vec::with_capacity(num_conn);
-            for _ in 0..num_conn {
-                let host = r.str("peer host", self.config.limits.max_str).map_err(e)?;
-                let port = r.i32("peer port").map_err(e)?;
-                let rank = r.i32("peer rank").map_err(e)?;
-                peers.push((host, port, rank));
-            }
-            if links.len() + num_conn + num_accept != cap {
-                return Err(At(self.addr).bad(
-                    "negotiation round",
-                    format!(
-                        "{num_conn} to connect + {num_accept} to accept + {} linked != {cap} links",
-                        links.len()
-                    ),
-                ));
-            }
-            let mut failed = 0i32;
-            for (host, port, rank) in peers {
-                let rank = a
-                    .peer_rank(rank, &links)
-                    .map_err(|reason| At(self.addr).bad("peer", reason))?;
-                let port = u16::try_from(port).map_err(|_| {
-                    At(self.addr).bad("peer", format!("rank {rank} has port {port}"))
-                })?;
-                match self.link_to(&host, port, rank, a.rank)? {
-                    Some(s) => {
-                        links.insert(rank, s);
+            match state.next()? {
+                Step::SendLinked(ranks) => {
+                    let mut good = Vec::with_capacity(4 * (ranks.len() + 1));
+                    wire::put_i32(&mut good, ranks.len() as i32);
+                    for r in ranks {
+                        wire::put_i32(&mut good, r as i32);
                     }
-                    None => failed += 1,
+                    wire::write_all_within(stream, &good, limit, "good links").map_err(e)?;
                 }
-            }
-            let mut report = Vec::with_capacity(4);
-            wire::put_i32(&mut report, failed);
-            wire::write_all_within(stream, &report, self.config.io_timeout, "failed connects")
-                .map_err(e)?;
-            if failed == 0 {
-                return Ok((links, num_accept));
+                Step::ReadOffer { cap } => {
+                    let mut r = Deadline::new(stream, limit);
+                    let num_conn = r.length("num_conn", cap).map_err(e)?;
+                    let accept = r.length("num_accept", cap).map_err(e)?;
+                    let mut connect = Vec::with_capacity(num_conn);
+                    for _ in 0..num_conn {
+                        let host = r.str("peer host", self.config.limits.max_str).map_err(e)?;
+                        let port = r.i32("peer port").map_err(e)?;
+                        let rank = r.i32("peer rank").map_err(e)?;
+                        connect.push((host, port, rank));
+                    }
+                    state.on_offer(Offer { connect, accept })?;
+                }
+                Step::Dial { host, port, rank } => {
+                    let (outcome, stream) = self.link_to(&host, port, rank, a.rank);
+                    if state.on_dialled(outcome)? {
+                        links.extend(stream.map(|s| (rank, s)));
+                    }
+                }
+                Step::SendFailed(failed) => {
+                    let mut report = Vec::with_capacity(4);
+                    wire::put_i32(&mut report, failed);
+                    wire::write_all_within(stream, &report, limit, "failed connects").map_err(e)?;
+                }
+                Step::Accept(_) => return Ok(Negotiated { links, state }),
             }
         }
     }
 
-    /// Connects to `rank` at `host:port` and runs the handshake. `Ok(None)`: the
-    /// connect failed (the tracker is told and offers it again); a peer that says it is
-    /// another rank is an error.
-    fn link_to(
-        &self,
-        host: &str,
-        port: u16,
-        rank: u32,
-        me: u32,
-    ) -> Result<Option<TcpStream>, ClientError> {
+    /// Connects to `rank` at `host:port` and runs the handshake: what happened, and
+    /// the connection if the peer answered.
+    fn link_to(&self, host: &str, port: u16, rank: u32, me: u32) -> (Dialled, Option<TcpStream>) {
         let Ok(addr) = net::resolve(host, port) else {
-            return Ok(None);
+            return (Dialled::Unreachable, None);
         };
         let Ok(stream) = net::connect_peer(addr, &self.config) else {
             tracing::debug!(%addr, rank, "peer connect failed; reporting it to the tracker");
-            return Ok(None);
+            return (Dialled::Unreachable, None);
         };
         match handshake(&stream, me, &self.config) {
-            Ok(got) if got == rank as i32 => Ok(Some(stream)),
-            Ok(got) => Err(ClientError::WrongPeer {
-                peer: addr.to_string(),
-                got,
-                reason: format!("the tracker named rank {rank} there"),
-            }),
+            Ok(got) => (
+                Dialled::Answered {
+                    peer: addr,
+                    rank: got,
+                },
+                Some(stream),
+            ),
             Err(err) => {
                 tracing::debug!(%addr, rank, error = %err, "peer handshake failed; reporting it");
-                Ok(None)
+                (Dialled::Unreachable, None)
             }
         }
     }
 
-    /// Accepts exactly `count` peers, each of which must be a linked rank not yet
-    /// connected.
+    /// Accepts the peers [`Accepting`] waits for, each kept under the rank it says
+    /// it is.
     fn accept_links(
         &self,
         listener: &TcpListener,
-        a: &Assignment,
-        count: usize,
+        mut state: Accepting,
+        me: u32,
         links: &mut BTreeMap<u32, TcpStream>,
-    ) -> Result<(), ClientError> {
-        let started = Instant::now();
-        let until = started + self.config.accept_timeout;
-        for got in 0..count {
+    ) -> Result<Accepting, ClientError> {
+        while state.wants_more() {
             let Some((stream, peer)) =
-                net::accept_until(listener, until).map_err(|source| ClientError::PeerIo {
-                    what: "accepting a peer",
-                    source,
+                net::accept_until(listener, state.deadline()).map_err(|source| {
+                    ClientError::PeerIo {
+                        what: "accepting a peer",
+                        source,
+                    }
                 })?
             else {
-                return Err(ClientError::AcceptTimeout {
-                    got,
-                    expected: count,
-                    waited: started.elapsed(),
-                });
+                return Err(state.on_timeout(Instant::now()));
             };
             let rank =
-                handshake(&stream, a.rank, &self.config).map_err(|source| ClientError::Peer {
+                handshake(&stream, me, &self.config).map_err(|source| ClientError::Peer {
                     peer: peer.to_string(),
                     rank: None,
                     source,
                 })?;
-            let rank = a
-                .peer_rank(rank, links)
-                .map_err(|reason| ClientError::WrongPeer {
-                    peer: peer.to_string(),
-                    got: rank,
-                    reason,
-                })?;
-            links.insert(rank, stream);
+            links.insert(state.on_accepted(peer, rank)?, stream);
         }
-        Ok(())
+        Ok(state)
     }
+}
+
+/// A finished negotiation: the links it made, and its state for the accepting.
+struct Negotiated {
+    links: BTreeMap<u32, TcpStream>,
+    state: Negotiation,
 }
 
 impl ClassicSession {

@@ -29,19 +29,18 @@
 //! ```
 
 mod error_port;
+mod ring;
 
 use super::error::At;
 use super::{ClientConfig, ClientError, net};
 use crate::wire::{self, Deadline, WireError};
 use error_port::ErrorWatch;
+use ring::RingBootstrap;
 use serde::Deserialize;
 use serde_json::json;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Bytes of one host slot in the ring bootstrap (XGBoost's `HOST_NAME_MAX`).
-const HOST_SLOT: usize = 64;
 
 /// Longest wait for the tracker to close a `print` connection.
 const PRINT_CLOSE_WAIT: Duration = Duration::from_secs(5);
@@ -139,32 +138,14 @@ impl JsonClient {
         let world: WorldFrame = Deadline::new(&stream, self.config.io_timeout)
             .json("world size frame", limits.max_frame)
             .map_err(e)?;
-        let world = u32::try_from(world.world_size)
-            .ok()
-            .filter(|&w| w > 0)
-            .ok_or_else(|| At(self.addr).bad("world size", format!("{}", world.world_size)))?;
+        let world = ring::world(self.addr, world.world_size)?;
         let peer: PeerFrame = Deadline::new(&stream, self.config.batch_timeout)
             .json("peer frame", limits.max_frame)
             .map_err(e)?;
         drop(stream);
-        let next_rank = u32::try_from(peer.rank)
-            .ok()
-            .filter(|&r| r < world)
-            .ok_or_else(|| {
-                At(self.addr).bad("peer frame", format!("rank {} of {world}", peer.rank))
-            })?;
-        let next_port = u16::try_from(peer.port)
-            .ok()
-            .filter(|&p| p > 0)
-            .ok_or_else(|| At(self.addr).bad("peer frame", format!("port {}", peer.port)))?;
-        if peer.host.len() >= HOST_SLOT {
-            return Err(At(self.addr).bad(
-                "peer frame",
-                format!("host text of {} bytes", peer.host.len()),
-            ));
-        }
-        let rank = (next_rank + world - 1) % world;
-        let next_addr = net::resolve(&peer.host, next_port)?;
+        let place = ring::place(self.addr, world, peer.host, peer.port, peer.rank)?;
+        let rank = place.rank;
+        let next_addr = net::resolve(&place.next_host, place.next_port)?;
         let successor = self.connect_successor(next_addr)?;
         let proving =
             net::prove_in_background(&successor).map_err(|source| ClientError::PeerIo {
@@ -180,11 +161,7 @@ impl JsonClient {
                 source,
             })?;
         self.ring_bootstrap(
-            rank,
-            world,
-            &peer.host,
-            next_port,
-            port,
+            RingBootstrap::new(&place, world, port),
             &successor,
             &predecessor,
         )?;
@@ -227,19 +204,19 @@ impl JsonClient {
     /// The successor listens since before its `start`: a refused connect means it is
     /// gone or not yet up, so retry on the tracker's schedule.
     fn connect_successor(&self, addr: SocketAddr) -> Result<TcpStream, ClientError> {
-        let attempts = self.config.connect_attempts.max(1);
-        let mut k = 0;
+        let mut retries = self.config.retries();
         loop {
-            k += 1;
             match net::connect_peer_unproven(addr, &self.config) {
                 Ok(s) => return Ok(s),
-                Err(source) if k >= attempts => {
-                    return Err(ClientError::PeerIo {
-                        what: "connecting to the ring successor",
-                        source,
-                    });
-                }
-                Err(_) => std::thread::sleep(self.config.backoff_after(k)),
+                Err(source) => match retries.on_failure() {
+                    None => {
+                        return Err(ClientError::PeerIo {
+                            what: "connecting to the ring successor",
+                            source,
+                        });
+                    }
+                    Some(sleep) => std::thread::sleep(sleep),
+                },
             }
         }
     }
@@ -260,59 +237,30 @@ impl JsonClient {
         }
     }
 
-    /// docs/xgboost-protocol.md, *The ring bootstrap*: allgather of host slots, then of
-    /// port slots; slot `s` describes rank `s + 1`. Checks that the slot describing
-    /// this worker carries its own port.
-    #[allow(clippy::too_many_arguments)]
+    /// docs/xgboost-protocol.md, *The ring bootstrap*: moves the slots `ring` names
+    /// between the two ring links, then has it check the result.
     fn ring_bootstrap(
         &self,
-        rank: u32,
-        world: u32,
-        next_host: &str,
-        next_port: u16,
-        own_port: u16,
+        mut ring: RingBootstrap,
         successor: &TcpStream,
         predecessor: &TcpStream,
     ) -> Result<(), ClientError> {
-        let (n, r) = (world as usize, rank as usize);
-        let mut hosts = vec![[0u8; HOST_SLOT]; n];
-        hosts[r][..next_host.len()].copy_from_slice(next_host.as_bytes());
-        let mut ports = vec![[0u8; 4]; n];
-        ports[r] = i32::from(next_port).to_le_bytes();
+        let predecessor_rank = ring.predecessor();
         let peer_err = |source: WireError| ClientError::Peer {
             peer: "ring bootstrap".into(),
-            rank: Some((rank + world - 1) % world),
+            rank: Some(predecessor_rank),
             source,
         };
         let limit = self.config.io_timeout;
-        for k in 0..n {
-            let (send, recv) = ((r + n - k) % n, (r + n - k - 1) % n);
-            wire::write_all_within(successor, &hosts[send], limit, "host slot")
-                .map_err(peer_err)?;
-            let mut slot = [0u8; HOST_SLOT];
+        while let Some(x) = ring.next() {
+            wire::write_all_within(successor, &x.send, limit, x.what).map_err(peer_err)?;
+            let mut slot = vec![0u8; x.len];
             Deadline::new(predecessor, limit)
-                .read_exact(&mut slot, "host slot")
+                .read_exact(&mut slot, x.what)
                 .map_err(peer_err)?;
-            hosts[recv] = slot;
+            ring.on_received(&slot);
         }
-        for k in 0..n {
-            let (send, recv) = ((r + n - k) % n, (r + n - k - 1) % n);
-            wire::write_all_within(successor, &ports[send], limit, "port slot")
-                .map_err(peer_err)?;
-            let mut slot = [0u8; 4];
-            Deadline::new(predecessor, limit)
-                .read_exact(&mut slot, "port slot")
-                .map_err(peer_err)?;
-            ports[recv] = slot;
-        }
-        let mine = i32::from_le_bytes(ports[(r + n - 1) % n]);
-        if mine != i32::from(own_port) {
-            return Err(At(self.addr).bad(
-                "ring bootstrap",
-                format!("this worker's slot says port {mine}, it listens on {own_port}"),
-            ));
-        }
-        Ok(())
+        ring.finish(self.addr)
     }
 }
 
