@@ -188,3 +188,39 @@ impl Communicator {
         self.run(Collective::Barrier)
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// The raw calls read bytes as elements in place: a buffer off its element
+    /// boundary is refused by name, an empty one (any pointer) passes.
+    #[test]
+    fn raw_calls_refuse_a_misaligned_buffer_and_pass_an_empty_one() {
+        let mut comm = Communicator::solo();
+        let mut words = [0u64; 3];
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut words);
+        let off = &mut bytes[1..9];
+        let e = comm
+            .reduce_scatter_raw(off, DType::U64, ReduceOp::Sum)
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("does not start on a U64 boundary"),
+            "{e}"
+        );
+        let e = comm
+            .try_allreduce_lazy_raw(off, DType::U64, ReduceOp::Sum, |_| Ok::<(), String>(()))
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("does not start on a U64 boundary"),
+            "{e}"
+        );
+        let empty = &mut bytes[1..1];
+        assert_eq!(
+            comm.reduce_scatter_raw(empty, DType::U64, ReduceOp::Sum)
+                .unwrap(),
+            0..0
+        );
+    }
+}

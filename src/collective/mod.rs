@@ -330,9 +330,10 @@ impl Communicator {
 
 /// Refuses a byte length that is not a whole number of `dtype` elements.
 /// Refuses a byte buffer that does not start on a `dtype` boundary, for the calls
-/// that reduce in place (they read the bytes as elements).
+/// that reduce in place (they read the bytes as elements). An empty buffer holds no
+/// element to misread, whatever its pointer (numpy's empty arrays have any).
 fn aligned(call: Call, buf: &[u8], dtype: DType) -> Result<(), CollectiveError> {
-    if buf.as_ptr().align_offset(dtype.size()) == 0 {
+    if buf.is_empty() || buf.as_ptr().align_offset(dtype.size()) == 0 {
         return Ok(());
     }
     Err(CollectiveError::InvalidArgument {
