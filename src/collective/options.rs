@@ -400,7 +400,7 @@ mod tests {
     use super::*;
 
     /// Off unless asked for; zero is off too (as `SWITCHYARD_HEARTBEAT_MS=0` is, which
-    /// `tests/heartbeat.rs` runs in child processes: no test here touches the
+    /// `tests/it/heartbeat.rs` runs in child processes: no test here touches the
     /// environment).
     #[test]
     fn the_heartbeat_is_off_by_default_and_zero_turns_it_off() {

@@ -4,6 +4,7 @@
 //! test binary again), so the secret is set in its environment only.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::support;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -31,7 +32,8 @@ impl Drop for Guard {
 #[test]
 fn strangers_are_refused_and_a_job_with_the_secret_finishes() {
     let child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_job", "--nocapture", "--test-threads=1"])
+        .arg(support::test_name(module_path!(), "child_job"))
+        .args(["--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD, "1")
         .env("SWITCHYARD_JOB_SECRET", SECRET)
         .env_remove("SWITCHYARD_JOB_SECRET_FILE")

@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::support;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use switchyard::bootstrap::EndpointExchange;
@@ -60,7 +61,8 @@ impl Drop for Children {
 
 fn child(case: &str, vars: &[(&str, String)]) -> Child {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["child_case", "--exact", "--nocapture", "--test-threads=1"])
+    cmd.arg(support::test_name(module_path!(), "child_case"))
+        .args(["--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD, case)
         .env("SWITCHYARD_COLLECTIVE_TIMEOUT", "20")
         .stdout(Stdio::piped())

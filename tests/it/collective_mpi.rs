@@ -6,11 +6,8 @@
 #![cfg(feature = "mpi")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod collective_suite;
-mod support;
-
+use crate::support::mpirun::expect_ranks_pass;
 use std::time::Duration;
-use support::mpirun::expect_ranks_pass;
 
 /// Tests run inside every rank.
 mod in_mpi_job {
@@ -222,34 +219,42 @@ const LIMIT: Duration = Duration::from_secs(240);
 
 #[test]
 fn engines_agree_on_2_ranks() {
-    expect_ranks_pass(2, "in_mpi_job::engines_agree", LIMIT);
+    expect_ranks_pass(2, "collective_mpi::in_mpi_job::engines_agree", LIMIT);
 }
 
 #[test]
 fn engines_agree_on_3_ranks() {
-    expect_ranks_pass(3, "in_mpi_job::engines_agree", LIMIT);
+    expect_ranks_pass(3, "collective_mpi::in_mpi_job::engines_agree", LIMIT);
 }
 
 #[test]
 fn engines_agree_on_4_ranks() {
-    expect_ranks_pass(4, "in_mpi_job::engines_agree", LIMIT);
+    expect_ranks_pass(4, "collective_mpi::in_mpi_job::engines_agree", LIMIT);
 }
 
 #[test]
 fn split_and_copied_calls_on_3_ranks() {
-    expect_ranks_pass(3, "in_mpi_job::split_and_copied_calls", LIMIT);
+    expect_ranks_pass(
+        3,
+        "collective_mpi::in_mpi_job::split_and_copied_calls",
+        LIMIT,
+    );
 }
 
 #[test]
 fn a_failed_prepare_is_named_on_every_rank_of_3() {
     expect_ranks_pass(
         3,
-        "in_mpi_job::a_failed_prepare_is_named_on_every_rank",
+        "collective_mpi::in_mpi_job::a_failed_prepare_is_named_on_every_rank",
         LIMIT,
     );
 }
 
 #[test]
 fn disagreements_are_named_on_3_ranks() {
-    expect_ranks_pass(3, "in_mpi_job::disagreements_are_named", LIMIT);
+    expect_ranks_pass(
+        3,
+        "collective_mpi::in_mpi_job::disagreements_are_named",
+        LIMIT,
+    );
 }

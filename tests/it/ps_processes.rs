@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use switchyard::ps::{PsConfig, PsError, Scheduler, Sharding};
 
 /// The example, built once per test binary with this test's profile (`cargo test
-/// --test ps_processes` does not build examples by itself).
+/// --test it` does not build examples by itself).
 fn example() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {

@@ -12,6 +12,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::support;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -176,7 +177,8 @@ impl Mesh {
         };
         for rank in 0..SIZE {
             let mut child = Command::new(std::env::current_exe().unwrap())
-                .args(["child_rank", "--exact", "--nocapture", "--test-threads=1"])
+                .arg(support::test_name(module_path!(), "child_rank"))
+                .args(["--exact", "--nocapture", "--test-threads=1"])
                 .env(RANK, rank.to_string())
                 .env(DIR, &mesh.dir)
                 .env(SCENARIO, scenario)

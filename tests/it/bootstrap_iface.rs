@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::support;
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -26,7 +27,8 @@ fn launcher(addr: &str) -> Bootstrap {
 /// Returns what it printed.
 fn in_child(case: &str, vars: &[(&str, &str)]) -> String {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["child_case", "--exact", "--nocapture", "--test-threads=1"])
+    cmd.arg(support::test_name(module_path!(), "child_case"))
+        .args(["--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD, case)
         .env_remove("SWITCHYARD_IFNAME");
     for (k, v) in vars {

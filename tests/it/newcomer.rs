@@ -3,6 +3,7 @@
 //! program started without a launcher says that it runs alone.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::support;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -43,12 +44,11 @@ fn started_by_hand_says_it_is_a_world_of_one() {
     }
     let mut child = Command::new(std::env::current_exe().unwrap());
     child
-        .args([
-            "--exact",
+        .arg(support::test_name(
+            module_path!(),
             "started_by_hand_says_it_is_a_world_of_one",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        ))
+        .args(["--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD, "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -88,7 +88,7 @@ fn started_by_hand_says_it_is_a_world_of_one() {
 /// They compile and run as the crate's doc tests (`src/lib.rs` includes the README).
 #[test]
 fn readme_rust_blocks_are_whole_programs() {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../../README.md");
     let mut blocks = Vec::new();
     let mut current: Option<Vec<&str>> = None;
     for line in readme.lines() {

@@ -10,10 +10,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod tracker_support;
-
+use crate::support::test_name;
+use crate::tracker_support::{RefTracker, Xgb, worker};
 use std::time::Duration;
-use tracker_support::{RefTracker, Xgb, worker};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -27,7 +26,7 @@ fn job(xgb: Xgb, n: usize) {
     let mut workers: Vec<_> = (0..n)
         .map(|i| {
             worker(
-                "worker_process",
+                &test_name(module_path!(), "worker_process"),
                 &[
                     ("DMLC_TRACKER_URI", "127.0.0.1".into()),
                     ("DMLC_TRACKER_PORT", tracker.port.to_string()),
@@ -80,5 +79,5 @@ fn four_workers_under_xgboost_3_json() {
 #[test]
 #[ignore = "a worker process of the tracker tests; needs a tracker in its environment"]
 fn worker_process() {
-    tracker_support::worker_body();
+    crate::tracker_support::worker_body();
 }

@@ -5,13 +5,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod tracker_support;
-
+use crate::support::test_name;
+use crate::tracker_support::worker;
 use std::time::Duration;
 use switchyard::bootstrap::Bootstrap;
 use switchyard::collective::{CommOptions, Communicator, ReduceOp, TrackerJoin, TrackerProtocol};
 use switchyard_tracker::{Event, Tracker, TrackerConfig};
-use tracker_support::worker;
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -31,7 +30,7 @@ fn processes(n: usize, protocol: &str) {
             }
             let env: Vec<(&str, String)> =
                 env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
-            worker("worker_process", &env)
+            worker(&test_name(module_path!(), "worker_process"), &env)
         })
         .collect();
     for (i, w) in workers.iter_mut().enumerate() {
@@ -145,5 +144,5 @@ fn a_panicking_json_worker_fails_the_job() {
 #[test]
 #[ignore = "a worker process of the tracker tests; needs a tracker in its environment"]
 fn worker_process() {
-    tracker_support::worker_body();
+    crate::tracker_support::worker_body();
 }

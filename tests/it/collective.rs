@@ -3,9 +3,8 @@
 //! particular to a link (timeouts, lost peers, mismatched calls, a huge buffer).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-mod collective_suite;
 
-use collective_suite::World;
+use crate::collective_suite::{self, World};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -196,22 +195,22 @@ impl World for Memory {
     }
 }
 
-collective_suite::instantiate!(over_local, crate::Local);
+collective_suite::instantiate!(over_local, crate::collective::Local);
 #[cfg(feature = "zmq")]
-collective_suite::instantiate!(over_zmq_inproc, crate::Inproc);
+collective_suite::instantiate!(over_zmq_inproc, crate::collective::Inproc);
 #[cfg(feature = "zmq")]
-collective_suite::instantiate!(over_zmq_tcp_stream, crate::Tcp);
+collective_suite::instantiate!(over_zmq_tcp_stream, crate::collective::Tcp);
 collective_suite::instantiate!(
     over_memory,
-    crate::Memory(crate::MemorySchedule::RoundRobin)
+    crate::collective::Memory(crate::collective::MemorySchedule::RoundRobin)
 );
 collective_suite::instantiate!(
     over_memory_seeded,
-    crate::Memory(crate::MemorySchedule::Seeded(2026))
+    crate::collective::Memory(crate::collective::MemorySchedule::Seeded(2026))
 );
 collective_suite::instantiate!(
     robust_over_memory_seeded,
-    crate::RobustMemory(crate::MemorySchedule::Seeded(2026))
+    crate::collective::RobustMemory(crate::collective::MemorySchedule::Seeded(2026))
 );
 
 #[test]
