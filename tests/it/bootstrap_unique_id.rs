@@ -162,7 +162,9 @@ fn an_unreachable_root_is_named_within_the_timeout() {
     let id = UniqueId::at((LO, port).into(), 1);
     let started = std::time::Instant::now();
     let e = exchange(&id, 1, 2, LO, "one", Duration::from_millis(500)).unwrap_err();
-    assert!(started.elapsed() < Duration::from_secs(2));
+    // What this tells apart is a wait without a deadline: a bound far above the
+    // 500 ms timeout cannot trip on a loaded runner.
+    assert!(started.elapsed() < Duration::from_secs(10));
     match e {
         IdError::Unreachable { addr, .. } => assert_eq!(addr, id.root()),
         other => panic!("expected Unreachable, got {other}"),

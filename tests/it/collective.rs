@@ -315,7 +315,9 @@ fn different_operations_or_roots_are_an_error() {
         let root = if comm.rank() == 2 { 1 } else { 0 };
         comm.broadcast(&mut buf, root)
     });
-    assert!(started.elapsed() < Duration::from_secs(5));
+    // The error's kind tells a mismatch from the 1 s deadline (that would be a
+    // PeerTimeout); the bound only says the call ended.
+    assert!(started.elapsed() < Duration::from_secs(30));
     assert!(
         matches!(
             &results[2],

@@ -99,7 +99,7 @@ fn an_abort_ends_the_others_waits_with_its_reason() {
 fn a_rank_that_keeps_the_turn_holds_the_others_up_to_their_deadline_only() {
     let results = run(MemoryLink::world(2), |link| {
         if link.rank() == 0 {
-            std::thread::sleep(Duration::from_millis(600));
+            std::thread::sleep(Duration::from_millis(2000));
             return Ok(());
         }
         let deadline = Instant::now() + Duration::from_millis(200);
@@ -108,7 +108,8 @@ fn a_rank_that_keeps_the_turn_holds_the_others_up_to_their_deadline_only() {
     match &results[1] {
         Err(LinkError::Timeout { rank: 0, waited }) => {
             assert!(*waited >= Duration::from_millis(200), "{waited:?}");
-            assert!(*waited < Duration::from_millis(590), "{waited:?}");
+            // Not until rank 0 leaves, 2 s in (room for a loaded runner).
+            assert!(*waited < Duration::from_millis(1900), "{waited:?}");
         }
         other => panic!("{other:?}"),
     }
