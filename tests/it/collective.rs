@@ -145,30 +145,29 @@ struct Memory(MemorySchedule);
 /// The robust engine (agreements, replay records) over the mesh on the in-memory link.
 struct RobustMemory(MemorySchedule);
 
-impl World for RobustMemory {
-    fn run<R: Send + 'static>(
-        &self,
-        n: usize,
-        options: CommOptions,
-        body: impl Fn(&mut Communicator) -> Result<R, CollectiveError> + Send + Sync + 'static,
-    ) -> Vec<R> {
-        let body = Arc::new(body);
-        let handles: Vec<_> = MemoryLink::world_with(n, self.0)
-            .into_iter()
-            .enumerate()
-            .map(|(rank, link)| {
-                let (body, options) = (body.clone(), options.clone());
-                std::thread::spawn(move || {
-                    let robust = RobustOptions::default();
-                    let mut comm = testing::robust_over_link(Box::new(link), options, robust);
-                    assert_eq!((comm.rank(), comm.world_size()), (rank, n));
-                    assert_eq!(comm.engine_name(), "robust");
-                    body(&mut comm)
-                })
+/// Runs `body` on `n` threads, each with the communicator `form` makes of its
+/// in-memory link on `schedule`.
+fn over_memory<R: Send + 'static>(
+    schedule: MemorySchedule,
+    n: usize,
+    options: CommOptions,
+    form: fn(MemoryLink, CommOptions) -> Communicator,
+    body: impl Fn(&mut Communicator) -> Result<R, CollectiveError> + Send + Sync + 'static,
+) -> Vec<R> {
+    let body = Arc::new(body);
+    let handles: Vec<_> = MemoryLink::world_with(n, schedule)
+        .into_iter()
+        .enumerate()
+        .map(|(rank, link)| {
+            let (body, options) = (body.clone(), options.clone());
+            std::thread::spawn(move || {
+                let mut comm = form(link, options);
+                assert_eq!((comm.rank(), comm.world_size()), (rank, n));
+                body(&mut comm)
             })
-            .collect();
-        collect(handles.into_iter().map(|h| h.join()).collect())
-    }
+        })
+        .collect();
+    collect(handles.into_iter().map(|h| h.join()).collect())
 }
 
 impl World for Memory {
@@ -178,20 +177,30 @@ impl World for Memory {
         options: CommOptions,
         body: impl Fn(&mut Communicator) -> Result<R, CollectiveError> + Send + Sync + 'static,
     ) -> Vec<R> {
-        let body = Arc::new(body);
-        let handles: Vec<_> = MemoryLink::world_with(n, self.0)
-            .into_iter()
-            .enumerate()
-            .map(|(rank, link)| {
-                let (body, options) = (body.clone(), options.clone());
-                std::thread::spawn(move || {
-                    let mut comm = testing::over_link(Box::new(link), options);
-                    assert_eq!((comm.rank(), comm.world_size()), (rank, n));
-                    body(&mut comm)
-                })
-            })
-            .collect();
-        collect(handles.into_iter().map(|h| h.join()).collect())
+        over_memory(
+            self.0,
+            n,
+            options,
+            |link, options| testing::over_link(Box::new(link), options),
+            body,
+        )
+    }
+}
+
+impl World for RobustMemory {
+    fn run<R: Send + 'static>(
+        &self,
+        n: usize,
+        options: CommOptions,
+        body: impl Fn(&mut Communicator) -> Result<R, CollectiveError> + Send + Sync + 'static,
+    ) -> Vec<R> {
+        let form = |link: MemoryLink, options| {
+            let robust = RobustOptions::default();
+            let comm = testing::robust_over_link(Box::new(link), options, robust);
+            assert_eq!(comm.engine_name(), "robust");
+            comm
+        };
+        over_memory(self.0, n, options, form, body)
     }
 }
 
