@@ -90,8 +90,8 @@ pub use element::{DType, ReduceOp, Reducible};
 pub use error::{Call, CollectiveError};
 pub use interrupt::Interrupt;
 pub use options::{
-    CommOptions, DataPath, ENV_CHECK, ENV_DATA_PATH, ENV_DEADLINE, ENV_HEARTBEAT,
-    ENV_LARGE_THRESHOLD, ENV_TIMEOUT,
+    CommOptions, DataPath, ENV_CHECK, ENV_DATA_PATH, ENV_DEADLINE, ENV_HEARTBEAT, ENV_HOST_ID,
+    ENV_LARGE_THRESHOLD, ENV_SHM, ENV_TIMEOUT,
 };
 pub use robust::{
     Checkpoint, ENV_GLOBAL_REPLICA, ENV_LOCAL_REPLICA, ENV_MOCK, ENV_RESULT_BUDGET, KillPoint,

@@ -121,6 +121,24 @@ pub struct CommOptions {
     /// beat at the interval of the shortest deadline among them. Meshes over ZeroMQ
     /// only, in-process links and MPI ignore it.
     pub heartbeat: Option<Duration>,
+    /// Whether ranks on one host talk through shared memory (default true; also
+    /// [`ENV_SHM`]). On the TCP data path ([`DataPath::Tcp`]) every rank announces its
+    /// host identity at setup, and each pair that announced the same one swaps its
+    /// TCP connection for a pair of rings in a segment they share (an anonymous
+    /// `memfd`, handed over a Unix socket: nothing is left behind whatever happens to
+    /// the ranks). Ranks on other hosts keep TCP. Everything else stays as on TCP: the
+    /// framing, the arrival checks, the silence timeout and heartbeat, robust mode and
+    /// the interrupt; a rank whose process dies is seen at once, its socket closing.
+    /// Off, every pair uses TCP. Ranks may differ: a pair uses shared memory only when
+    /// both sides have it on.
+    pub shared_memory: bool,
+    /// The host identity announced for [`CommOptions::shared_memory`] (default `None`:
+    /// the kernel's boot id and this process's network namespace, so ranks in
+    /// different network namespaces of one machine count as different hosts; also
+    /// [`ENV_HOST_ID`]). Ranks that announce one identity must be able to reach each
+    /// other's abstract Unix sockets (share a network namespace on one machine), or
+    /// setup fails saying so.
+    pub host_id: Option<String>,
     /// How long forming the mesh may wait for a peer to answer, when shorter than
     /// `timeout`: robust mode forms meshes in short attempts, since a peer that dies
     /// while the mesh forms is otherwise only noticed at the timeout.
@@ -141,6 +159,12 @@ pub struct CommOptions {
 pub const ENV_CHECK: &str = "SWITCHYARD_CHECK";
 /// Environment variable: [`CommOptions::heartbeat`] in milliseconds (0: off).
 pub const ENV_HEARTBEAT: &str = "SWITCHYARD_HEARTBEAT_MS";
+
+/// Environment variable for [`CommOptions::shared_memory`]: `0` (or `false`) turns
+/// shared memory between the ranks of one host off.
+pub const ENV_SHM: &str = "SWITCHYARD_SHM";
+/// Environment variable setting [`CommOptions::host_id`].
+pub const ENV_HOST_ID: &str = "SWITCHYARD_HOST_ID";
 
 /// Environment variable overriding [`CommOptions::data_path`]: `tcp` or `zmq`.
 pub const ENV_DATA_PATH: &str = "SWITCHYARD_DATA_PATH";
@@ -172,6 +196,8 @@ impl Default for CommOptions {
             check: false,
             spin: Duration::from_micros(50),
             heartbeat: None,
+            shared_memory: true,
+            host_id: None,
             setup_limit: None,
             interrupt: None,
             robust: None,
@@ -205,6 +231,8 @@ impl CommOptions {
     /// | `SWITCHYARD_DATA_PATH` ([`ENV_DATA_PATH`]) | `data_path`: `tcp` or `zmq` |
     /// | `SWITCHYARD_CHECK` ([`ENV_CHECK`]) | `check`: `1` or `0` (`true` or `false`) |
     /// | `SWITCHYARD_HEARTBEAT_MS` ([`ENV_HEARTBEAT`]) | `heartbeat`, milliseconds (0: off) |
+    /// | `SWITCHYARD_SHM` ([`ENV_SHM`]) | `shared_memory`: `1` or `0` (`true` or `false`) |
+    /// | `SWITCHYARD_HOST_ID` ([`ENV_HOST_ID`]) | `host_id` |
     ///
     /// # Errors
     ///
@@ -249,6 +277,12 @@ impl CommOptions {
         }
         if let Some(check) = env::flag(lookup, ENV_CHECK)? {
             o.check = check;
+        }
+        if let Some(on) = env::flag(lookup, ENV_SHM)? {
+            o.shared_memory = on;
+        }
+        if let Some(id) = env::text(lookup, ENV_HOST_ID) {
+            o.host_id = Some(id);
         }
         if let Some(path) = env::one_of(
             lookup,
@@ -312,6 +346,29 @@ impl CommOptions {
     pub fn with_data_path(mut self, path: DataPath) -> Self {
         self.data_path = path;
         self
+    }
+
+    /// Sets [`CommOptions::shared_memory`].
+    pub fn with_shared_memory(mut self, on: bool) -> Self {
+        self.shared_memory = on;
+        self
+    }
+
+    /// Sets [`CommOptions::host_id`].
+    pub fn with_host_id(mut self, id: impl Into<String>) -> Self {
+        self.host_id = Some(id.into());
+        self
+    }
+
+    /// The host identity this rank announces at mesh setup: `None` with shared
+    /// memory off, or where this host's identity cannot be found.
+    pub(crate) fn announced_host(&self) -> Option<String> {
+        if !self.shared_memory {
+            return None;
+        }
+        self.host_id
+            .clone()
+            .or_else(crate::collective::link::host_identity)
     }
 
     /// Sets [`CommOptions::spin`].

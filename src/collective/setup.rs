@@ -80,13 +80,14 @@ impl MeshBuilder {
             .map_err(|e| e.during(Call::Setup))?;
         let link: Box<dyn Link> = match tcp_host {
             Some(host) if self.options.data_path == DataPath::Tcp => {
-                let mut stream = StreamLink::connect_with_heartbeat(
+                let mut stream = StreamLink::open(
                     link,
                     &host,
                     self.options.setup_timeout(),
                     self.options.socket.limits.max_frame_bytes,
                     self.options.spin,
                     self.options.heartbeat,
+                    self.options.announced_host().as_deref(),
                 )
                 .map_err(|e| e.during(Call::Setup))?;
                 stream.watch_interrupt(self.options.interrupt.clone());

@@ -122,7 +122,8 @@ impl World for Inproc {
 }
 
 /// The mesh over ZeroMQ `tcp://` with the TCP data path: a `StreamLink` carrying the
-/// collectives' messages beside the ZeroMQ control link.
+/// collectives' messages beside the ZeroMQ control link, over TCP connections (shared
+/// memory off).
 #[cfg(feature = "zmq")]
 struct Tcp;
 
@@ -131,10 +132,32 @@ impl World for Tcp {
     fn run<R: Send + 'static>(
         &self,
         n: usize,
-        mut options: CommOptions,
+        options: CommOptions,
         body: impl Fn(&mut Communicator) -> Result<R, CollectiveError> + Send + Sync + 'static,
     ) -> Vec<R> {
-        options.data_path = switchyard::collective::DataPath::Tcp;
+        let options = options
+            .with_data_path(switchyard::collective::DataPath::Tcp)
+            .with_shared_memory(false);
+        on_ranks_over("tcp", n, options, body)
+    }
+}
+
+/// The same `StreamLink` with every pair of ranks on shared memory (the default for
+/// ranks on one host).
+#[cfg(feature = "zmq")]
+struct Shm;
+
+#[cfg(feature = "zmq")]
+impl World for Shm {
+    fn run<R: Send + 'static>(
+        &self,
+        n: usize,
+        options: CommOptions,
+        body: impl Fn(&mut Communicator) -> Result<R, CollectiveError> + Send + Sync + 'static,
+    ) -> Vec<R> {
+        let options = options
+            .with_data_path(switchyard::collective::DataPath::Tcp)
+            .with_shared_memory(true);
         on_ranks_over("tcp", n, options, body)
     }
 }
@@ -209,6 +232,8 @@ collective_suite::instantiate!(over_local, crate::collective::Local);
 collective_suite::instantiate!(over_zmq_inproc, crate::collective::Inproc);
 #[cfg(feature = "zmq")]
 collective_suite::instantiate!(over_zmq_tcp_stream, crate::collective::Tcp);
+#[cfg(feature = "zmq")]
+collective_suite::instantiate!(over_shared_memory, crate::collective::Shm);
 collective_suite::instantiate!(
     over_memory,
     crate::collective::Memory(crate::collective::MemorySchedule::RoundRobin)
@@ -397,9 +422,24 @@ fn arguments_no_rank_could_use_are_refused_before_any_traffic() {
 #[cfg(feature = "zmq")]
 #[test]
 fn over_tcp_a_peer_that_leaves_is_lost_at_once_not_at_the_deadline() {
+    a_peer_that_leaves_is_lost_at_once(false, "tcp://127.0.0.1:");
+}
+
+/// Over shared memory the peer's end is its Unix socket closing.
+#[cfg(feature = "zmq")]
+#[test]
+fn over_shared_memory_a_peer_that_leaves_is_lost_at_once_not_at_the_deadline() {
+    a_peer_that_leaves_is_lost_at_once(true, "shm://127.0.0.1:");
+}
+
+#[cfg(feature = "zmq")]
+fn a_peer_that_leaves_is_lost_at_once(shared_memory: bool, scheme: &str) {
     let timeout = Duration::from_secs(30);
     let started = std::time::Instant::now();
-    let results = on_ranks_over("tcp", 3, options().with_timeout(timeout), |comm| {
+    let options = options()
+        .with_timeout(timeout)
+        .with_shared_memory(shared_memory);
+    let results = on_ranks_over("tcp", 3, options, |comm| {
         if comm.rank() == 2 {
             // Closes its connections, as a process that dies does.
             return Ok(None);
@@ -418,7 +458,7 @@ fn over_tcp_a_peer_that_leaves_is_lost_at_once_not_at_the_deadline() {
     for rank in [0, 1] {
         match &results[rank] {
             Some(Err(CollectiveError::PeerLost { endpoint, .. })) => {
-                assert!(endpoint.starts_with("tcp://127.0.0.1:"), "{endpoint}")
+                assert!(endpoint.starts_with(scheme), "{endpoint}")
             }
             Some(Err(CollectiveError::Aborted { .. })) => {}
             other => panic!("rank {rank}: {other:?}"),

@@ -8,6 +8,7 @@
 //! | `liveness.rs` | the [`StreamLink`]'s heartbeat: telling a stopped or cut-off peer from a busy one |
 //! | `framing.rs` | the stream wire format, as a pure encoder and decoder |
 //! | `pool.rs` | frame buffers for reuse |
+//! | `shm/` | the shared-memory pipe a [`StreamLink`] uses for a peer on this host, and its hand-over at setup |
 //! | `memory/` | [`MemoryLink`]: ranks in one process, taking turns on a deterministic schedule (`turn.rs`) |
 
 pub(crate) mod framing;
@@ -17,11 +18,13 @@ mod liveness;
 mod memory;
 mod pool;
 mod setup;
+mod shm;
 mod socket;
 mod stream;
 
 #[cfg(any(test, feature = "testing"))]
 pub use memory::{MemoryLink, MemorySchedule};
+pub(crate) use shm::host_identity;
 pub use socket::{BoundLink, SocketLink};
 pub(crate) use stream::SILENT;
 pub use stream::StreamLink;

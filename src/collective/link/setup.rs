@@ -16,6 +16,8 @@
 
 use super::framing::{HELLO_LEN, decode_hello, encode_hello};
 use super::liveness::{Announce, Beats, Liveness, interval_for};
+use super::shm::hand_over;
+use super::stream::Pipe;
 use super::{Link, SocketLink, Tag};
 use crate::bootstrap::handshakes::{self, Handshakes, accept_all};
 use crate::collective::error::LinkError;
@@ -37,8 +39,9 @@ const SETUP_TAG: Tag = Tag { call: 0, step: 1 };
 /// An open connection to one peer, ready for non-blocking use.
 #[derive(Debug)]
 pub(super) struct Connection {
-    /// The stream, non-blocking, with Nagle's delay off.
-    pub(super) stream: TcpStream,
+    /// The byte stream: TCP (non-blocking, Nagle's delay off), or shared memory with
+    /// a peer on this host.
+    pub(super) pipe: Pipe,
     /// The peer's listening address, for errors.
     pub(super) addr: String,
 }
@@ -52,7 +55,7 @@ pub(super) struct Opened {
     pub(super) liveness: Option<Liveness>,
 }
 
-/// The error for a connection to `rank` at `addr` that failed.
+/// The error for a TCP connection to `rank` at `addr` that failed.
 pub(super) fn io_error(rank: usize, addr: &str, e: std::io::Error) -> LinkError {
     LinkError::Lost {
         rank,
@@ -64,32 +67,45 @@ pub(super) fn io_error(rank: usize, addr: &str, e: std::io::Error) -> LinkError 
 /// Opens a TCP connection to every other rank of `control`'s world: listens on
 /// `host` (any free port), swaps addresses over `control`, then the lower rank of
 /// each pair connects. Waits at most `timeout`. Uses the job secret of this process's
-/// environment, if any. With a `heartbeat` deadline, starts the heartbeat too.
+/// environment, if any. With a `heartbeat` deadline, starts the heartbeat too. With a
+/// `host_id`, ranks that announce the same one talk through shared memory instead
+/// (see [`hand_over`]).
 pub(super) fn open_connections(
     control: &mut SocketLink,
     host: &str,
     timeout: Duration,
     heartbeat: Option<Duration>,
+    host_id: Option<&str>,
 ) -> Result<Opened, LinkError> {
     let rank = control.rank();
     let setup = |reason: String| LinkError::Transport { rank, reason };
     let secret = JobSecret::from_env().map_err(|e| setup(e.to_string()))?;
     let listener =
         TcpListener::bind((host, 0)).map_err(|e| setup(format!("listen on {host}: {e}")))?;
-    open_connections_on(control, listener, timeout, secret.as_ref(), heartbeat)
+    open_connections_on(
+        control,
+        listener,
+        timeout,
+        secret.as_ref(),
+        heartbeat,
+        host_id,
+    )
 }
 
 /// [`open_connections`] on a bound `listener`, with the job secret given (`None`: no
 /// authentication).
 ///
-/// Each rank's setup message has two frames: its data listener's address, and its
-/// heartbeat [`Announce`] (port 0 when it has no heartbeat).
+/// Each rank's setup message has three frames: its data listener's address, its
+/// heartbeat [`Announce`] (port 0 when it has no heartbeat), and its host identity
+/// (empty: no shared memory). A pair of ranks that announce the same identity swap
+/// their TCP connection for shared memory once it is open and authenticated.
 pub(super) fn open_connections_on(
     control: &mut SocketLink,
     listener: TcpListener,
     timeout: Duration,
     secret: Option<&JobSecret>,
     heartbeat: Option<Duration>,
+    host_id: Option<&str>,
 ) -> Result<Opened, LinkError> {
     let (rank, size) = (control.rank(), control.world_size());
     let deadline = Instant::now() + timeout;
@@ -117,12 +133,18 @@ pub(super) fn open_connections_on(
         None => (None, Announce::OFF),
     };
     let announced = Bytes::copy_from_slice(&announce.encode());
+    let host_id = host_id.unwrap_or_default();
     for peer in (0..size).filter(|&p| p != rank) {
-        let frames = vec![Bytes::from(mine.clone()), announced.clone()];
+        let frames = vec![
+            Bytes::from(mine.clone()),
+            announced.clone(),
+            Bytes::copy_from_slice(host_id.as_bytes()),
+        ];
         control.send(peer, SETUP_TAG, frames, deadline)?;
     }
     let mut addrs = vec![String::new(); size];
     let mut announces = vec![Announce::OFF; size];
+    let mut same_host = vec![false; size];
     for peer in (0..size).filter(|&p| p != rank) {
         let frames = control.recv(peer, SETUP_TAG, deadline)?;
         addrs[peer] = frames
@@ -130,6 +152,8 @@ pub(super) fn open_connections_on(
             .map(|f| String::from_utf8_lossy(f).into_owned())
             .unwrap_or_default();
         announces[peer] = Announce::decode(frames.get(1).map(|f| &f[..]));
+        same_host[peer] =
+            !host_id.is_empty() && frames.get(2).is_some_and(|f| f == host_id.as_bytes());
     }
     let liveness = match udp {
         Some(socket) => start_heartbeat(rank, socket, announce, &announces, &addrs)
@@ -197,20 +221,32 @@ pub(super) fn open_connections_on(
             Err(reason) => tracing::warn!(%from, %reason, "stream link: bad hello; closed"),
         }
     }
+    let mut pipes = hand_over(rank, &streams, &addrs, &same_host, deadline)?;
     let mut connections = Vec::with_capacity(size);
     for (peer, stream) in streams.into_iter().enumerate() {
+        let addr = addrs[peer].clone();
+        if let Some(pipe) = pipes[peer].take() {
+            // The TCP connection carried the hand-over; it closes here.
+            connections.push(Some(Connection {
+                pipe: Pipe::Shm(Box::new(pipe)),
+                addr,
+            }));
+            continue;
+        }
         let Some(stream) = stream else {
             connections.push(None);
             continue;
         };
-        let addr = addrs[peer].clone();
         stream
             .set_nodelay(true)
             .map_err(|e| io_error(peer, &addr, e))?;
         stream
             .set_nonblocking(true)
             .map_err(|e| io_error(peer, &addr, e))?;
-        connections.push(Some(Connection { stream, addr }));
+        connections.push(Some(Connection {
+            pipe: Pipe::Tcp(stream),
+            addr,
+        }));
     }
     Ok(Opened {
         connections,
@@ -343,6 +379,7 @@ mod tests {
                         timeout,
                         secret.as_ref(),
                         heartbeat,
+                        None,
                     );
                     (control, opened)
                 })
@@ -433,8 +470,12 @@ mod tests {
             }
         }
         // Rank 0's connection to rank 2 reaches rank 2's connection from rank 0.
-        let mut from_zero = connections[0][2].take().unwrap().stream;
-        let mut at_two = connections[2][0].take().unwrap().stream;
+        let tcp = |connection: Option<Connection>| match connection.unwrap().pipe {
+            Pipe::Tcp(stream) => stream,
+            Pipe::Shm(_) => panic!("no host identity was announced: TCP expected"),
+        };
+        let mut from_zero = tcp(connections[0][2].take());
+        let mut at_two = tcp(connections[2][0].take());
         from_zero.set_nonblocking(false).unwrap();
         at_two.set_nonblocking(false).unwrap();
         at_two.set_read_timeout(Some(TIMEOUT)).unwrap();

@@ -21,6 +21,9 @@
 //! non-blocking reads, writes and waits in `stream/io.rs`.
 
 mod io;
+mod pipe;
+
+pub(super) use pipe::Pipe;
 
 use super::framing::Decoder;
 use super::liveness::Liveness;
@@ -31,7 +34,6 @@ use crate::collective::error::LinkError;
 use crate::collective::interrupt::Interrupt;
 use bytes::Bytes;
 use std::collections::VecDeque;
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 /// How the reason of a [`LinkError::Lost`] for a peer that missed its heartbeats
@@ -53,7 +55,8 @@ struct Outbound {
 
 /// One peer's connection.
 struct Peer {
-    stream: TcpStream,
+    pipe: Pipe,
+    /// The peer's data address, for errors.
     addr: String,
     inbound: Decoder,
     outbound: VecDeque<Outbound>,
@@ -66,6 +69,22 @@ struct Peer {
     /// arriving is progress.
     heard: Instant,
     drained: Instant,
+}
+
+impl Peer {
+    /// The peer's endpoint as errors name it: `tcp://` or `shm://` and its address.
+    fn endpoint(&self) -> String {
+        format!("{}://{}", self.pipe.scheme(), self.addr)
+    }
+
+    /// The error for this peer's pipe failing with `e`; `rank` is the peer's.
+    fn io_error(&self, rank: usize, e: std::io::Error) -> LinkError {
+        LinkError::Lost {
+            rank,
+            endpoint: self.endpoint(),
+            reason: e.to_string(),
+        }
+    }
 }
 
 /// A [`Link`] whose messages travel on plain TCP connections, one per pair of ranks,
@@ -109,7 +128,7 @@ impl StreamLink {
         max_frame_bytes: usize,
         spin: Duration,
     ) -> Result<StreamLink, LinkError> {
-        StreamLink::connect_with_heartbeat(control, host, timeout, max_frame_bytes, spin, None)
+        StreamLink::open(control, host, timeout, max_frame_bytes, spin, None, None)
     }
 
     /// [`StreamLink::connect`], with a heartbeat deadline when `heartbeat` is set
@@ -118,14 +137,20 @@ impl StreamLink {
     /// those that missed its beats for longer than the deadline fails with
     /// [`LinkError::Lost`] naming it. Peers without a heartbeat are not watched.
     ///
+    /// With a `host_id` ([`CommOptions::shared_memory`]), the ranks that announce the
+    /// same identity talk through shared memory instead of TCP (`shm/`); the rest,
+    /// and every rank when `host_id` is `None`, over TCP.
+    ///
     /// [`CommOptions::heartbeat`]: crate::collective::CommOptions::heartbeat
-    pub fn connect_with_heartbeat(
+    /// [`CommOptions::shared_memory`]: crate::collective::CommOptions::shared_memory
+    pub fn open(
         mut control: SocketLink,
         host: &str,
         timeout: Duration,
         max_frame_bytes: usize,
         spin: Duration,
         heartbeat: Option<Duration>,
+        host_id: Option<&str>,
     ) -> Result<StreamLink, LinkError> {
         let (rank, size) = (control.rank(), control.world_size());
         // This link flushes its own connections when dropped.
@@ -133,12 +158,12 @@ impl StreamLink {
         let Opened {
             connections,
             liveness,
-        } = open_connections(&mut control, host, timeout, heartbeat)?;
+        } = open_connections(&mut control, host, timeout, heartbeat, host_id)?;
         let peers = connections
             .into_iter()
             .map(|connection| {
-                connection.map(|Connection { stream, addr }| Peer {
-                    stream,
+                connection.map(|Connection { pipe, addr }| Peer {
+                    pipe,
                     addr,
                     inbound: Decoder::new(max_frame_bytes),
                     outbound: VecDeque::new(),
@@ -189,7 +214,7 @@ impl StreamLink {
         let silence = beats.silent(peer, conn.heard, Instant::now())?;
         Some(LinkError::Lost {
             rank: peer,
-            endpoint: format!("tcp://{}", conn.addr),
+            endpoint: conn.endpoint(),
             reason: format!(
                 "{SILENT}{} ms (deadline {} ms): the process is stopped or its network is cut",
                 silence.as_millis(),
@@ -290,7 +315,7 @@ impl StreamLink {
             if let Some(reason) = &peer.closed {
                 return Err(LinkError::Lost {
                     rank: from,
-                    endpoint: format!("tcp://{}", peer.addr),
+                    endpoint: peer.endpoint(),
                     reason: reason.clone(),
                 });
             }

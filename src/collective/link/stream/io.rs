@@ -6,10 +6,8 @@ use super::{CONTROL_CHECK, Outbound, Peer, StreamLink};
 use crate::collective::error::LinkError;
 use crate::collective::link::Tag;
 use crate::collective::link::framing::encode_head;
-use crate::collective::link::setup::io_error;
 use bytes::Bytes;
-use std::io::{ErrorKind, IoSlice, Read, Write};
-use std::os::fd::AsRawFd;
+use std::io::{ErrorKind, IoSlice};
 use std::time::Instant;
 
 impl StreamLink {
@@ -46,8 +44,8 @@ impl StreamLink {
             for part in &out.parts[out.part + 1..] {
                 slices.push(IoSlice::new(part));
             }
-            match peer.stream.write_vectored(&slices) {
-                Ok(0) => return Err(io_error(rank, &peer.addr, ErrorKind::WriteZero.into())),
+            match peer.pipe.write_vectored(&slices) {
+                Ok(0) => return Err(peer.io_error(rank, ErrorKind::WriteZero.into())),
                 Ok(mut written) => {
                     progressed = true;
                     peer.drained = Instant::now();
@@ -82,7 +80,7 @@ impl StreamLink {
                     peer.closed = Some(e.to_string());
                     peer.outbound.clear();
                     peer.queued = 0;
-                    return Err(io_error(rank, &peer.addr, e));
+                    return Err(peer.io_error(rank, e));
                 }
             }
         }
@@ -99,16 +97,16 @@ impl StreamLink {
             });
         };
         let (pool, pending) = (&mut self.pool, &mut self.pending);
-        let malformed = |addr: &str, reason: String| LinkError::Transport {
+        let malformed = |endpoint: String, reason: String| LinkError::Transport {
             rank,
-            reason: format!("malformed stream from tcp://{addr}: {reason}"),
+            reason: format!("malformed stream from {endpoint}: {reason}"),
         };
         let mut progressed = false;
         while peer.closed.is_none() {
             if let Some(e) = peer.inbound.error() {
-                return Err(malformed(&peer.addr, e.to_string()));
+                return Err(malformed(peer.endpoint(), e.to_string()));
             }
-            let read = match peer.stream.read(peer.inbound.space()) {
+            let read = match peer.pipe.read(peer.inbound.space()) {
                 Ok(0) => {
                     peer.closed = Some(if peer.inbound.between_messages() {
                         "connection closed by the peer".into()
@@ -130,7 +128,7 @@ impl StreamLink {
             let message = peer
                 .inbound
                 .filled(read, &mut |len| pool.take(len))
-                .map_err(|e| malformed(&peer.addr, e.to_string()))?;
+                .map_err(|e| malformed(peer.endpoint(), e.to_string()))?;
             if let Some((tag, frames)) = message {
                 pending.push(rank, tag, frames);
             }
@@ -154,32 +152,38 @@ impl StreamLink {
     }
 
     /// Sleeps in `poll(2)` until a connection is readable (or writable, where output
-    /// waits), `until`, or [`CONTROL_CHECK`] passes.
-    pub(super) fn sleep(&self, until: Instant) {
-        let mut fds: Vec<libc::pollfd> = self
-            .peers
-            .iter()
-            .flatten()
-            .filter(|p| p.closed.is_none())
-            .map(|p| libc::pollfd {
-                fd: p.stream.as_raw_fd(),
-                events: libc::POLLIN
-                    | if p.outbound.is_empty() {
-                        0
-                    } else {
-                        libc::POLLOUT
-                    },
-                revents: 0,
-            })
-            .collect();
-        let wait = until
-            .saturating_duration_since(Instant::now())
-            .min(CONTROL_CHECK);
-        let millis = wait.as_millis().max(1) as libc::c_int;
-        // SAFETY: `fds` is a valid, exclusively borrowed array of `fds.len()` pollfds
-        // for the duration of the call.
-        unsafe {
-            libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, millis);
+    /// waits), `until`, or [`CONTROL_CHECK`] passes. A shared-memory peer is asked to
+    /// wake this rank first; if its ring already has work, there is no sleep.
+    pub(super) fn sleep(&mut self, until: Instant) {
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.peers.len());
+        let mut ready = false;
+        for peer in self.peers.iter_mut().flatten() {
+            if peer.closed.is_some() {
+                continue;
+            }
+            let waiting_to_write = !peer.outbound.is_empty();
+            match peer.pipe.prepare_sleep(waiting_to_write) {
+                Some((fd, events)) => fds.push(libc::pollfd {
+                    fd,
+                    events,
+                    revents: 0,
+                }),
+                None => ready = true,
+            }
+        }
+        if !ready {
+            let wait = until
+                .saturating_duration_since(Instant::now())
+                .min(CONTROL_CHECK);
+            let millis = wait.as_millis().max(1) as libc::c_int;
+            // SAFETY: `fds` is a valid, exclusively borrowed array of `fds.len()`
+            // pollfds for the duration of the call.
+            unsafe {
+                libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, millis);
+            }
+        }
+        for peer in self.peers.iter_mut().flatten() {
+            peer.pipe.end_sleep();
         }
     }
 
@@ -199,7 +203,7 @@ impl StreamLink {
         if let Some(reason) = &peer.closed {
             return Err(LinkError::Lost {
                 rank: to,
-                endpoint: format!("tcp://{}", peer.addr),
+                endpoint: peer.endpoint(),
                 reason: reason.clone(),
             });
         }
