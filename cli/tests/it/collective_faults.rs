@@ -160,6 +160,18 @@ fn serve(server: RendezvousServer, n: usize) {
     done.store(true, Ordering::SeqCst);
 }
 
+/// The variables that put a job on `path`: `tcp` (TCP connections, shared memory
+/// off), `shm` (the TCP data path with shared memory between the ranks, the default on
+/// one host) or `zmq` (everything through ZeroMQ).
+fn path_env(path: &str) -> [(&'static str, &'static str); 2] {
+    match path {
+        "tcp" => [("SWITCHYARD_DATA_PATH", "tcp"), ("SWITCHYARD_SHM", "0")],
+        "shm" => [("SWITCHYARD_DATA_PATH", "tcp"), ("SWITCHYARD_SHM", "1")],
+        "zmq" => [("SWITCHYARD_DATA_PATH", "zmq"), ("SWITCHYARD_SHM", "0")],
+        other => panic!("no data path {other}"),
+    }
+}
+
 /// Whether `error` blames `rank` as the peer that went away or silent.
 fn names(error: &str, rank: usize) -> bool {
     error.contains(&format!("lost rank {rank} ")) || error.contains(&format!("for rank {rank} "))
@@ -172,6 +184,13 @@ fn a_killed_rank_is_named_by_every_survivor() {
     a_killed_rank_is_named_over("tcp");
 }
 
+/// The same over shared memory: the dead rank's Unix socket closes, and its segments
+/// go with the survivors' errors.
+#[test]
+fn over_shared_memory_a_killed_rank_is_named_by_every_survivor() {
+    a_killed_rank_is_named_over("shm");
+}
+
 /// The same over the ZeroMQ data path, where libzmq reconnects in silence: the closed
 /// connection (libzmq's disconnect event) and a refused probe tell the survivors,
 /// not the silence timeout.
@@ -181,13 +200,11 @@ fn over_zeromq_a_killed_rank_is_named_by_every_survivor_before_the_timeout() {
 }
 
 fn a_killed_rank_is_named_over(data_path: &str) {
+    let [path, shm] = path_env(data_path);
     let job = Job::start(
         4,
         LONG_TIMEOUT,
-        &[
-            ("SWITCHYARD_DIRECT_MAX_RANKS", "0"),
-            ("SWITCHYARD_DATA_PATH", data_path),
-        ],
+        &[("SWITCHYARD_DIRECT_MAX_RANKS", "0"), path, shm],
     );
     let victim = 2;
     job.signal(victim, "KILL");
@@ -203,6 +220,9 @@ fn a_killed_rank_is_named_over(data_path: &str) {
         // Seen by the closed connections, before any timeout: the error is not the
         // silence timeout's, and it came before that timeout could have fired.
         assert!(!error.contains("no byte arrived"), "rank {rank}: {error}");
+        if data_path == "shm" && error.contains("lost rank") {
+            assert!(error.contains("shm://"), "rank {rank}: {error}");
+        }
         assert!(
             at - killed < LONG_TIMEOUT,
             "rank {rank} after {:?}",
@@ -217,13 +237,11 @@ fn a_killed_rank_is_named_over(data_path: &str) {
 /// until the drill ends. How soon after the timeout the errors come is not bounded
 /// more tightly than that: on a loaded runner the survivors themselves run late.
 fn a_stopped_rank_is_named_within_the_timeout(data_path: &str) {
+    let [path, shm] = path_env(data_path);
     let job = Job::start(
         4,
         TIMEOUT,
-        &[
-            ("SWITCHYARD_DIRECT_MAX_RANKS", "0"),
-            ("SWITCHYARD_DATA_PATH", data_path),
-        ],
+        &[("SWITCHYARD_DIRECT_MAX_RANKS", "0"), path, shm],
     );
     let victim = 1;
     job.signal(victim, "STOP");
@@ -257,6 +275,94 @@ fn a_stopped_rank_is_named_within_the_timeout(data_path: &str) {
 #[test]
 fn a_stopped_rank_is_named_by_every_survivor_within_the_timeout() {
     a_stopped_rank_is_named_within_the_timeout("tcp");
+}
+
+/// Over shared memory a stopped rank keeps its socket open and its segments mapped:
+/// only the silence tells, as on TCP.
+#[test]
+fn over_shared_memory_a_stopped_rank_is_named_by_every_survivor_within_the_timeout() {
+    a_stopped_rank_is_named_within_the_timeout("shm");
+}
+
+/// Every rank SIGKILLed in the middle of its calls (one first, then the rest, as a
+/// cancelled job dies): the shared-memory segments the ranks mapped are held by no
+/// process afterwards (the kernel has freed them), and no file was ever made for
+/// them in `/dev/shm` or `/tmp`.
+#[test]
+fn over_shared_memory_killed_ranks_leave_nothing_behind() {
+    let files_before = shm_files();
+    let job = Job::start(
+        4,
+        LONG_TIMEOUT,
+        &[("SWITCHYARD_DIRECT_MAX_RANKS", "0"), path_env("shm")[0], path_env("shm")[1]],
+    );
+    // Each rank maps one segment for each of its 3 peers.
+    let mut segments = Vec::new();
+    for rank in 0..4 {
+        let mapped = segment_inodes(&format!("/proc/{}/maps", job.pid(rank)));
+        assert_eq!(mapped.len(), 3, "rank {rank} maps {mapped:?}");
+        segments.extend(mapped);
+    }
+    segments.sort_unstable();
+    segments.dedup();
+    assert_eq!(segments.len(), 6, "one segment per pair: {segments:?}");
+    job.signal(1, "KILL");
+    std::thread::sleep(Duration::from_millis(50));
+    for rank in [0, 2, 3] {
+        // A survivor may have exited with its error already.
+        let _ = Command::new("kill")
+            .arg("-KILL")
+            .arg(job.pid(rank).to_string())
+            .status();
+    }
+    let Job { ranks, .. } = job;
+    for mut rank in ranks {
+        if let Some(mut child) = rank.0.take() {
+            child.wait().expect("wait");
+        }
+    }
+    let mut holders = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let maps = entry.path().join("maps");
+        for inode in segment_inodes(&maps.display().to_string()) {
+            if segments.contains(&inode) {
+                holders.push(entry.file_name());
+            }
+        }
+    }
+    assert!(holders.is_empty(), "segments still mapped by {holders:?}");
+    assert_eq!(shm_files(), files_before, "files left in /dev/shm or /tmp");
+}
+
+/// The inodes of the shared-memory segments mapped in the maps file at `path`
+/// (none when it cannot be read: a process that is gone, or another user's).
+fn segment_inodes(path: &str) -> Vec<u64> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    let mut inodes: Vec<u64> = text
+        .lines()
+        .filter(|line| line.contains("memfd:switchyard-shm"))
+        .filter_map(|line| line.split_whitespace().nth(4)?.parse().ok())
+        .collect();
+    inodes.sort_unstable();
+    inodes.dedup();
+    inodes
+}
+
+/// The entries of `/dev/shm` and `/tmp` whose names say switchyard or shm.
+fn shm_files() -> Vec<String> {
+    let mut names = Vec::new();
+    for dir in ["/dev/shm", "/tmp"] {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.contains("switchyard-shm") || name.contains("memfd") {
+                names.push(format!("{dir}/{name}"));
+            }
+        }
+    }
+    names.sort();
+    names
 }
 
 #[test]

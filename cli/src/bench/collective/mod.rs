@@ -10,6 +10,11 @@
 //! `ours` and each MPI variant as `baseline`, and with `--svg PATH` an SVG chart of busbw
 //! by size (no file is written without it).
 //!
+//! The mesh runs as users get it, ranks on one host through shared memory, and again
+//! with `SWITCHYARD_SHM=0` (every byte over loopback TCP), shown as the "mesh tcp"
+//! column and as JSON rows of case `nN-tcp` against the same MPI baselines: the TCP
+//! path's figures, which a job spanning hosts gets between them.
+//!
 //! `allreduce` also runs the mesh job in checked mode (`CommOptions::check`), shown as
 //! the "mesh checked" column and as JSON rows of their own case, `nN-checked`, with
 //! the checked mesh as `ours` and the default mesh as `baseline`: the price of
@@ -132,22 +137,36 @@ fn worker_args(op: Op, engine: Engine, common: &super::Common, out: &Path) -> Ve
     args
 }
 
-/// Runs the mesh job (in checked mode with `checked`) and reads its times.
+/// How a mesh job runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mesh {
+    /// As users get it: shared memory between the ranks.
+    Default,
+    /// In checked mode.
+    Checked,
+    /// With shared memory off: every pair over loopback TCP.
+    Tcp,
+}
+
+/// Runs the mesh job as `mesh` says and reads its times.
 fn run_mesh(
     op: Op,
     n: usize,
     common: &super::Common,
     out: &Path,
-    checked: bool,
+    mesh: Mesh,
 ) -> Result<BTreeMap<usize, f64>> {
     let exe = std::env::current_exe()?;
     let mut args = worker_args(op, Engine::Mesh, common, out);
-    if checked {
+    if mesh == Mesh::Checked {
         args.push("--checked".into());
     }
-    let options = LaunchOptions::new(n as u32, exe.display().to_string())
+    let mut options = LaunchOptions::new(n as u32, exe.display().to_string())
         .with_args(args)
         .with_timeout(Duration::from_secs(1800));
+    if mesh == Mesh::Tcp {
+        options = options.with_env("SWITCHYARD_SHM", "0");
+    }
     run_local(&options)?;
     read_times(out)
 }
@@ -210,12 +229,16 @@ pub(crate) fn run(op: Op, args: CollectiveArgs) -> Result<()> {
     let file = |name: &str| scratch.join(name);
     let mut series = vec![Series {
         name: "mesh",
-        times: run_mesh(op, n, &args.common, &file("mesh"), false)?,
+        times: run_mesh(op, n, &args.common, &file("mesh"), Mesh::Default)?,
     }];
+    let tcp = Series {
+        name: "mesh tcp",
+        times: run_mesh(op, n, &args.common, &file("mesh-tcp"), Mesh::Tcp)?,
+    };
     let checked = if op == Op::Allreduce {
         Some(Series {
             name: "mesh checked",
-            times: run_mesh(op, n, &args.common, &file("mesh-checked"), true)?,
+            times: run_mesh(op, n, &args.common, &file("mesh-checked"), Mesh::Checked)?,
         })
     } else {
         None
@@ -239,7 +262,7 @@ pub(crate) fn run(op: Op, args: CollectiveArgs) -> Result<()> {
         });
     }
     let _ = std::fs::remove_dir_all(&scratch);
-    report(op, n, &args, &series, checked.as_ref(), &python)?;
+    report(op, n, &args, &series, checked.as_ref(), &tcp, &python)?;
     Ok(())
 }
 
@@ -280,7 +303,7 @@ fn run_python(
     for pair in 0..PYTHON_PAIRS {
         let run_rust = || {
             let out = scratch.join(format!("rust{pair}"));
-            run_mesh(Op::Allreduce, n, common, &out, false)
+            run_mesh(Op::Allreduce, n, common, &out, Mesh::Default)
         };
         let run_py = || {
             let out = scratch.join(format!("python{pair}"));
@@ -358,13 +381,15 @@ fn medians(launches: &[BTreeMap<usize, f64>]) -> BTreeMap<usize, f64> {
 
 /// Prints the table or the JSON rows and writes the chart. `series` holds the mesh
 /// first, then the MPI baselines; `checked`, the mesh in checked mode, is compared
-/// with the mesh only.
+/// with the mesh only; `tcp`, the mesh without shared memory, with the MPI baselines
+/// as the mesh is (case `nN-tcp`).
 fn report(
     op: Op,
     n: usize,
     args: &CollectiveArgs,
     series: &[Series],
     checked: Option<&Series>,
+    tcp: &Series,
     python: &[Series],
 ) -> Result<()> {
     let suite = op.name();
@@ -393,21 +418,23 @@ fn report(
         .iter()
         .take(1)
         .chain(checked)
+        .chain(std::iter::once(tcp))
         .chain(&series[1..])
         .chain(python)
         .collect();
     let series = &columns[..];
     if args.common.json {
-        for base in series.iter().skip(1).filter(|s| s.name.starts_with("MPI")) {
-            for (&size, &ours) in &mesh.times {
+        let cases = [(mesh, format!("n{n}")), (tcp, format!("n{n}-tcp"))];
+        let bases = series.iter().skip(1).filter(|s| s.name.starts_with("MPI"));
+        for (base, (ours_series, case)) in bases.flat_map(|b| cases.iter().map(move |c| (b, c))) {
+            for (&size, &ours) in &ours_series.times {
                 let Some(&theirs) = base.times.get(&size) else {
                     continue;
                 };
-                let case = format!("n{n}");
                 let baseline = format!("{} {suite}", base.name);
                 Row::lower_better(
                     suite,
-                    &case,
+                    case,
                     size as u64,
                     "time_us",
                     ours * 1e6,
@@ -417,7 +444,7 @@ fn report(
                 .emit(true);
                 Row::higher_better(
                     suite,
-                    &case,
+                    case,
                     size as u64,
                     "busbw_GBps",
                     busbw(op, n, size, ours),
