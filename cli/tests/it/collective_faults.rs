@@ -294,7 +294,11 @@ fn over_shared_memory_killed_ranks_leave_nothing_behind() {
     let job = Job::start(
         4,
         LONG_TIMEOUT,
-        &[("SWITCHYARD_DIRECT_MAX_RANKS", "0"), path_env("shm")[0], path_env("shm")[1]],
+        &[
+            ("SWITCHYARD_DIRECT_MAX_RANKS", "0"),
+            path_env("shm")[0],
+            path_env("shm")[1],
+        ],
     );
     // Each rank maps one segment for each of its 3 peers.
     let mut segments = Vec::new();

@@ -283,14 +283,13 @@ mod tests {
     fn mesh(n: usize) -> Vec<Vec<Option<TcpStream>>> {
         let mut streams: Vec<Vec<Option<TcpStream>>> =
             (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
-        for a in 0..n {
-            for b in a + 1..n {
-                let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-                let there = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-                let (here, _) = listener.accept().unwrap();
-                streams[a][b] = Some(there);
-                streams[b][a] = Some(here);
-            }
+        let pairs = (0..n).flat_map(|a| (a + 1..n).map(move |b| (a, b)));
+        for (a, b) in pairs {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let there = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let (here, _) = listener.accept().unwrap();
+            streams[a][b] = Some(there);
+            streams[b][a] = Some(here);
         }
         streams
     }
