@@ -519,3 +519,50 @@ fn over_memory_waits_no_rank_can_satisfy_end_at_once_on_every_schedule() {
         );
     }
 }
+
+/// Five ranks on three made-up hosts (0-1, 2-3, and 4, whose shared memory is off):
+/// each pair on one host talks through shared memory, every other pair over TCP, in
+/// one world. Every collective gives the same results as on any single path, at sizes
+/// below and above the algorithms' thresholds and the rings' 1 MiB.
+#[cfg(feature = "zmq")]
+#[test]
+fn shared_memory_and_tcp_pairs_mix_in_one_world() {
+    let n = 5;
+    let board = MemoryExchange::new(n);
+    let handles: Vec<_> = (0..n)
+        .map(|rank| {
+            let board = board.clone();
+            let options = options()
+                .with_host_id(format!("host{}", rank / 2))
+                .with_shared_memory(rank != 4);
+            std::thread::spawn(move || -> Result<(), CollectiveError> {
+                let mut comm =
+                    Communicator::join(&Bootstrap::from_exchange(rank, n, board), options)?;
+                for len in [1usize, 1000, 300_000, 700_000] {
+                    let mut buf: Vec<f64> =
+                        (0..len).map(|i| (i % 97) as f64 + rank as f64).collect();
+                    comm.allreduce(&mut buf, ReduceOp::Sum)?;
+                    for (i, v) in buf.iter().enumerate() {
+                        assert_eq!(
+                            *v,
+                            5.0 * (i % 97) as f64 + 10.0,
+                            "allreduce of {len}, element {i}"
+                        );
+                    }
+                    let mut data: Vec<u32> = vec![rank as u32; len];
+                    comm.broadcast(&mut data, 3)?;
+                    assert!(data.iter().all(|&v| v == 3), "broadcast of {len}");
+                    let mine: Vec<u32> = (0..len).map(|i| (rank * len + i) as u32).collect();
+                    let mut all = vec![0u32; len * n];
+                    comm.allgather(&mine, &mut all)?;
+                    assert!(
+                        all.iter().enumerate().all(|(i, &v)| v == i as u32),
+                        "allgather of {len}"
+                    );
+                }
+                comm.barrier()
+            })
+        })
+        .collect();
+    collect(handles.into_iter().map(|h| h.join()).collect());
+}
