@@ -41,6 +41,14 @@ use std::time::{Duration, Instant};
 /// is alive to the kernel and must be killed to be restarted).
 pub(crate) const SILENT: &str = "no heartbeat for ";
 
+/// How long a wait polls before it sleeps, unless told: longer than the wake-up it
+/// saves over TCP (about 30 us here).
+const SPIN: Duration = Duration::from_micros(50);
+/// The same when every rank is on this host and has a core of its own: longer than
+/// a wake-up through a Unix socket on these VMs (30-70 us), so that two ranks never
+/// settle into sleeping in turns (see `CommOptions::spin`).
+const LOCAL_SPIN: Duration = Duration::from_millis(1);
+
 /// Queued bytes per peer above which `send` waits for the queue to drain.
 const QUEUE_LIMIT: usize = 16 << 20;
 /// Longest sleep in `poll` before the control link is checked for abort notices.
@@ -69,6 +77,18 @@ struct Peer {
     /// arriving is progress.
     heard: Instant,
     drained: Instant,
+}
+
+/// Whether the ranks of a world whose connections are `connections` fit this host's
+/// cores without sharing one: known only when every peer is on this host (shared
+/// memory), since ranks of other hosts cannot tell how many ranks this host runs.
+fn fits_cores(connections: &[Option<Connection>]) -> bool {
+    let all_local = connections
+        .iter()
+        .flatten()
+        .all(|c| matches!(c.pipe, Pipe::Shm(_)));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    all_local && connections.len() <= cores
 }
 
 impl Peer {
@@ -104,6 +124,10 @@ pub struct StreamLink {
     liveness: Option<Liveness>,
     /// Raised by the caller to end a wait ([`Interrupt`]).
     interrupt: Option<Interrupt>,
+    /// Whether this host may have more ranks than cores, so that a spinning rank
+    /// must yield its core (see `wait`): true unless every rank is known to share
+    /// this host (all pipes are shared memory) and they fit its cores.
+    oversubscribed: bool,
 }
 
 impl std::fmt::Debug for StreamLink {
@@ -128,7 +152,15 @@ impl StreamLink {
         max_frame_bytes: usize,
         spin: Duration,
     ) -> Result<StreamLink, LinkError> {
-        StreamLink::open(control, host, timeout, max_frame_bytes, spin, None, None)
+        StreamLink::open(
+            control,
+            host,
+            timeout,
+            max_frame_bytes,
+            Some(spin),
+            None,
+            None,
+        )
     }
 
     /// [`StreamLink::connect`], with a heartbeat deadline when `heartbeat` is set
@@ -139,7 +171,10 @@ impl StreamLink {
     ///
     /// With a `host_id` ([`CommOptions::shared_memory`]), the ranks that announce the
     /// same identity talk through shared memory instead of TCP (`shm/`); the rest,
-    /// and every rank when `host_id` is `None`, over TCP.
+    /// and every rank when `host_id` is `None`, over TCP. `spin` is how long a wait
+    /// polls before it sleeps; `None` chooses ([`CommOptions::spin`]).
+    ///
+    /// [`CommOptions::spin`]: crate::collective::CommOptions::spin
     ///
     /// [`CommOptions::heartbeat`]: crate::collective::CommOptions::heartbeat
     /// [`CommOptions::shared_memory`]: crate::collective::CommOptions::shared_memory
@@ -148,7 +183,7 @@ impl StreamLink {
         host: &str,
         timeout: Duration,
         max_frame_bytes: usize,
-        spin: Duration,
+        spin: Option<Duration>,
         heartbeat: Option<Duration>,
         host_id: Option<&str>,
     ) -> Result<StreamLink, LinkError> {
@@ -159,6 +194,8 @@ impl StreamLink {
             connections,
             liveness,
         } = open_connections(&mut control, host, timeout, heartbeat, host_id)?;
+        let oversubscribed = !fits_cores(&connections);
+        let spin = spin.unwrap_or(if oversubscribed { SPIN } else { LOCAL_SPIN });
         let peers = connections
             .into_iter()
             .map(|connection| {
@@ -184,6 +221,7 @@ impl StreamLink {
             pool: Pool::default(),
             liveness,
             interrupt: None,
+            oversubscribed,
         })
     }
 

@@ -233,10 +233,17 @@ impl StreamLink {
                 return Ok(false);
             }
             if now < spin_until {
-                // Yield rather than spin in place: with more ranks than cores (as
-                // under `switchyard launch` on a laptop) the peer we wait for may need
-                // this very core. OpenMPI does the same when oversubscribed.
-                std::thread::yield_now();
+                // With more ranks on this host than cores (as under `switchyard
+                // launch` on a laptop) the peer we wait for may need this very core:
+                // yield it, as OpenMPI does when oversubscribed. Otherwise spin in
+                // place: a yield is a system call, and the wait ends sooner without.
+                if self.oversubscribed {
+                    std::thread::yield_now();
+                } else {
+                    for _ in 0..32 {
+                        std::hint::spin_loop();
+                    }
+                }
                 continue;
             }
             self.control.check_aborts()?;
