@@ -247,6 +247,10 @@ impl MeshEngine {
                             }
                         })?;
                     }
+                    // Back to the link's pool, so that the next broadcast of this size
+                    // reuses the memory instead of faulting in a fresh buffer (a
+                    // frame still queued for a child is shared and just drops).
+                    round.link.recycle(data);
                     Ok(())
                 }
                 other => Err(not_for(sig.call, other)),
