@@ -7,6 +7,9 @@
 /// of one machine (containers, or the tests' namespace hosts) count as different
 /// hosts and talk over TCP. `None` where `/proc` does not say (no shared memory then).
 pub(crate) fn host_identity() -> Option<String> {
+    if !cfg!(target_os = "linux") {
+        return None;
+    }
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
     let namespace = std::fs::read_link("/proc/self/ns/net").ok()?;
     Some(format!("{}/{}", boot.trim(), namespace.display()))
@@ -16,6 +19,7 @@ pub(crate) fn host_identity() -> Option<String> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+    #[cfg(target_os = "linux")]
     #[test]
     fn the_identity_names_the_boot_and_the_network_namespace() {
         let id = super::host_identity().expect("Linux has /proc");
