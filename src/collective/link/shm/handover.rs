@@ -43,8 +43,10 @@ const NONCE: usize = 16;
 const SEGMENT_MESSAGE: usize = 4 + NONCE + 4;
 /// The longest abstract socket name (`sun_path` less its leading zero byte).
 const MAX_NAME: usize = 107;
-/// How long one connection to the offered socket may take to send its segment.
-const SEGMENT_LIMIT: Duration = Duration::from_secs(5);
+/// How long one connection to the offered socket may take to send its segment: a
+/// rank sends it right after connecting, so a connection that stays silent longer is
+/// a stranger's, and must not hold up the ranks behind it for long.
+const SEGMENT_LIMIT: Duration = Duration::from_secs(1);
 
 /// Gives every rank in `same_host` (true for the ranks on this rank's host) a
 /// [`ShmPipe`], through the open TCP connections `streams` (blocking), by `deadline`.
@@ -146,7 +148,15 @@ pub(in crate::collective::link) fn hand_over(
 
     // 3. The segments of the ranks below.
     if let Some(listener) = listener {
-        accept_segments(&listener, &nonces, &mut pipes, deadline, |peer| {
+        let waiter = Waiter {
+            nonces: &nonces,
+            deadline,
+            // A rank below that failed before it sent its segment closes its TCP
+            // connection: seen at once, not at the deadline.
+            closed: &|peer| streams[peer].as_ref().is_none_or(closed_by_peer),
+            lost: &lost,
+        };
+        waiter.accept_segments(&listener, &mut pipes, |peer| {
             DeadlineStream::until(stream(peer)?, deadline)
                 .write_all(&ACCEPTED, "shared-memory confirmation")
                 .map_err(|e| on(peer, e))
@@ -162,55 +172,90 @@ pub(in crate::collective::link) fn hand_over(
     Ok(pipes)
 }
 
-/// Accepts connections on `listener` until every rank with a nonce has sent its
-/// segment, calling `confirm` for each; connections that do not carry a waiting
-/// rank's nonce are logged and closed.
-fn accept_segments(
-    listener: &UnixListener,
-    nonces: &[Option<[u8; NONCE]>],
-    pipes: &mut [Option<ShmPipe>],
+/// What the accepting side of the hand-over waits for, and how it reports.
+struct Waiter<'a> {
+    /// The nonce offered to each rank below (`None`: not on this host).
+    nonces: &'a [Option<[u8; NONCE]>],
     deadline: Instant,
-    mut confirm: impl FnMut(usize) -> Result<(), LinkError>,
-) -> Result<(), LinkError> {
-    let started = Instant::now();
-    let waiting = |pipes: &[Option<ShmPipe>]| {
-        (0..nonces.len()).find(|&p| nonces[p].is_some() && pipes[p].is_none())
-    };
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| LinkError::Transport {
-            rank: waiting(pipes).unwrap_or(0),
-            reason: e.to_string(),
-        })?;
-    while let Some(first) = waiting(pipes) {
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(LinkError::Timeout {
-                rank: first,
-                waited: now - started,
-            });
-        }
-        let socket = match listener.accept() {
-            Ok((socket, _)) => socket,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(1));
-                continue;
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                return Err(LinkError::Transport {
+    /// Whether a rank's TCP connection was closed by that rank.
+    closed: &'a dyn Fn(usize) -> bool,
+    /// The error naming a rank whose hand-over failed, and why.
+    lost: &'a dyn Fn(usize, String) -> LinkError,
+}
+
+/// Why a connection on the offered socket gave no segment.
+enum Refusal {
+    /// Not one of the ranks (no valid nonce, another user): logged and closed.
+    Stranger(String),
+    /// A rank proved itself but its segment could not be taken: the hand-over fails.
+    Failed { peer: usize, reason: String },
+}
+
+impl Waiter<'_> {
+    /// The first rank below that has not sent its segment yet.
+    fn waiting(&self, pipes: &[Option<ShmPipe>]) -> Option<usize> {
+        (0..self.nonces.len()).find(|&p| self.nonces[p].is_some() && pipes[p].is_none())
+    }
+
+    /// Accepts connections on `listener` until every rank with a nonce has sent its
+    /// segment, calling `confirm` for each; connections that do not carry a waiting
+    /// rank's nonce are logged and closed. Fails at once for a rank that closes its
+    /// TCP connection or whose segment cannot be mapped.
+    fn accept_segments(
+        &self,
+        listener: &UnixListener,
+        pipes: &mut [Option<ShmPipe>],
+        mut confirm: impl FnMut(usize) -> Result<(), LinkError>,
+    ) -> Result<(), LinkError> {
+        let started = Instant::now();
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| LinkError::Transport {
+                rank: self.waiting(pipes).unwrap_or(0),
+                reason: e.to_string(),
+            })?;
+        while let Some(first) = self.waiting(pipes) {
+            let now = Instant::now();
+            if now >= self.deadline {
+                return Err(LinkError::Timeout {
                     rank: first,
-                    reason: format!("shared memory: accept: {e}"),
+                    waited: now - started,
                 });
             }
-        };
-        let limit = deadline.min(Instant::now() + SEGMENT_LIMIT);
-        match take_segment(socket, nonces, pipes, limit) {
-            Ok(peer) => confirm(peer)?,
-            Err(reason) => tracing::warn!(%reason, "shared memory: refused a connection"),
+            let socket = match listener.accept() {
+                Ok((socket, _)) => socket,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if let Some(gone) = (first..self.nonces.len())
+                        .filter(|&p| self.nonces[p].is_some() && pipes[p].is_none())
+                        .find(|&p| (self.closed)(p))
+                    {
+                        return Err((self.lost)(
+                            gone,
+                            "closed its connection during the shared-memory set-up".into(),
+                        ));
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    return Err(LinkError::Transport {
+                        rank: first,
+                        reason: format!("shared memory: accept: {e}"),
+                    });
+                }
+            };
+            let limit = self.deadline.min(Instant::now() + SEGMENT_LIMIT);
+            match take_segment(socket, self.nonces, pipes, limit) {
+                Ok(peer) => confirm(peer)?,
+                Err(Refusal::Stranger(reason)) => {
+                    tracing::warn!(%reason, "shared memory: refused a connection")
+                }
+                Err(Refusal::Failed { peer, reason }) => return Err((self.lost)(peer, reason)),
+            }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 /// Reads one lower rank's segment from `socket` (by `limit`) and files its pipe.
@@ -220,36 +265,95 @@ fn take_segment(
     nonces: &[Option<[u8; NONCE]>],
     pipes: &mut [Option<ShmPipe>],
     limit: Instant,
-) -> Result<usize, String> {
+) -> Result<usize, Refusal> {
+    let stranger = |reason: String| Refusal::Stranger(reason);
+    // Only this user's processes may hand us memory (the ranks of a job run as one
+    // user); anyone else is refused before a byte is read.
+    let uid = peer_uid(&socket).map_err(|e| stranger(format!("no peer credentials: {e}")))?;
+    // SAFETY: geteuid cannot fail.
+    let mine = unsafe { libc::geteuid() };
+    if uid != mine {
+        return Err(stranger(format!(
+            "a connection from user {uid}, not {mine}"
+        )));
+    }
     let wait = limit
         .saturating_duration_since(Instant::now())
         .max(Duration::from_millis(1));
     socket
         .set_nonblocking(false)
         .and_then(|()| socket.set_read_timeout(Some(wait)))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| stranger(e.to_string()))?;
     let mut message = [0u8; SEGMENT_MESSAGE];
-    let (got, fd) = recv_fd(&socket, &mut message).map_err(|e| e.to_string())?;
+    let (got, fd) = recv_fd(&socket, &mut message).map_err(|e| stranger(e.to_string()))?;
     if got != SEGMENT_MESSAGE || message[..4] != SEGMENT {
-        return Err(format!(
+        return Err(stranger(format!(
             "{got} bytes beginning {:02x?}, not a segment",
             &message[..got.min(4)]
-        ));
+        )));
     }
     let mut claimed = [0u8; 4];
     claimed.copy_from_slice(&message[4 + NONCE..]);
     let peer = u32::from_le_bytes(claimed) as usize;
     let expected = nonces.get(peer).copied().flatten();
     if expected.is_none_or(|nonce| nonce[..] != message[4..4 + NONCE]) {
-        return Err(format!("a claim to be rank {peer} with the wrong nonce"));
+        return Err(stranger(format!(
+            "a claim to be rank {peer} with the wrong nonce"
+        )));
     }
     if pipes[peer].is_some() {
-        return Err(format!("a second segment from rank {peer}"));
+        return Err(stranger(format!("a second segment from rank {peer}")));
     }
-    let fd = fd.ok_or_else(|| format!("rank {peer} sent no descriptor"))?;
-    let segment = Segment::open(fd).map_err(|e| format!("rank {peer}'s segment: {e}"))?;
-    pipes[peer] = Some(ShmPipe::new(segment, false, socket).map_err(|e| e.to_string())?);
+    // From here on the connection is the rank's own: a failure fails its hand-over.
+    let failed = |reason: String| Refusal::Failed { peer, reason };
+    let fd = fd.ok_or_else(|| failed("its segment message carried no descriptor".into()))?;
+    let segment = Segment::open(fd).map_err(|e| failed(format!("its segment: {e}")))?;
+    let pipe = ShmPipe::new(segment, false, socket).map_err(|e| failed(e.to_string()))?;
+    pipes[peer] = Some(pipe);
     Ok(peer)
+}
+
+/// The user id of the process at the other end of `socket` (`SO_PEERCRED`).
+fn peer_uid(socket: &UnixStream) -> io::Result<libc::uid_t> {
+    // SAFETY: ucred is plain data that getsockopt fills.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: a valid socket, and an out-buffer of `len` bytes.
+    let rc = unsafe {
+        libc::getsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(socket),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cred.uid)
+}
+
+/// Whether the peer closed or reset `stream`, looked at without blocking or taking
+/// any byte.
+fn closed_by_peer(stream: &TcpStream) -> bool {
+    let mut byte = 0u8;
+    // SAFETY: a valid socket and a one-byte buffer; MSG_PEEK leaves the byte there.
+    let got = unsafe {
+        libc::recv(
+            std::os::fd::AsRawFd::as_raw_fd(stream),
+            (&mut byte as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    if got >= 0 {
+        return got == 0;
+    }
+    !matches!(
+        io::Error::last_os_error().kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    )
 }
 
 /// 16 bytes from the kernel's random source.
@@ -378,6 +482,41 @@ mod tests {
         let one = one.join().unwrap().unwrap();
         assert!(zero[1].is_some() && one[0].is_some());
         drop(stranger);
+    }
+
+    /// A rank below that gives up after the offer (its set-up failed, so its TCP
+    /// connection closes) fails the rank above at once, naming it, not at the
+    /// deadline.
+    #[test]
+    fn a_rank_below_that_gives_up_is_named_at_once() {
+        let mut streams = mesh(2);
+        let addrs = vec!["zero".to_string(), "one".to_string()];
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let higher = std::mem::take(&mut streams[1]);
+        let mut lower = std::mem::take(&mut streams[0]);
+        let below = std::thread::spawn(move || {
+            use std::io::Read;
+            let mut stream = lower[1].take().unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(20)))
+                .unwrap();
+            let mut head = [0u8; 5];
+            stream.read_exact(&mut head).unwrap();
+            let mut rest = vec![0u8; usize::from(head[4]) + NONCE];
+            stream.read_exact(&mut rest).unwrap();
+        });
+        let started = Instant::now();
+        let err = hand_over(1, &higher, &addrs, &[true, false], deadline).unwrap_err();
+        below.join().unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(
+            matches!(&err, LinkError::Lost { rank: 0, reason, .. } if reason.contains("closed its connection")),
+            "{err:?}"
+        );
     }
 
     /// A rank whose peer never offers (it announced the host but is gone) fails at

@@ -28,6 +28,13 @@ const CONTROLS_AT: usize = 64;
 /// message. Two of these per pair of ranks on a host.
 pub(crate) const RING_BYTES: usize = 1 << 20;
 
+/// The largest ring a handed-over segment may have: a peer cannot make this process
+/// map more than a few MiB per pair.
+const MAX_RING_BYTES: usize = 4 * RING_BYTES;
+
+/// The seals every segment carries: its size can change no more, nor its seals.
+const SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+
 /// A mapped segment. Unmapped when dropped; the memory lives on while the peer maps it.
 pub(super) struct Segment {
     base: *mut u8,
@@ -50,7 +57,12 @@ impl Segment {
             ));
         }
         // SAFETY: the name is a valid C string; the flags are valid.
-        let fd = unsafe { libc::memfd_create(c"switchyard-shm".as_ptr(), libc::MFD_CLOEXEC) };
+        let fd = unsafe {
+            libc::memfd_create(
+                c"switchyard-shm".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -59,6 +71,12 @@ impl Segment {
         let len = HEADER_BYTES + 2 * ring_bytes;
         // SAFETY: a valid descriptor and a length that fits an off_t.
         if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // Sealed at this size before anyone else holds it: a peer that shrank the file
+        // would make this process die of SIGBUS at its next touch of a ring.
+        // SAFETY: a valid descriptor and valid seal flags.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SEALS) } != 0 {
             return Err(io::Error::last_os_error());
         }
         let segment = Segment::map_fd(fd.as_raw_fd(), len, ring_bytes)?;
@@ -81,12 +99,24 @@ impl Segment {
         if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } != 0 {
             return Err(io::Error::last_os_error());
         }
+        // Only a segment sealed at its size: otherwise its sender could shrink it under
+        // this process's mapping.
+        // SAFETY: a valid descriptor.
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 || seals & SEALS != SEALS {
+            return Err(bad(format!(
+                "segment not sealed at its size (seals {seals:#x})"
+            )));
+        }
         let len = usize::try_from(stat.st_size).map_err(|_| bad("negative size".into()))?;
         if len < HEADER_BYTES + 2 * 64 {
             return Err(bad(format!("segment of {len} bytes is too small")));
         }
         let ring_bytes = (len - HEADER_BYTES) / 2;
-        if !ring_bytes.is_power_of_two() || HEADER_BYTES + 2 * ring_bytes != len {
+        if !ring_bytes.is_power_of_two()
+            || HEADER_BYTES + 2 * ring_bytes != len
+            || ring_bytes > MAX_RING_BYTES
+        {
             return Err(bad(format!(
                 "segment of {len} bytes has no valid ring size"
             )));
@@ -156,12 +186,18 @@ impl Drop for Segment {
 
 const _: () = assert!(CONTROLS_AT + 2 * CONTROL_BYTES <= HEADER_BYTES);
 
+/// A zeroed buffer of at least `bytes` bytes for control messages, aligned as their
+/// headers must be (`cmsghdr` holds a `usize`).
+fn cmsg_buffer(bytes: usize) -> Vec<u64> {
+    vec![0u64; bytes.div_ceil(8)]
+}
+
 /// Sends `data` with the descriptor `fd` attached over `socket`.
 pub(super) fn send_fd(socket: &UnixStream, data: &[u8], fd: BorrowedFd<'_>) -> io::Result<()> {
     let raw = fd.as_raw_fd();
     // SAFETY: CMSG_SPACE only computes a size.
     let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
-    let mut control = vec![0u8; space];
+    let mut control = cmsg_buffer(space);
     let mut iov = libc::iovec {
         iov_base: data.as_ptr() as *mut libc::c_void,
         iov_len: data.len(),
@@ -199,7 +235,7 @@ pub(super) fn recv_fd(socket: &UnixStream, buf: &mut [u8]) -> io::Result<(usize,
     // message into a lost descriptor (each one we get, we close or keep).
     // SAFETY: CMSG_SPACE only computes a size.
     let space = unsafe { libc::CMSG_SPACE(4 * std::mem::size_of::<RawFd>() as u32) } as usize;
-    let mut control = vec![0u8; space];
+    let mut control = cmsg_buffer(space);
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
@@ -266,25 +302,50 @@ mod tests {
         assert_eq!((&buf[..n], none.is_none()), (&b"plain"[..], true));
     }
 
-    /// Any other file handed over is refused with a reason, not mapped as rings.
+    /// Any other file handed over is refused with a reason, not mapped as rings: an
+    /// unsealed memfd (its sender could shrink it under our mapping), and a sealed
+    /// one without the header.
     #[test]
     fn a_descriptor_that_is_not_a_segment_is_refused() {
         let file = std::fs::File::open("/proc/self/stat").unwrap();
         assert!(Segment::open(OwnedFd::from(file)).is_err());
-        // SAFETY: a valid name and flags.
-        let fd = unsafe { libc::memfd_create(c"stranger".as_ptr(), libc::MFD_CLOEXEC) };
-        // SAFETY: fresh descriptor.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: valid descriptor.
-        assert_eq!(
-            unsafe { libc::ftruncate(fd.as_raw_fd(), 4096 + 2 * 4096) },
-            0
-        );
-        let err = Segment::open(fd).err().expect("zeros are not a header");
+        let memfd = |seal: bool| {
+            // SAFETY: a valid name and flags.
+            let fd = unsafe {
+                libc::memfd_create(
+                    c"stranger".as_ptr(),
+                    libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+                )
+            };
+            // SAFETY: fresh descriptor.
+            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            // SAFETY: valid descriptor.
+            assert_eq!(
+                unsafe { libc::ftruncate(fd.as_raw_fd(), 4096 + 2 * 4096) },
+                0
+            );
+            if seal {
+                // SAFETY: valid descriptor and seals.
+                assert_eq!(
+                    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SEALS) },
+                    0
+                );
+            }
+            fd
+        };
+        let err = Segment::open(memfd(false)).err().expect("unsealed");
+        assert!(err.to_string().contains("not sealed"), "{err}");
+        let err = Segment::open(memfd(true))
+            .err()
+            .expect("zeros are not a header");
         assert!(
             err.to_string().contains("not a switchyard ring pair"),
             "{err}"
         );
         assert!(Segment::create(1000).is_err());
+        // A segment of ours is sealed: it can be neither shrunk nor grown.
+        let (_, fd) = Segment::create(4096).unwrap();
+        // SAFETY: valid descriptor.
+        assert_ne!(unsafe { libc::ftruncate(fd.as_raw_fd(), 4096) }, 0);
     }
 }
