@@ -122,33 +122,16 @@ impl World for Inproc {
 }
 
 /// The mesh over ZeroMQ `tcp://` with the TCP data path: a `StreamLink` carrying the
-/// collectives' messages beside the ZeroMQ control link, over TCP connections (shared
-/// memory off).
+/// collectives' messages beside the ZeroMQ control link, over TCP connections
+/// (`Stream { shared_memory: false }`) or with every pair of ranks on shared memory
+/// (`true`, the default for ranks on one host).
 #[cfg(feature = "zmq")]
-struct Tcp;
-
-#[cfg(feature = "zmq")]
-impl World for Tcp {
-    fn run<R: Send + 'static>(
-        &self,
-        n: usize,
-        options: CommOptions,
-        body: impl Fn(&mut Communicator) -> Result<R, CollectiveError> + Send + Sync + 'static,
-    ) -> Vec<R> {
-        let options = options
-            .with_data_path(switchyard::collective::DataPath::Tcp)
-            .with_shared_memory(false);
-        on_ranks_over("tcp", n, options, body)
-    }
+struct Stream {
+    shared_memory: bool,
 }
 
-/// The same `StreamLink` with every pair of ranks on shared memory (the default for
-/// ranks on one host).
 #[cfg(feature = "zmq")]
-struct Shm;
-
-#[cfg(feature = "zmq")]
-impl World for Shm {
+impl World for Stream {
     fn run<R: Send + 'static>(
         &self,
         n: usize,
@@ -157,7 +140,7 @@ impl World for Shm {
     ) -> Vec<R> {
         let options = options
             .with_data_path(switchyard::collective::DataPath::Tcp)
-            .with_shared_memory(true);
+            .with_shared_memory(self.shared_memory);
         on_ranks_over("tcp", n, options, body)
     }
 }
@@ -231,9 +214,19 @@ collective_suite::instantiate!(over_local, crate::collective::Local);
 #[cfg(feature = "zmq")]
 collective_suite::instantiate!(over_zmq_inproc, crate::collective::Inproc);
 #[cfg(feature = "zmq")]
-collective_suite::instantiate!(over_zmq_tcp_stream, crate::collective::Tcp);
+collective_suite::instantiate!(
+    over_zmq_tcp_stream,
+    crate::collective::Stream {
+        shared_memory: false
+    }
+);
 #[cfg(feature = "zmq")]
-collective_suite::instantiate!(over_shared_memory, crate::collective::Shm);
+collective_suite::instantiate!(
+    over_shared_memory,
+    crate::collective::Stream {
+        shared_memory: true
+    }
+);
 collective_suite::instantiate!(
     over_memory,
     crate::collective::Memory(crate::collective::MemorySchedule::RoundRobin)

@@ -192,6 +192,20 @@ fn cmsg_buffer(bytes: usize) -> Vec<u64> {
     vec![0u64; bytes.div_ceil(8)]
 }
 
+/// A message header over one data buffer (`iov`) and `space` bytes of `control`.
+/// Both must outlive every use of the header.
+fn message_header(iov: &mut libc::iovec, control: &mut [u64], space: usize) -> libc::msghdr {
+    debug_assert!(control.len() * 8 >= space);
+    // SAFETY: msghdr is plain data; the pointers set below are the caller's to keep
+    // valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    msg
+}
+
 /// Sends `data` with the descriptor `fd` attached over `socket`.
 pub(super) fn send_fd(socket: &UnixStream, data: &[u8], fd: BorrowedFd<'_>) -> io::Result<()> {
     let raw = fd.as_raw_fd();
@@ -202,12 +216,7 @@ pub(super) fn send_fd(socket: &UnixStream, data: &[u8], fd: BorrowedFd<'_>) -> i
         iov_base: data.as_ptr() as *mut libc::c_void,
         iov_len: data.len(),
     };
-    // SAFETY: msghdr is plain data; every pointer set below stays valid for the call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
+    let msg = message_header(&mut iov, &mut control, space);
     // SAFETY: the control buffer holds one CMSG_SPACE for one descriptor, so the first
     // header and its data fit.
     unsafe {
@@ -240,12 +249,7 @@ pub(super) fn recv_fd(socket: &UnixStream, buf: &mut [u8]) -> io::Result<(usize,
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
     };
-    // SAFETY: as in `send_fd`.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
+    let mut msg = message_header(&mut iov, &mut control, space);
     // SAFETY: a valid socket and message; CLOEXEC so the descriptor is not inherited
     // by a child the program starts.
     let got = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
