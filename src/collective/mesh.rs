@@ -6,7 +6,7 @@
 //! bytes, because any cut of a buffer copies the same.
 
 use super::algo::choice::{Algorithm, Kind, checks_everyone, choose};
-use super::algo::{AGREE_STEPS, Round, direct, doubling, ring, tree};
+use super::algo::{AGREE_STEPS, Round, board, direct, doubling, ring, tree};
 use super::element::{DType, ReduceOp, Reducible, with_dtype};
 use super::engine::{Collective, Combine, Elem, Engine, share_fold_result};
 use super::error::{Call, CollectiveError};
@@ -189,7 +189,15 @@ impl MeshEngine {
     /// [`choose`] for this world and tuning.
     fn choose(&self, kind: Kind, bytes: usize, count: u64) -> Algorithm {
         let count = usize::try_from(count).unwrap_or(usize::MAX);
-        choose(kind, bytes, count, self.link.world_size(), &self.tuning)
+        let world = self.link.world_size();
+        choose(
+            kind,
+            bytes,
+            count,
+            world,
+            &self.tuning,
+            self.link.board_bytes(),
+        )
     }
 
     /// A built-in reduction of `buf` on its element type.
@@ -362,6 +370,9 @@ impl Engine for MeshEngine {
                         doubling::allreduce::<u8>(round, &mut [], &|_, _| {})
                     })
                 }
+                Algorithm::Board => {
+                    self.round(sig, 0, (Kind::Barrier, Algorithm::Board), board::barrier)
+                }
                 other => Err(not_for(call, other)),
             },
             Collective::Fold {
@@ -410,6 +421,7 @@ fn reduce_as<T: Reducible>(
     };
     match algorithm {
         Algorithm::Doubling => doubling::allreduce(round, buf, &reduce),
+        Algorithm::Board => board::allreduce(round, buf, &reduce),
         Algorithm::Direct => direct::allreduce(round, buf, &reduce, tuning.piece_bytes),
         Algorithm::Ring => {
             let plan = ring::RingPlan::even::<T>(

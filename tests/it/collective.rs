@@ -425,6 +425,39 @@ fn over_shared_memory_a_peer_that_leaves_is_lost_at_once_not_at_the_deadline() {
     a_peer_that_leaves_is_lost_at_once(true, "shm://127.0.0.1:");
 }
 
+/// Ranks that share a host make small allreduces and barriers on the host board,
+/// and only then: a rank that waits for a peer says where, and with shared memory off
+/// (or above the board's slot) it waits in recursive doubling or the direct exchange
+/// instead.
+#[cfg(feature = "zmq")]
+#[test]
+fn small_calls_of_ranks_on_one_host_take_the_host_board() {
+    let waiting_in = |shared_memory: bool, len: usize| {
+        let options = options()
+            .with_timeout(Duration::from_millis(300))
+            .with_shared_memory(shared_memory);
+        let results = on_ranks_over("tcp", 2, options, move |comm| {
+            if comm.rank() == 1 {
+                // Late for the call: rank 0 waits for it past its timeout.
+                std::thread::sleep(Duration::from_millis(1500));
+                return Ok(None);
+            }
+            let mut buf = vec![1u32; len];
+            Ok(Some(comm.allreduce(&mut buf, ReduceOp::Sum)))
+        });
+        match &results[0] {
+            Some(Err(CollectiveError::PeerTimeout {
+                rank: 1, during, ..
+            })) => during.clone(),
+            other => panic!("shared memory {shared_memory}, {len} elements: {other:?}"),
+        }
+    };
+    assert!(waiting_in(true, 2).contains("host board"));
+    assert!(waiting_in(false, 2).contains("recursive doubling"));
+    // 1 MiB: past the board's slot and the large threshold alike.
+    assert!(!waiting_in(true, 1 << 18).contains("host board"));
+}
+
 #[cfg(feature = "zmq")]
 fn a_peer_that_leaves_is_lost_at_once(shared_memory: bool, scheme: &str) {
     let timeout = Duration::from_secs(30);

@@ -167,9 +167,24 @@ fn path_env(path: &str) -> [(&'static str, &'static str); 2] {
     match path {
         "tcp" => [("SWITCHYARD_DATA_PATH", "tcp"), ("SWITCHYARD_SHM", "0")],
         "shm" => [("SWITCHYARD_DATA_PATH", "tcp"), ("SWITCHYARD_SHM", "1")],
+        // Shared memory with calls small enough for the host board (see `drill_env`).
+        "board" => [("SWITCHYARD_DATA_PATH", "tcp"), ("SWITCHYARD_SHM", "1")],
         "zmq" => [("SWITCHYARD_DATA_PATH", "zmq"), ("SWITCHYARD_SHM", "0")],
         other => panic!("no data path {other}"),
     }
+}
+
+/// The drill's settings on `data_path` (see [`path_env`]): the ring through the
+/// pipes (direct exchange off), or on `board` allreduces of 2 elements, which ranks
+/// that share a host make on the host board instead.
+fn drill_env(data_path: &str) -> Vec<(&'static str, &'static str)> {
+    let mut env = path_env(data_path).to_vec();
+    if data_path == "board" {
+        env.push(("DRILL_ELEMS", "2"));
+    } else {
+        env.push(("SWITCHYARD_DIRECT_MAX_RANKS", "0"));
+    }
+    env
 }
 
 /// Whether `error` blames `rank` as the peer that went away or silent.
@@ -191,6 +206,13 @@ fn over_shared_memory_a_killed_rank_is_named_by_every_survivor() {
     a_killed_rank_is_named_over("shm");
 }
 
+/// The same on the host board: a survivor waiting for the dead rank's slot sees its
+/// Unix socket close, as a survivor waiting for its bytes does.
+#[test]
+fn on_the_host_board_a_killed_rank_is_named_by_every_survivor() {
+    a_killed_rank_is_named_over("board");
+}
+
 /// The same over the ZeroMQ data path, where libzmq reconnects in silence: the closed
 /// connection (libzmq's disconnect event) and a refused probe tell the survivors,
 /// not the silence timeout.
@@ -200,12 +222,7 @@ fn over_zeromq_a_killed_rank_is_named_by_every_survivor_before_the_timeout() {
 }
 
 fn a_killed_rank_is_named_over(data_path: &str) {
-    let [path, shm] = path_env(data_path);
-    let job = Job::start(
-        4,
-        LONG_TIMEOUT,
-        &[("SWITCHYARD_DIRECT_MAX_RANKS", "0"), path, shm],
-    );
+    let job = Job::start(4, LONG_TIMEOUT, &drill_env(data_path));
     let victim = 2;
     job.signal(victim, "KILL");
     let killed = Instant::now();
@@ -220,7 +237,7 @@ fn a_killed_rank_is_named_over(data_path: &str) {
         // Seen by the closed connections, before any timeout: the error is not the
         // silence timeout's, and it came before that timeout could have fired.
         assert!(!error.contains("no byte arrived"), "rank {rank}: {error}");
-        if data_path == "shm" && error.contains("lost rank") {
+        if data_path != "tcp" && data_path != "zmq" && error.contains("lost rank") {
             assert!(error.contains("shm://"), "rank {rank}: {error}");
         }
         assert!(
@@ -237,12 +254,7 @@ fn a_killed_rank_is_named_over(data_path: &str) {
 /// until the drill ends. How soon after the timeout the errors come is not bounded
 /// more tightly than that: on a loaded runner the survivors themselves run late.
 fn a_stopped_rank_is_named_within_the_timeout(data_path: &str) {
-    let [path, shm] = path_env(data_path);
-    let job = Job::start(
-        4,
-        TIMEOUT,
-        &[("SWITCHYARD_DIRECT_MAX_RANKS", "0"), path, shm],
-    );
+    let job = Job::start(4, TIMEOUT, &drill_env(data_path));
     let victim = 1;
     job.signal(victim, "STOP");
     let stopped = Instant::now();
@@ -284,6 +296,13 @@ fn over_shared_memory_a_stopped_rank_is_named_by_every_survivor_within_the_timeo
     a_stopped_rank_is_named_within_the_timeout("shm");
 }
 
+/// On the host board a stopped rank publishes nothing more: the survivors waiting for
+/// its slot name it at the silence timeout.
+#[test]
+fn on_the_host_board_a_stopped_rank_is_named_by_every_survivor_within_the_timeout() {
+    a_stopped_rank_is_named_within_the_timeout("board");
+}
+
 /// Every rank SIGKILLed in the middle of its calls (one first, then the rest, as a
 /// cancelled job dies): the shared-memory segments the ranks mapped are held by no
 /// process afterwards (the kernel has freed them), and no file was ever made for
@@ -300,16 +319,20 @@ fn over_shared_memory_killed_ranks_leave_nothing_behind() {
             path_env("shm")[1],
         ],
     );
-    // Each rank maps one segment for each of its 3 peers.
+    // Each rank maps one segment for each of its 3 peers, and the host board.
     let mut segments = Vec::new();
     for rank in 0..4 {
         let mapped = segment_inodes(&format!("/proc/{}/maps", job.pid(rank)));
-        assert_eq!(mapped.len(), 3, "rank {rank} maps {mapped:?}");
+        assert_eq!(mapped.len(), 4, "rank {rank} maps {mapped:?}");
         segments.extend(mapped);
     }
     segments.sort_unstable();
     segments.dedup();
-    assert_eq!(segments.len(), 6, "one segment per pair: {segments:?}");
+    assert_eq!(
+        segments.len(),
+        7,
+        "one segment per pair and one board: {segments:?}"
+    );
     job.signal(1, "KILL");
     std::thread::sleep(Duration::from_millis(50));
     for rank in [0, 2, 3] {
@@ -346,7 +369,9 @@ fn segment_inodes(path: &str) -> Vec<u64> {
     };
     let mut inodes: Vec<u64> = text
         .lines()
-        .filter(|line| line.contains("memfd:switchyard-shm"))
+        .filter(|line| {
+            line.contains("memfd:switchyard-shm") || line.contains("memfd:switchyard-board")
+        })
         .filter_map(|line| line.split_whitespace().nth(4)?.parse().ok())
         .collect();
     inodes.sort_unstable();
@@ -360,7 +385,7 @@ fn shm_files() -> Vec<String> {
     for dir in ["/dev/shm", "/tmp"] {
         for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if name.contains("switchyard-shm") || name.contains("memfd") {
+            if name.contains("switchyard-") || name.contains("memfd") {
                 names.push(format!("{dir}/{name}"));
             }
         }
@@ -374,20 +399,32 @@ fn over_zeromq_a_stopped_rank_is_named_by_every_survivor_within_the_timeout() {
     a_stopped_rank_is_named_within_the_timeout("zmq");
 }
 
+/// The same on the host board, where every rank reads the odd rank's call straight
+/// from its slot.
+#[test]
+fn on_the_host_board_a_mismatch_is_reported_by_every_rank() {
+    a_mismatch_is_reported_by_every_rank(&[
+        path_env("board")[0],
+        path_env("board")[1],
+        ("DRILL_ELEMS", "2"),
+        ("DRILL_ODD_RANK", "2"),
+    ]);
+}
+
 /// One rank passes a longer buffer and every rank that sees it leaves at once
 /// through `?`: every rank's error is about the mismatch, none about a lost or
 /// silent peer, and all come before a silence timeout could have fired after the
 /// first.
 #[test]
 fn a_mismatch_is_reported_by_every_rank_not_a_lost_connection() {
-    let job = Job::start(
-        4,
-        LONG_TIMEOUT,
-        &[
-            ("SWITCHYARD_DIRECT_MAX_RANKS", "0"),
-            ("DRILL_ODD_RANK", "2"),
-        ],
-    );
+    a_mismatch_is_reported_by_every_rank(&[
+        ("SWITCHYARD_DIRECT_MAX_RANKS", "0"),
+        ("DRILL_ODD_RANK", "2"),
+    ]);
+}
+
+fn a_mismatch_is_reported_by_every_rank(env: &[(&str, &str)]) {
+    let job = Job::start(4, LONG_TIMEOUT, env);
     let ranks = [0, 1, 2, 3];
     let errors = job.errors(&ranks, LONG_TIMEOUT * 2);
     let first = errors.iter().map(|(_, at)| *at).min().unwrap();

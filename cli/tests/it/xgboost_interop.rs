@@ -6,7 +6,7 @@
 //! 1.7 an unmodified XGBoost program), and a job of each version survives our tracker
 //! being SIGKILLed after bootstrap and restarted with its state file.
 //!
-//! The Python side is `tests/xgboost/worker.py` and `tests/xgboost/ref_tracker.py`. The
+//! The Python side is `xgboost_interop/worker.py` and `xgboost_interop/ref_tracker.py`. The
 //! interpreters come from `SWITCHYARD_XGB17_PYTHON` and `SWITCHYARD_XGB3_PYTHON`
 //! (`scripts/xgboost-venvs.sh` makes them); when one is unset the test says so and
 //! passes, unless `SWITCHYARD_REQUIRE_XGBOOST=1` (CI), where it fails.
@@ -30,7 +30,7 @@ use support::{ChildGuard, switchyard};
 /// Whose tracker serves the job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Tracker {
-    /// `tests/xgboost/ref_tracker.py`: XGBoost's `RabitTracker` of the same version.
+    /// `xgboost_interop/ref_tracker.py`: XGBoost's `RabitTracker` of the same version.
     Reference,
     /// `switchyard tracker`.
     Switchyard,

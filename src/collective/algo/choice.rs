@@ -40,20 +40,24 @@ pub(crate) enum Algorithm {
     Tree,
     /// The pipelined chain broadcast.
     Chain,
+    /// One slot per rank in memory every rank maps, when all share one host: small
+    /// allreduces and the barrier.
+    Board,
 }
 
 impl Algorithm {
     /// Every algorithm, in code order.
-    const ALL: [Algorithm; 5] = [
+    const ALL: [Algorithm; 6] = [
         Algorithm::Doubling,
         Algorithm::Direct,
         Algorithm::Ring,
         Algorithm::Tree,
         Algorithm::Chain,
+        Algorithm::Board,
     ];
 
     /// The algorithm's code in a [`Signature`](crate::collective::signature::Signature)
-    /// (1 to 5; 0 means none).
+    /// (1 to 6; 0 means none).
     pub(crate) fn code(self) -> u8 {
         match self {
             Algorithm::Doubling => 1,
@@ -61,6 +65,7 @@ impl Algorithm {
             Algorithm::Ring => 3,
             Algorithm::Tree => 4,
             Algorithm::Chain => 5,
+            Algorithm::Board => 6,
         }
     }
 
@@ -77,6 +82,7 @@ impl Algorithm {
             Algorithm::Ring => "ring",
             Algorithm::Tree => "binomial tree",
             Algorithm::Chain => "chain",
+            Algorithm::Board => "host board",
         }
     }
 }
@@ -95,21 +101,24 @@ pub(crate) fn checks_everyone(kind: Kind, algorithm: Algorithm) -> bool {
         (kind, algorithm),
         (
             Kind::Allreduce,
-            Algorithm::Doubling | Algorithm::Direct | Algorithm::Ring
-        ) | (Kind::Barrier, Algorithm::Doubling)
+            Algorithm::Doubling | Algorithm::Direct | Algorithm::Ring | Algorithm::Board
+        ) | (Kind::Barrier, Algorithm::Doubling | Algorithm::Board)
     )
 }
 
 /// The algorithm for a call of `kind` over `bytes` bytes in `count` elements on
-/// `world` ranks.
+/// `world` ranks, where the link's host board takes up to `board` bytes a rank (0:
+/// no board, see [`Link::board_bytes`](crate::collective::link::Link::board_bytes)).
 ///
-/// - allreduce: recursive doubling below `large_threshold` bytes or with fewer
+/// - allreduce: the host board below `large_threshold` bytes when it takes them;
+///   otherwise recursive doubling below `large_threshold` bytes or with fewer
 ///   elements than ranks (the bandwidth algorithms give every rank a block); above,
 ///   the direct exchange up to `direct_max_ranks` ranks, the ring beyond;
 /// - broadcast: the binomial tree below `large_threshold` bytes; above, scatter and
 ///   direct allgather up to `direct_max_ranks` ranks, the chain beyond;
 /// - allgather: direct below `gather_threshold` bytes, the ring from there;
-/// - reduce-scatter: always the ring; barrier: recursive doubling on nothing;
+/// - reduce-scatter: always the ring; barrier: the host board if there is one,
+///   else recursive doubling on nothing;
 ///   ordered reduce: the binomial tree (its order is the point).
 pub(crate) fn choose(
     kind: Kind,
@@ -117,10 +126,13 @@ pub(crate) fn choose(
     count: usize,
     world: usize,
     tuning: &Tuning,
+    board: usize,
 ) -> Algorithm {
     let large = bytes >= tuning.large_threshold;
     let few_ranks = world <= tuning.direct_max_ranks;
     match kind {
+        Kind::Allreduce if board > 0 && !large && bytes <= board => Algorithm::Board,
+        Kind::Barrier if board > 0 => Algorithm::Board,
         Kind::Allreduce if !large || count < world => Algorithm::Doubling,
         Kind::Allreduce if few_ranks => Algorithm::Direct,
         Kind::Allreduce => Algorithm::Ring,
@@ -163,7 +175,7 @@ mod tests {
                         Algorithm::Ring
                     };
                     assert_eq!(
-                        choose(Kind::Allreduce, bytes, count, world, &t),
+                        choose(Kind::Allreduce, bytes, count, world, &t, 0),
                         expected,
                         "{bytes} B, {count} elements, {world} ranks"
                     );
@@ -185,7 +197,7 @@ mod tests {
                 };
                 let case = format!("{bytes} B on {world} ranks");
                 assert_eq!(
-                    choose(Kind::Broadcast, bytes, count, world, &t),
+                    choose(Kind::Broadcast, bytes, count, world, &t, 0),
                     broadcast,
                     "{case}"
                 );
@@ -195,7 +207,7 @@ mod tests {
                     Algorithm::Ring
                 };
                 assert_eq!(
-                    choose(Kind::Allgather, bytes, count, world, &t),
+                    choose(Kind::Allgather, bytes, count, world, &t, 0),
                     gather,
                     "{case}"
                 );
@@ -205,7 +217,11 @@ mod tests {
                     (Kind::OrderedReduce, Algorithm::Tree),
                 ];
                 for (kind, algorithm) in fixed {
-                    assert_eq!(choose(kind, bytes, count, world, &t), algorithm, "{case}");
+                    assert_eq!(
+                        choose(kind, bytes, count, world, &t, 0),
+                        algorithm,
+                        "{case}"
+                    );
                 }
             }
         }
@@ -219,11 +235,11 @@ mod tests {
             .tuning();
         for world in 1usize..=8 {
             assert_eq!(
-                choose(Kind::Allreduce, 4096, 1024, world, &t),
+                choose(Kind::Allreduce, 4096, 1024, world, &t, 0),
                 Algorithm::Ring
             );
             assert_eq!(
-                choose(Kind::Broadcast, 4096, 1024, world, &t),
+                choose(Kind::Broadcast, 4096, 1024, world, &t, 0),
                 Algorithm::Chain
             );
         }
@@ -232,11 +248,11 @@ mod tests {
     #[test]
     fn a_zero_threshold_still_keeps_short_buffers_on_doubling() {
         let t = CommOptions::default().with_large_threshold(0).tuning();
-        assert_eq!(choose(Kind::Allreduce, 0, 0, 3, &t), Algorithm::Doubling);
-        assert_eq!(choose(Kind::Allreduce, 8, 2, 3, &t), Algorithm::Doubling);
-        assert_eq!(choose(Kind::Allreduce, 12, 3, 3, &t), Algorithm::Direct);
+        assert_eq!(choose(Kind::Allreduce, 0, 0, 3, &t, 0), Algorithm::Doubling);
+        assert_eq!(choose(Kind::Allreduce, 8, 2, 3, &t, 0), Algorithm::Doubling);
+        assert_eq!(choose(Kind::Allreduce, 12, 3, 3, &t, 0), Algorithm::Direct);
         // A broadcast has no blocks to hand out per rank; even nothing goes direct.
-        assert_eq!(choose(Kind::Broadcast, 0, 0, 3, &t), Algorithm::Direct);
+        assert_eq!(choose(Kind::Broadcast, 0, 0, 3, &t, 0), Algorithm::Direct);
     }
 
     #[test]
@@ -257,18 +273,60 @@ mod tests {
         }
     }
 
+    /// With a host board, allreduces it takes (at most its slot, below the large
+    /// threshold) and every barrier go to it; nothing else does.
+    #[test]
+    fn the_board_takes_small_allreduces_and_barriers_only() {
+        let t = tuning();
+        for world in 1usize..=8 {
+            for board in [0, 64, 4096] {
+                for bytes in [0, 1, 64, 65, 999, 1000, 4096, 5000] {
+                    let case = format!("{bytes} B on {world} ranks, board {board}");
+                    let on_board = board > 0 && bytes <= board && bytes < 1000;
+                    let allreduce = choose(Kind::Allreduce, bytes, bytes, world, &t, board);
+                    assert_eq!(
+                        allreduce == Algorithm::Board,
+                        on_board,
+                        "{case}: {allreduce:?}"
+                    );
+                    if !on_board {
+                        assert_eq!(
+                            allreduce,
+                            choose(Kind::Allreduce, bytes, bytes, world, &t, 0),
+                            "{case}"
+                        );
+                    }
+                    let barrier = choose(Kind::Barrier, 0, 0, world, &t, board);
+                    assert_eq!(barrier == Algorithm::Board, board > 0, "{case}");
+                    for kind in [
+                        Kind::Broadcast,
+                        Kind::Allgather,
+                        Kind::ReduceScatter,
+                        Kind::OrderedReduce,
+                    ] {
+                        assert_ne!(
+                            choose(kind, bytes, bytes, world, &t, board),
+                            Algorithm::Board,
+                            "{case}: {kind:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     /// The defaults are the measured ones (BENCHMARKS.md): 512 KiB, 8 ranks, 64 MiB.
     #[test]
     fn the_default_thresholds() {
         let t = CommOptions::default().tuning();
         let kib = 1 << 10;
         let f32s = |bytes: usize| bytes / 4;
-        let at = |bytes, world| choose(Kind::Allreduce, bytes, f32s(bytes), world, &t);
+        let at = |bytes, world| choose(Kind::Allreduce, bytes, f32s(bytes), world, &t, 0);
         assert_eq!(at(512 * kib - 1, 4), Algorithm::Doubling);
         assert_eq!(at(512 * kib, 4), Algorithm::Direct);
         assert_eq!(at(512 * kib, 8), Algorithm::Direct);
         assert_eq!(at(512 * kib, 9), Algorithm::Ring);
-        let gather = |bytes| choose(Kind::Allgather, bytes, bytes, 4, &t);
+        let gather = |bytes| choose(Kind::Allgather, bytes, bytes, 4, &t, 0);
         assert_eq!(gather((64 << 20) - 1), Algorithm::Direct);
         assert_eq!(gather(64 << 20), Algorithm::Ring);
     }

@@ -14,6 +14,7 @@
 //! at their first message to each other even when their disagreement put them on
 //! different algorithms, whose step tags never meet.
 
+pub(crate) mod board;
 pub(crate) mod choice;
 pub(crate) mod direct;
 pub(crate) mod doubling;
@@ -66,7 +67,7 @@ impl Round<'_> {
 
     /// `e` as an error of this call; a timeout says which clock ran out and where in
     /// the call (the algorithm and step) this rank was waiting.
-    fn link_error(&self, e: LinkError, step: u32) -> CollectiveError {
+    pub(crate) fn link_error(&self, e: LinkError, step: u32) -> CollectiveError {
         if let LinkError::Refused { rank, first } = &e {
             if let Some(meta) = Meta::decode(first) {
                 if let Err(mismatch) =
@@ -114,16 +115,20 @@ impl Round<'_> {
             .map_err(|e| self.link_error(e, FINISH_STEP))
     }
 
-    /// The first bytes of every message of this call (see the module documentation).
-    fn stamp(&self) -> [u8; 16] {
-        let meta = Meta {
+    /// The meta frame of this call's payload that starts at element `offset`.
+    pub(crate) fn meta(&self, offset: u64) -> [u8; Meta::LEN] {
+        Meta {
             total: self.total,
             sig: self.sig.encode(),
-            offset: 0,
+            offset,
         }
-        .encode();
+        .encode()
+    }
+
+    /// The first bytes of every message of this call (see the module documentation).
+    pub(crate) fn stamp(&self) -> [u8; 16] {
         let mut stamp = [0u8; 16];
-        stamp.copy_from_slice(&meta[..16]);
+        stamp.copy_from_slice(&self.meta(0)[..16]);
         stamp
     }
 
@@ -142,12 +147,7 @@ impl Round<'_> {
         offset: u64,
         payload: Bytes,
     ) -> Result<(), CollectiveError> {
-        let meta = Meta {
-            total: self.total,
-            sig: self.sig.encode(),
-            offset,
-        }
-        .encode();
+        let meta = self.meta(offset);
         let tag = Tag {
             call: self.seq,
             step: self.step_base + step,

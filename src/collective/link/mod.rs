@@ -159,6 +159,45 @@ pub trait Link: Send {
     fn expect(&mut self, call: u64, stamp: &[u8]) {
         let _ = (call, stamp);
     }
+
+    /// The most bytes a rank may put on the host board in one call: every rank of
+    /// the world is on this host and maps one segment with a slot per rank (see
+    /// [`Link::board_publish`]). 0, the default, when there is no board. Every rank of
+    /// a world gets the same answer, since it decides which algorithm a call runs.
+    fn board_bytes(&self) -> usize {
+        0
+    }
+
+    /// Puts this rank's part of its next board call on the board: `data` (at most
+    /// [`Link::board_bytes`]) after the call's `meta` frame (at most 40 bytes), and
+    /// wakes the ranks asleep waiting for it. Every rank must then take every rank's
+    /// part ([`Link::board_take`]) before it publishes again: a slot is reused two
+    /// board calls later, which is safe only because each call reads them all.
+    fn board_publish(&mut self, meta: &[u8], data: &[u8]) -> Result<(), LinkError> {
+        let _ = (meta, data);
+        Err(LinkError::Transport {
+            rank: self.rank(),
+            reason: "this link has no host board".into(),
+        })
+    }
+
+    /// Waits under `clock` until rank `from` has put its part of the current board
+    /// call, then hands its data to `take`. Fails with [`LinkError::Refused`] when
+    /// `from`'s meta frame does not begin with `stamp` (another call), and, as
+    /// [`Link::recv_within`] does, when `from` is gone, silent, or aborted.
+    fn board_take(
+        &mut self,
+        from: usize,
+        stamp: &[u8],
+        clock: Clock,
+        take: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), LinkError> {
+        let _ = (stamp, clock, take);
+        Err(LinkError::Transport {
+            rank: from,
+            reason: "this link has no host board".into(),
+        })
+    }
 }
 
 /// The two clocks of a collective call. `silence` is the longest a rank waits for a

@@ -16,7 +16,7 @@
 
 use super::framing::{HELLO_LEN, decode_hello, encode_hello};
 use super::liveness::{Announce, Beats, Liveness, interval_for};
-use super::shm::hand_over;
+use super::shm::{Board, hand_over, share_board};
 use super::stream::Pipe;
 use super::{Link, SocketLink, Tag};
 use crate::bootstrap::handshakes::{self, Handshakes, accept_all};
@@ -53,6 +53,8 @@ pub(super) struct Opened {
     pub(super) connections: Vec<Option<Connection>>,
     /// The running heartbeat, when this rank has a deadline and some peer beats too.
     pub(super) liveness: Option<Liveness>,
+    /// The host board, when every rank is on this host.
+    pub(super) board: Option<Board>,
 }
 
 /// The error for a TCP connection to `rank` at `addr` that failed.
@@ -222,6 +224,7 @@ pub(super) fn open_connections_on(
         }
     }
     let mut pipes = hand_over(rank, &streams, &addrs, &same_host, deadline)?;
+    let board = share_board(rank, &pipes, &addrs, deadline)?;
     let mut connections = Vec::with_capacity(size);
     for (peer, stream) in streams.into_iter().enumerate() {
         let addr = addrs[peer].clone();
@@ -251,6 +254,7 @@ pub(super) fn open_connections_on(
     Ok(Opened {
         connections,
         liveness,
+        board,
     })
 }
 
@@ -460,6 +464,7 @@ mod tests {
                 let empty = Opened {
                     connections: Vec::new(),
                     liveness: None,
+                    board: None,
                 };
                 std::mem::replace(opened, Ok(empty)).unwrap().connections
             })

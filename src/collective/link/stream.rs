@@ -18,8 +18,10 @@
 //! after the silence timeout.
 //!
 //! The wire format is in `framing.rs`, the connection set-up in `setup.rs`, the
-//! non-blocking reads, writes and waits in `stream/io.rs`.
+//! non-blocking reads, writes and waits in `stream/io.rs`, the host board's publish and
+//! wait (ranks that all share one host) in `stream/board.rs`.
 
+mod board;
 mod io;
 mod pipe;
 
@@ -29,6 +31,7 @@ use super::framing::Decoder;
 use super::liveness::Liveness;
 use super::pool::Pool;
 use super::setup::{Connection, Opened, open_connections};
+use super::shm::Board;
 use super::{Clock, Link, Notice, Pending, SocketLink, Tag};
 use crate::collective::error::LinkError;
 use crate::collective::interrupt::Interrupt;
@@ -128,6 +131,8 @@ pub struct StreamLink {
     /// must yield its core (see `wait`): true unless every rank is known to share
     /// this host (all pipes are shared memory) and they fit its cores.
     oversubscribed: bool,
+    /// The host board, when every rank shares this host (`shm/board.rs`).
+    board: Option<Board>,
 }
 
 impl std::fmt::Debug for StreamLink {
@@ -193,6 +198,7 @@ impl StreamLink {
         let Opened {
             connections,
             liveness,
+            board,
         } = open_connections(&mut control, host, timeout, heartbeat, host_id)?;
         let oversubscribed = !fits_cores(&connections);
         let spin = spin.unwrap_or(if oversubscribed { SPIN } else { LOCAL_SPIN });
@@ -222,6 +228,7 @@ impl StreamLink {
             liveness,
             interrupt: None,
             oversubscribed,
+            board,
         })
     }
 
@@ -457,6 +464,24 @@ impl Link for StreamLink {
 
     fn recycle(&mut self, frame: Bytes) {
         self.pool.give(frame);
+    }
+
+    fn board_bytes(&self) -> usize {
+        self.board_slot_bytes()
+    }
+
+    fn board_publish(&mut self, meta: &[u8], data: &[u8]) -> Result<(), LinkError> {
+        self.publish_on_board(meta, data)
+    }
+
+    fn board_take(
+        &mut self,
+        from: usize,
+        stamp: &[u8],
+        clock: Clock,
+        take: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), LinkError> {
+        self.take_from_board(from, stamp, clock, take)
     }
 }
 

@@ -39,7 +39,8 @@ pub(crate) fn options() -> CommOptions {
     CommOptions::default().with_timeout(Duration::from_secs(20))
 }
 
-/// Small buffers, which take recursive doubling.
+/// Small buffers, which take recursive doubling, or the host board where every rank
+/// shares one host (over shared memory).
 pub(crate) fn allreduce_small_buffers(world: &impl World) {
     for n in [1, 2, 3, 4, 5, 7] {
         for len in [0, 1, 5, 33] {
@@ -180,7 +181,7 @@ macro_rules! instantiate {
             use crate::collective_suite as suite;
 
             #[test]
-            fn allreduce_every_op_and_dtype_small_buffers_take_recursive_doubling() {
+            fn allreduce_every_op_and_dtype_small_buffers() {
                 suite::allreduce_small_buffers(&$world);
             }
 

@@ -81,7 +81,7 @@ pub(crate) struct WorkerResult {
 
 /// The Python scripts' folder.
 pub(crate) fn scripts() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/xgboost")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/xgboost_interop")
 }
 
 /// A fresh, empty folder for one job's logs and results.

@@ -21,6 +21,7 @@
 //! ranks can wait on each other.
 
 use super::ShmPipe;
+use super::board::{Board, SLOT_BYTES};
 use super::segment::{RING_BYTES, Segment, recv_fd, send_fd};
 use crate::collective::error::LinkError;
 use std::io;
@@ -170,6 +171,52 @@ pub(in crate::collective::link) fn hand_over(
             .map_err(|e| on(peer, e))?;
     }
     Ok(pipes)
+}
+
+/// Gives every rank the host board (`board.rs`) when every rank of the world is on
+/// this host (every peer has a pipe in `pipes`): rank 0 makes it and sends its
+/// descriptor on each pipe's socket, the others take it from their pipe to rank 0,
+/// by `deadline`. `None` when some rank is elsewhere, or when rank 0 could not make
+/// one (it says so to every rank, so that all agree: the board changes which
+/// algorithm a call runs).
+pub(in crate::collective::link) fn share_board(
+    rank: usize,
+    pipes: &[Option<ShmPipe>],
+    addrs: &[String],
+    deadline: Instant,
+) -> Result<Option<Board>, LinkError> {
+    let size = pipes.len();
+    let everyone_here = size > 1 && (0..size).all(|p| p == rank || pipes[p].is_some());
+    if !everyone_here {
+        return Ok(None);
+    }
+    let lost = |peer: usize, reason: String| LinkError::Lost {
+        rank: peer,
+        endpoint: format!("shm://{}", addrs[peer]),
+        reason: format!("host board: {reason}"),
+    };
+    if rank == 0 {
+        let made = Board::create(size, SLOT_BYTES)
+            .inspect_err(|e| tracing::warn!("no host board for small calls: {e}"))
+            .ok();
+        for (peer, pipe) in pipes.iter().enumerate() {
+            if let Some(pipe) = pipe {
+                pipe.send_board(made.as_ref().map(|(_, fd)| fd.as_fd()))
+                    .map_err(|e| lost(peer, e.to_string()))?;
+            }
+        }
+        return Ok(made.map(|(board, _)| board));
+    }
+    let Some(from_root) = &pipes[0] else {
+        return Ok(None);
+    };
+    match from_root.recv_board(deadline) {
+        Ok(Some(fd)) => Board::open(fd, rank, size)
+            .map(Some)
+            .map_err(|e| lost(0, e.to_string())),
+        Ok(None) => Ok(None),
+        Err(e) => Err(lost(0, e.to_string())),
+    }
 }
 
 /// What the accepting side of the hand-over waits for, and how it reports.

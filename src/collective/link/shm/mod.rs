@@ -10,6 +10,9 @@
 //! once, as a closed TCP connection is. The segment handed over at setup
 //! (`handover.rs`) is anonymous: nothing is left behind after the ranks are gone.
 //!
+//! When every rank of the world is on one host, rank 0 also shares the host board
+//! (`board.rs`): a slot per rank in one segment, for small allreduces and the barrier.
+//!
 //! Reads and writes behave as on a non-blocking socket (`WouldBlock` when the ring is
 //! empty or full, `Ok(0)` once the peer has gone and everything it wrote was read), so
 //! the stream link's framing, queues, clocks and heartbeat work over either unchanged.
@@ -18,6 +21,8 @@
 //! Linux only (`memfd_create`, abstract Unix sockets): elsewhere no rank announces a
 //! host identity and every pair talks over TCP (`unsupported.rs`).
 
+#[cfg(target_os = "linux")]
+mod board;
 #[cfg(target_os = "linux")]
 mod handover;
 mod host;
@@ -31,9 +36,11 @@ mod segment;
 mod unsupported;
 
 #[cfg(target_os = "linux")]
-pub(super) use handover::hand_over;
+pub(crate) use board::Board;
+#[cfg(target_os = "linux")]
+pub(super) use handover::{hand_over, share_board};
 pub(crate) use host::host_identity;
 #[cfg(target_os = "linux")]
 pub(crate) use pipe::ShmPipe;
 #[cfg(not(target_os = "linux"))]
-pub(super) use unsupported::{ShmPipe, hand_over};
+pub(super) use unsupported::{Board, ShmPipe, hand_over, share_board};

@@ -1,9 +1,9 @@
 //! [`ShmPipe`]: one peer's rings and its Unix socket.
 
 use super::ring::{Reader, RingError, Writer};
-use super::segment::Segment;
-use std::io::{self, IoSlice};
-use std::os::fd::{AsRawFd, RawFd};
+use super::segment::{Segment, recv_fd, send_fd};
+use std::io::{self, IoSlice, Write};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
@@ -12,6 +12,12 @@ use std::time::{Duration, Instant};
 /// enough that spinning costs no system calls, often enough that a rank busy with
 /// other peers still sees a dead one at once.
 const SOCKET_CHECK: Duration = Duration::from_millis(1);
+
+/// Rank 0's first message on each pipe's socket: the host board's descriptor rides
+/// with it.
+const BOARD: [u8; 4] = *b"SYB1";
+/// The same when rank 0 has no board to share (it could not make one).
+const NO_BOARD: [u8; 4] = *b"SYB0";
 
 /// The shared-memory connection to one peer on this host.
 pub(crate) struct ShmPipe {
@@ -151,9 +157,60 @@ impl ShmPipe {
         }
     }
 
+    /// Sends the host board's descriptor (`Some`), or word that there is none, to the
+    /// peer: the first message on the socket after the hand-over, from rank 0 only.
+    pub(super) fn send_board(&self, board: Option<BorrowedFd<'_>>) -> io::Result<()> {
+        match board {
+            Some(fd) => send_fd(&self.socket, &BOARD, fd),
+            None => (&self.socket).write_all(&NO_BOARD),
+        }
+    }
+
+    /// Receives what [`ShmPipe::send_board`] sent, waiting until `deadline`.
+    pub(super) fn recv_board(&self, deadline: Instant) -> io::Result<Option<OwnedFd>> {
+        loop {
+            let mut word = [0u8; 4];
+            match recv_fd(&self.socket, &mut word) {
+                Ok((4, fd)) if word == BOARD && fd.is_some() => return Ok(fd),
+                Ok((4, None)) if word == NO_BOARD => return Ok(None),
+                Ok((0, _)) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the peer closed its socket before it shared the host board",
+                    ));
+                }
+                Ok((got, _)) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("{:02x?} where the host board was due", &word[..got.min(4)]),
+                    ));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "no host board from rank 0 before the set-up deadline",
+                        ));
+                    }
+                    let mut p = libc::pollfd {
+                        fd: self.socket.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    let millis = left.as_millis().clamp(1, 100) as libc::c_int;
+                    // SAFETY: one valid pollfd.
+                    unsafe { libc::poll(&mut p, 1, millis) };
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Wakes the peer: one byte on the socket. A full socket already holds wake-ups
     /// and a closed one has nobody to wake, so errors are ignored.
-    fn wake(&self) {
+    pub(crate) fn wake(&self) {
         // SAFETY: a valid socket and a one-byte buffer; MSG_NOSIGNAL: a closed peer
         // gives EPIPE, never SIGPIPE.
         unsafe {

@@ -56,29 +56,8 @@ impl Segment {
                 format!("ring size {ring_bytes} is not a power of two of at least 64"),
             ));
         }
-        // SAFETY: the name is a valid C string; the flags are valid.
-        let fd = unsafe {
-            libc::memfd_create(
-                c"switchyard-shm".as_ptr(),
-                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just returned by memfd_create and is owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let len = HEADER_BYTES + 2 * ring_bytes;
-        // SAFETY: a valid descriptor and a length that fits an off_t.
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // Sealed at this size before anyone else holds it: a peer that shrank the file
-        // would make this process die of SIGBUS at its next touch of a ring.
-        // SAFETY: a valid descriptor and valid seal flags.
-        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SEALS) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let fd = sealed_memfd(c"switchyard-shm", len)?;
         let segment = Segment::map_fd(fd.as_raw_fd(), len, ring_bytes)?;
         // A fresh memfd reads as zeros: both rings start empty, nobody asleep.
         // SAFETY: the header is inside the mapping, 8-aligned (page-aligned base).
@@ -93,22 +72,7 @@ impl Segment {
     /// header.
     pub(super) fn open(fd: OwnedFd) -> io::Result<Segment> {
         let bad = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
-        // SAFETY: `stat` is plain data that fstat fills.
-        let mut stat: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: a valid descriptor and a valid out-pointer.
-        if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // Only a segment sealed at its size: otherwise its sender could shrink it under
-        // this process's mapping.
-        // SAFETY: a valid descriptor.
-        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-        if seals < 0 || seals & SEALS != SEALS {
-            return Err(bad(format!(
-                "segment not sealed at its size (seals {seals:#x})"
-            )));
-        }
-        let len = usize::try_from(stat.st_size).map_err(|_| bad("negative size".into()))?;
+        let len = sealed_len(&fd)?;
         if len < HEADER_BYTES + 2 * 64 {
             return Err(bad(format!("segment of {len} bytes is too small")));
         }
@@ -138,23 +102,8 @@ impl Segment {
     }
 
     fn map_fd(fd: RawFd, len: usize, ring_bytes: usize) -> io::Result<Segment> {
-        // SAFETY: a fresh shared mapping of a descriptor we hold; the kernel picks
-        // the address.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
         Ok(Segment {
-            base: base.cast::<u8>(),
+            base: map_shared(fd, len)?,
             len,
             ring_bytes,
         })
@@ -182,6 +131,69 @@ impl Drop for Segment {
             libc::munmap(self.base.cast(), self.len);
         }
     }
+}
+
+/// A new anonymous file of `len` zero bytes, sealed at that size (`SEALS`) before
+/// anyone else can hold it: a peer that shrank the file would make this process die
+/// of SIGBUS at its next touch of the memory.
+pub(super) fn sealed_memfd(name: &std::ffi::CStr, len: usize) -> io::Result<OwnedFd> {
+    // SAFETY: the name is a valid C string; the flags are valid.
+    let fd =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by memfd_create and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: a valid descriptor and a length that fits an off_t.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a valid descriptor and valid seal flags.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SEALS) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// The size of a file a peer handed over, which must be sealed at that size
+/// (`SEALS`): otherwise its sender could shrink it under this process's mapping.
+pub(super) fn sealed_len(fd: &OwnedFd) -> io::Result<usize> {
+    let bad = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
+    // SAFETY: `stat` is plain data that fstat fills.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid descriptor and a valid out-pointer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a valid descriptor.
+    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    if seals < 0 || seals & SEALS != SEALS {
+        return Err(bad(format!(
+            "segment not sealed at its size (seals {seals:#x})"
+        )));
+    }
+    usize::try_from(stat.st_size).map_err(|_| bad("negative size".into()))
+}
+
+/// Maps `len` bytes of `fd` shared, read and write. The caller unmaps them.
+pub(super) fn map_shared(fd: RawFd, len: usize) -> io::Result<*mut u8> {
+    // SAFETY: a fresh shared mapping of a descriptor the caller holds; the kernel
+    // picks the address.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(base.cast::<u8>())
 }
 
 const _: () = assert!(CONTROLS_AT + 2 * CONTROL_BYTES <= HEADER_BYTES);

@@ -1,0 +1,355 @@
+//! The host board: one segment that every rank of a world on one host maps, with a
+//! slot per rank, for the calls where each rank's data must reach every other rank
+//! and is small (allreduce below [`SLOT_BYTES`], the barrier). A rank writes its part
+//! once into its own slot; every rank then reads every slot, in rank order, straight
+//! from the shared memory: no message, no per-peer round trip, one copy per byte
+//! written and none to receive.
+//!
+//! Each rank has two slots and uses them in turn (board call `k` in slot `k % 2`).
+//! Reuse needs no acknowledgement: a rank writes its slot for call `k + 2` only after
+//! it has read every rank's part of call `k + 1`, so every rank has begun call `k + 1`
+//! and therefore finished reading call `k`. This holds because every board call reads
+//! every rank's slot (allreduce and barrier); a call where some rank reads nothing
+//! (a broadcast's root) must not use the board.
+//!
+//! A slot is published by storing its call number with release ordering after the
+//! data; a reader that loads that number with acquire ordering sees the data. A rank
+//! about to sleep raises its flag in the board and looks once more; a rank that
+//! publishes puts a sequentially consistent fence between its store and reading the
+//! flags, then wakes every sleeper through the pair's pipe (one byte on its Unix
+//! socket), so no wake-up is lost (the rings' argument, `ring.rs`).
+//!
+//! Layout: a 64-byte header (magic, ranks, slot size), a 64-byte line per rank with
+//! its sleep flag, then per rank two slots, each a 64-byte control line (call number,
+//! length, the call's meta frame) followed by the data.
+
+use super::segment::{map_shared, sealed_len, sealed_memfd};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+
+/// Data bytes of one slot: the largest allreduce the board takes. Below this the board
+/// beats recursive doubling through the pipes at every size measured (see
+/// `BENCHMARKS.md`); above, the pipes' bandwidth algorithms take over.
+pub(crate) const SLOT_BYTES: usize = 16 << 10;
+/// The largest slot a board handed over may have: a peer cannot make this process
+/// map more than a few MiB per rank.
+const MAX_SLOT_BYTES: usize = 1 << 20;
+/// The most ranks a board handed over may have.
+const MAX_RANKS: usize = 4096;
+/// The first bytes of a board.
+const MAGIC: u64 = u64::from_le_bytes(*b"SYBRD001");
+/// One cache line.
+const LINE: usize = 64;
+/// The longest meta frame a slot keeps beside its data.
+pub(crate) const META_BYTES: usize = 40;
+
+/// The control line of one slot.
+#[repr(C)]
+struct SlotControl {
+    /// The board call whose data the slot holds (0: none yet).
+    call: AtomicU64,
+    /// Bytes of data.
+    len: AtomicU64,
+    /// Bytes of `meta` in use.
+    meta_len: AtomicU64,
+    /// The call's meta frame, which readers compare with their own call's.
+    meta: [u8; META_BYTES],
+}
+
+const _: () = assert!(std::mem::size_of::<SlotControl>() <= LINE);
+
+/// A slot's content as its reader sees it.
+pub(crate) struct Entry<'a> {
+    /// The meta frame the writer stored.
+    pub(crate) meta: &'a [u8],
+    /// Its data.
+    pub(crate) data: &'a [u8],
+}
+
+/// A board's content that cannot be right: only a peer that writes nonsense into the
+/// shared memory makes one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("host board corrupt: rank {rank}'s slot claims {len} bytes of data and {meta} of meta")]
+pub(crate) struct BoardError {
+    rank: usize,
+    len: u64,
+    meta: u64,
+}
+
+/// This rank's view of a mapped board.
+pub(crate) struct Board {
+    base: *mut u8,
+    len: usize,
+    ranks: usize,
+    slot_bytes: usize,
+    me: usize,
+    /// Board calls this rank has published: the current one, once it published.
+    calls: u64,
+}
+
+// SAFETY: the mapping is plain memory owned by this value, used by one thread at a
+// time (the link that owns it).
+unsafe impl Send for Board {}
+
+impl std::fmt::Debug for Board {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Board")
+            .field("ranks", &self.ranks)
+            .field("slot_bytes", &self.slot_bytes)
+            .field("me", &self.me)
+            .field("calls", &self.calls)
+            .finish()
+    }
+}
+
+/// Bytes of a board of `ranks` slots pairs of `slot_bytes`.
+fn board_len(ranks: usize, slot_bytes: usize) -> usize {
+    LINE + ranks * LINE + ranks * 2 * (LINE + slot_bytes)
+}
+
+impl Board {
+    /// Creates and maps a board for `ranks` ranks with slots of `slot_bytes` (a
+    /// multiple of 64), as rank 0. Returns it with its descriptor, to be handed to
+    /// every other rank.
+    pub(crate) fn create(ranks: usize, slot_bytes: usize) -> io::Result<(Board, OwnedFd)> {
+        if slot_bytes % LINE != 0 || ranks == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a board of {ranks} ranks and {slot_bytes}-byte slots"),
+            ));
+        }
+        let len = board_len(ranks, slot_bytes);
+        let fd = sealed_memfd(c"switchyard-board", len)?;
+        let base = map_shared(fd.as_raw_fd(), len)?;
+        // A fresh memfd reads as zeros: no slot holds a call, nobody sleeps.
+        // SAFETY: the header is inside the mapping, 8-aligned (page-aligned base).
+        unsafe {
+            let header = base.cast::<u64>();
+            header.write(MAGIC);
+            header.add(1).write(ranks as u64);
+            header.add(2).write(slot_bytes as u64);
+        }
+        let board = Board {
+            base,
+            len,
+            ranks,
+            slot_bytes,
+            me: 0,
+            calls: 0,
+        };
+        Ok((board, fd))
+    }
+
+    /// Maps the board rank 0 handed over as `fd`, as rank `me` of `ranks`, checking
+    /// its size and header.
+    pub(crate) fn open(fd: OwnedFd, me: usize, ranks: usize) -> io::Result<Board> {
+        let bad = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
+        let len = sealed_len(&fd)?;
+        if len < LINE || ranks > MAX_RANKS || me >= ranks {
+            return Err(bad(format!(
+                "a board of {len} bytes for rank {me} of {ranks}"
+            )));
+        }
+        let base = map_shared(fd.as_raw_fd(), len)?;
+        let mut board = Board {
+            base,
+            len,
+            ranks,
+            slot_bytes: 0,
+            me,
+            calls: 0,
+        };
+        // SAFETY: inside the mapping (len >= LINE), 8-aligned.
+        let (magic, their_ranks, slot_bytes) = unsafe {
+            let header = base.cast::<u64>();
+            (
+                header.read_volatile(),
+                header.add(1).read_volatile(),
+                header.add(2).read_volatile(),
+            )
+        };
+        let slot_bytes = usize::try_from(slot_bytes).unwrap_or(usize::MAX);
+        if magic != MAGIC
+            || their_ranks != ranks as u64
+            || slot_bytes % LINE != 0
+            || slot_bytes > MAX_SLOT_BYTES
+            || board_len(ranks, slot_bytes) != len
+        {
+            // Dropping `board` unmaps it.
+            return Err(bad(format!(
+                "board header {magic:#x}, {their_ranks} ranks, {slot_bytes}-byte slots in \
+                 {len} bytes is not a switchyard board for {ranks} ranks"
+            )));
+        }
+        board.slot_bytes = slot_bytes;
+        Ok(board)
+    }
+
+    /// The most data bytes a rank may publish per call.
+    pub(crate) fn slot_bytes(&self) -> usize {
+        self.slot_bytes
+    }
+
+    /// Rank `rank`'s sleep flag.
+    fn sleeping(&self, rank: usize) -> &AtomicU32 {
+        debug_assert!(rank < self.ranks);
+        // SAFETY: the line is inside the mapping (checked length), 64-aligned; only
+        // atomics touch it.
+        unsafe { &*self.base.add(LINE + rank * LINE).cast::<AtomicU32>() }
+    }
+
+    /// The control line and data of `rank`'s slot for board call `call`.
+    fn slot(&self, rank: usize, call: u64) -> (&SlotControl, *mut u8) {
+        debug_assert!(rank < self.ranks);
+        let index = rank * 2 + (call % 2) as usize;
+        let at = LINE + self.ranks * LINE + index * (LINE + self.slot_bytes);
+        // SAFETY: `at + LINE + slot_bytes <= len` for every rank and index (the
+        // length was checked against `board_len`); the control line is 64-aligned and
+        // its fields are atomics or plain bytes.
+        unsafe {
+            let control = &*self.base.add(at).cast::<SlotControl>();
+            (control, self.base.add(at + LINE))
+        }
+    }
+
+    /// Writes this rank's part of its next board call, `data` (at most
+    /// [`Board::slot_bytes`]) with the call's `meta` (at most [`META_BYTES`]), and
+    /// calls `wake` for every other rank that may be asleep waiting for it.
+    pub(crate) fn publish(&mut self, meta: &[u8], data: &[u8], mut wake: impl FnMut(usize)) {
+        assert!(data.len() <= self.slot_bytes && meta.len() <= META_BYTES);
+        self.calls += 1;
+        let (control, slot) = self.slot(self.me, self.calls);
+        // SAFETY: `slot` has `slot_bytes` bytes; nobody reads this slot until the
+        // call number below says it holds this call (readers of the call two back
+        // are done, see the module documentation).
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), slot, data.len());
+            let meta_at = std::ptr::addr_of!(control.meta).cast::<u8>().cast_mut();
+            std::ptr::copy_nonoverlapping(meta.as_ptr(), meta_at, meta.len());
+        }
+        control.len.store(data.len() as u64, Ordering::Relaxed);
+        control.meta_len.store(meta.len() as u64, Ordering::Relaxed);
+        control.call.store(self.calls, Ordering::Release);
+        fence(Ordering::SeqCst);
+        for rank in (0..self.ranks).filter(|&r| r != self.me) {
+            if self.sleeping(rank).load(Ordering::Relaxed) != 0 {
+                wake(rank);
+            }
+        }
+    }
+
+    /// Rank `from`'s part of the current board call (the one this rank published
+    /// last), once `from` has published it.
+    pub(crate) fn entry(&self, from: usize) -> Result<Option<Entry<'_>>, BoardError> {
+        let (control, slot) = self.slot(from, self.calls);
+        if control.call.load(Ordering::Acquire) != self.calls {
+            return Ok(None);
+        }
+        let len = control.len.load(Ordering::Relaxed);
+        let meta_len = control.meta_len.load(Ordering::Relaxed);
+        if len > self.slot_bytes as u64 || meta_len > META_BYTES as u64 {
+            return Err(BoardError {
+                rank: from,
+                len,
+                meta: meta_len,
+            });
+        }
+        // SAFETY: both ranges lie inside the slot (checked above); `from` does not
+        // write this slot again before this rank publishes its next call, which ends
+        // the borrow (`&self` here, `&mut self` there).
+        unsafe {
+            let meta = std::ptr::addr_of!(control.meta).cast::<u8>();
+            Ok(Some(Entry {
+                meta: std::slice::from_raw_parts(meta, meta_len as usize),
+                data: std::slice::from_raw_parts(slot, len as usize),
+            }))
+        }
+    }
+
+    /// Raises (before a sleep) or lowers (after it) this rank's sleep flag. Raising
+    /// is followed by a fence: the caller then looks at the slot it waits for once
+    /// more before it sleeps.
+    pub(crate) fn set_sleeping(&self, asleep: bool) {
+        self.sleeping(self.me)
+            .store(u32::from(asleep), Ordering::Relaxed);
+        if asleep {
+            fence(Ordering::SeqCst);
+        }
+    }
+}
+
+impl Drop for Board {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `create` or `open`, unmapped once.
+        unsafe {
+            libc::munmap(self.base.cast(), self.len);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    /// A board for `ranks` ranks as each of them maps it.
+    fn boards(ranks: usize, slot_bytes: usize) -> Vec<Board> {
+        let (first, fd) = Board::create(ranks, slot_bytes).unwrap();
+        let mut all = vec![first];
+        for me in 1..ranks {
+            let dup = fd.try_clone().unwrap();
+            all.push(Board::open(dup, me, ranks).unwrap());
+        }
+        all
+    }
+
+    #[test]
+    fn every_rank_reads_every_part_and_the_slots_alternate() {
+        let mut b = boards(3, 64);
+        for call in 1..=5u8 {
+            for (me, board) in b.iter_mut().enumerate() {
+                board.publish(&[call], &[call, me as u8], |_| {});
+            }
+            for board in &b {
+                for from in 0..3 {
+                    let e = board.entry(from).unwrap().expect("published");
+                    assert_eq!((e.meta, e.data), (&[call][..], &[call, from as u8][..]));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_sleeping_rank_is_woken_by_a_publish() {
+        let mut b = boards(2, 64);
+        b[1].set_sleeping(true);
+        let mut woken = Vec::new();
+        b[0].publish(&[], &[1], |r| woken.push(r));
+        assert_eq!(woken, [1]);
+        b[1].set_sleeping(false);
+        b[0].calls = 0;
+        woken.clear();
+        b[0].publish(&[], &[1], |r| woken.push(r));
+        assert!(woken.is_empty());
+    }
+
+    #[test]
+    fn a_corrupt_length_is_an_error_not_a_read() {
+        let mut b = boards(2, 64);
+        b[0].publish(&[], &[1, 2, 3], |_| {});
+        b[1].calls = 1;
+        let (control, _) = b[0].slot(0, 1);
+        control.len.store(1 << 40, Ordering::Relaxed);
+        assert!(b[1].entry(0).is_err());
+    }
+
+    #[test]
+    fn a_board_for_another_world_is_refused() {
+        let (_board, fd) = Board::create(2, 64).unwrap();
+        let err = Board::open(fd.try_clone().unwrap(), 1, 3).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+        let segment_fd = sealed_memfd(c"not-a-board", board_len(2, 64)).unwrap();
+        assert!(Board::open(segment_fd, 1, 2).is_err());
+    }
+}

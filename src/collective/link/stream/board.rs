@@ -1,0 +1,122 @@
+//! The stream link's side of the host board (`shm/board.rs`): publishing this rank's
+//! part of a call, and waiting for a peer's with the same clocks, liveness checks and
+//! abort notices as a wait for a message.
+
+use super::{Pipe, StreamLink};
+use crate::collective::error::LinkError;
+use crate::collective::link::Clock;
+use bytes::Bytes;
+use std::time::Instant;
+
+impl StreamLink {
+    /// The host board's slot size; 0 without a board.
+    pub(super) fn board_slot_bytes(&self) -> usize {
+        self.board.as_ref().map_or(0, |b| b.slot_bytes())
+    }
+
+    fn no_board(&self) -> LinkError {
+        LinkError::Transport {
+            rank: self.rank,
+            reason: "this link has no host board".into(),
+        }
+    }
+
+    /// [`Link::board_publish`](crate::collective::link::Link::board_publish): a
+    /// sleeping peer is woken through its pipe.
+    pub(super) fn publish_on_board(&mut self, meta: &[u8], data: &[u8]) -> Result<(), LinkError> {
+        self.interrupted()?;
+        let Some(board) = self.board.as_mut() else {
+            return Err(self.no_board());
+        };
+        let peers = &self.peers;
+        board.publish(meta, data, |rank| {
+            if let Some(Some(peer)) = peers.get(rank) {
+                if let Pipe::Shm(pipe) = &peer.pipe {
+                    pipe.wake();
+                }
+            }
+        });
+        Ok(())
+    }
+
+    /// [`Link::board_take`](crate::collective::link::Link::board_take). While it
+    /// waits it keeps every pipe moving (output still queued, heartbeats, a closed
+    /// pipe), spins for the link's spin time, then sleeps in `poll(2)` with its flag
+    /// up on the board, woken by the publishing peer.
+    pub(super) fn take_from_board(
+        &mut self,
+        from: usize,
+        stamp: &[u8],
+        clock: Clock,
+        take: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), LinkError> {
+        self.interrupted()?;
+        let started = Instant::now();
+        let spin_until = started + self.spin;
+        loop {
+            let board = self.board.as_ref().ok_or_else(|| self.no_board())?;
+            let entry = board.entry(from).map_err(|e| LinkError::Transport {
+                rank: from,
+                reason: e.to_string(),
+            })?;
+            if let Some(entry) = entry {
+                if !entry.meta.starts_with(stamp) {
+                    return Err(LinkError::Refused {
+                        rank: from,
+                        first: Bytes::copy_from_slice(entry.meta),
+                    });
+                }
+                take(entry.data);
+                return Ok(());
+            }
+            self.interrupted()?;
+            self.progress()?;
+            if let Some(refused) = self.pending.refusal() {
+                return Err(refused);
+            }
+            let peer = self.peer(from)?;
+            if let Some(reason) = &peer.closed {
+                return Err(LinkError::Lost {
+                    rank: from,
+                    endpoint: peer.endpoint(),
+                    reason: reason.clone(),
+                });
+            }
+            if let Some(silent) = self.silent(from) {
+                self.control.check_aborts()?;
+                return Err(silent);
+            }
+            // A board entry arrives whole or not at all: the silence counts from the
+            // start of the wait.
+            let until = clock.until(started);
+            let now = Instant::now();
+            if now >= until {
+                self.control.check_aborts()?;
+                return Err(LinkError::Timeout {
+                    rank: from,
+                    waited: now - started,
+                });
+            }
+            if now < spin_until {
+                if self.oversubscribed {
+                    std::thread::yield_now();
+                } else {
+                    for _ in 0..32 {
+                        std::hint::spin_loop();
+                    }
+                }
+                continue;
+            }
+            self.control.check_aborts()?;
+            let board = self.board.as_ref().ok_or_else(|| self.no_board())?;
+            board.set_sleeping(true);
+            let ready = !matches!(board.entry(from), Ok(None));
+            if !ready {
+                self.sleep(self.watch_until(from, until));
+            }
+            if let Some(board) = &self.board {
+                board.set_sleeping(false);
+            }
+        }
+    }
+}
