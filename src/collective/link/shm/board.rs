@@ -20,17 +20,20 @@
 //! socket), so no wake-up is lost (the rings' argument, `ring.rs`).
 //!
 //! Layout: a 64-byte header (magic, ranks, slot size), a 64-byte line per rank with
-//! its sleep flag, then per rank two slots, each a 64-byte control line (call number,
-//! length, the call's meta frame) followed by the data.
+//! its sleep flag, then per rank two slots, each a 40-byte head (call number, length,
+//! the call's meta frame) followed at once by the data (so that a call of a few bytes
+//! is one cache line), in whole cache lines.
 
 use super::segment::{map_shared, sealed_len, sealed_memfd};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
-/// Data bytes of one slot: the largest allreduce the board takes. Below this the board
-/// beats recursive doubling through the pipes at every size measured (see
-/// `BENCHMARKS.md`); above, the pipes' bandwidth algorithms take over.
+/// Data bytes of one slot: the largest allreduce the board takes. At 4 KiB the board
+/// is 2-3x faster than recursive doubling through the pipes (`BENCHMARKS.md`); each
+/// rank reads every slot, which stays cheaper than doubling's copies while the slots
+/// sit in cache, and keeps a board of 64 ranks at 2 MiB. Not tuned further: larger
+/// calls go to the pipes' algorithms.
 pub(crate) const SLOT_BYTES: usize = 16 << 10;
 /// The largest slot a board handed over may have: a peer cannot make this process
 /// map more than a few MiB per rank.
@@ -42,22 +45,26 @@ const MAGIC: u64 = u64::from_le_bytes(*b"SYBRD001");
 /// One cache line.
 const LINE: usize = 64;
 /// The longest meta frame a slot keeps beside its data.
-pub(crate) const META_BYTES: usize = 40;
+pub(crate) const META_BYTES: usize = 24;
 
-/// The control line of one slot.
+/// The head of one slot; the data follows at once, so that a call of a few bytes
+/// takes one cache line to publish and one to read.
 #[repr(C)]
 struct SlotControl {
     /// The board call whose data the slot holds (0: none yet).
     call: AtomicU64,
     /// Bytes of data.
-    len: AtomicU64,
+    len: AtomicU32,
     /// Bytes of `meta` in use.
-    meta_len: AtomicU64,
+    meta_len: AtomicU32,
     /// The call's meta frame, which readers compare with their own call's.
     meta: [u8; META_BYTES],
 }
 
-const _: () = assert!(std::mem::size_of::<SlotControl>() <= LINE);
+/// Where a slot's data begins: right after its head, 8-aligned for any element.
+const DATA_AT: usize = std::mem::size_of::<SlotControl>();
+
+const _: () = assert!(DATA_AT % 8 == 0 && DATA_AT < LINE);
 
 /// A slot's content as its reader sees it.
 pub(crate) struct Entry<'a> {
@@ -73,8 +80,8 @@ pub(crate) struct Entry<'a> {
 #[error("host board corrupt: rank {rank}'s slot claims {len} bytes of data and {meta} of meta")]
 pub(crate) struct BoardError {
     rank: usize,
-    len: u64,
-    meta: u64,
+    len: u32,
+    meta: u32,
 }
 
 /// This rank's view of a mapped board.
@@ -103,17 +110,22 @@ impl std::fmt::Debug for Board {
     }
 }
 
-/// Bytes of a board of `ranks` slots pairs of `slot_bytes`.
+/// Bytes one slot of `slot_bytes` takes: its head and data, in whole cache lines.
+fn slot_len(slot_bytes: usize) -> usize {
+    (DATA_AT + slot_bytes).next_multiple_of(LINE)
+}
+
+/// Bytes of a board of `ranks` slot pairs of `slot_bytes`.
 fn board_len(ranks: usize, slot_bytes: usize) -> usize {
-    LINE + ranks * LINE + ranks * 2 * (LINE + slot_bytes)
+    LINE + ranks * LINE + ranks * 2 * slot_len(slot_bytes)
 }
 
 impl Board {
     /// Creates and maps a board for `ranks` ranks with slots of `slot_bytes` (a
-    /// multiple of 64), as rank 0. Returns it with its descriptor, to be handed to
+    /// multiple of 64, at most 1 MiB), as rank 0. Returns it with its descriptor, to be handed to
     /// every other rank.
     pub(crate) fn create(ranks: usize, slot_bytes: usize) -> io::Result<(Board, OwnedFd)> {
-        if slot_bytes % LINE != 0 || ranks == 0 {
+        if slot_bytes % LINE != 0 || slot_bytes > MAX_SLOT_BYTES || ranks == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("a board of {ranks} ranks and {slot_bytes}-byte slots"),
@@ -203,13 +215,13 @@ impl Board {
     fn slot(&self, rank: usize, call: u64) -> (&SlotControl, *mut u8) {
         debug_assert!(rank < self.ranks);
         let index = rank * 2 + (call % 2) as usize;
-        let at = LINE + self.ranks * LINE + index * (LINE + self.slot_bytes);
-        // SAFETY: `at + LINE + slot_bytes <= len` for every rank and index (the
-        // length was checked against `board_len`); the control line is 64-aligned and
-        // its fields are atomics or plain bytes.
+        let at = LINE + self.ranks * LINE + index * slot_len(self.slot_bytes);
+        // SAFETY: `at + DATA_AT + slot_bytes <= len` for every rank and index (the
+        // length was checked against `board_len`); the head is 64-aligned and its
+        // fields are atomics or plain bytes.
         unsafe {
             let control = &*self.base.add(at).cast::<SlotControl>();
-            (control, self.base.add(at + LINE))
+            (control, self.base.add(at + DATA_AT))
         }
     }
 
@@ -228,8 +240,9 @@ impl Board {
             let meta_at = std::ptr::addr_of!(control.meta).cast::<u8>().cast_mut();
             std::ptr::copy_nonoverlapping(meta.as_ptr(), meta_at, meta.len());
         }
-        control.len.store(data.len() as u64, Ordering::Relaxed);
-        control.meta_len.store(meta.len() as u64, Ordering::Relaxed);
+        // Both fit: at most a slot (below 4 GiB, checked at open) and META_BYTES.
+        control.len.store(data.len() as u32, Ordering::Relaxed);
+        control.meta_len.store(meta.len() as u32, Ordering::Relaxed);
         control.call.store(self.calls, Ordering::Release);
         fence(Ordering::SeqCst);
         for rank in (0..self.ranks).filter(|&r| r != self.me) {
@@ -248,7 +261,7 @@ impl Board {
         }
         let len = control.len.load(Ordering::Relaxed);
         let meta_len = control.meta_len.load(Ordering::Relaxed);
-        if len > self.slot_bytes as u64 || meta_len > META_BYTES as u64 {
+        if len as usize > self.slot_bytes || meta_len as usize > META_BYTES {
             return Err(BoardError {
                 rank: from,
                 len,
@@ -340,7 +353,7 @@ mod tests {
         b[0].publish(&[], &[1, 2, 3], |_| {});
         b[1].calls = 1;
         let (control, _) = b[0].slot(0, 1);
-        control.len.store(1 << 40, Ordering::Relaxed);
+        control.len.store(1 << 30, Ordering::Relaxed);
         assert!(b[1].entry(0).is_err());
     }
 
