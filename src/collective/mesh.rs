@@ -240,6 +240,7 @@ impl MeshEngine {
             total,
             (Kind::Broadcast, algorithm),
             |round| match algorithm {
+                Algorithm::Board => board::broadcast(round, root, buf),
                 Algorithm::Direct => direct::broadcast(round, root, buf, piece_bytes),
                 Algorithm::Chain => tree::broadcast_chain(round, root, buf, piece_bytes),
                 Algorithm::Tree => {
@@ -285,6 +286,7 @@ impl MeshEngine {
             total,
             (Kind::Allgather, algorithm),
             |round| match algorithm {
+                Algorithm::Board => board::allgather(round, out, &byte_blocks),
                 Algorithm::Direct => direct::allgather(round, out, &byte_blocks),
                 Algorithm::Ring => {
                     let plan = ring::RingPlan::with_blocks::<u8>(

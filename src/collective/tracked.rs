@@ -540,8 +540,20 @@ mod tests {
                             ClassicClient::new("127.0.0.1", port, Some("1".into()), config)
                                 .unwrap();
                         drop(client.start(None, None).unwrap());
-                        let again = tracker_mesh(&spec, &options(), JoinAs::Start, false);
-                        return (allreduce_on(again.unwrap(), n, 10), 1);
+                        // The next process. Until the tracker has seen the dead one's
+                        // connection close, rank 1 is still taken and the start is
+                        // refused (rank -1): on a loaded machine the new start can get
+                        // there first, so it tries again, as a launcher's restart would.
+                        for attempt in 1..=3 {
+                            match tracker_mesh(&spec, &options(), JoinAs::Start, false) {
+                                Ok(mesh) => return (allreduce_on(mesh, n, 10), attempt),
+                                Err(e) => {
+                                    eprintln!("rank 1's next process, attempt {attempt}: {e}")
+                                }
+                            }
+                            std::thread::sleep(Duration::from_millis(100));
+                        }
+                        panic!("rank 1's next process did not join in 3 attempts");
                     }
                     let how = JoinAs::Recover { rank: task as u32 };
                     for attempt in 1..=3 {

@@ -425,14 +425,20 @@ fn over_shared_memory_a_peer_that_leaves_is_lost_at_once_not_at_the_deadline() {
     a_peer_that_leaves_is_lost_at_once(true, "shm://127.0.0.1:");
 }
 
-/// Ranks that share a host make small allreduces and barriers on the host board,
-/// and only then: a rank that waits for a peer says where, and with shared memory off
-/// (or above the board's slot) it waits in recursive doubling or the direct exchange
-/// instead.
+/// Ranks that share a host make small allreduces, broadcasts, allgathers and barriers
+/// on the host board, and only then: a rank that waits for a peer says where, and with
+/// shared memory off (or above the board's slot) it waits in another algorithm.
 #[cfg(feature = "zmq")]
 #[test]
 fn small_calls_of_ranks_on_one_host_take_the_host_board() {
-    let waiting_in = |shared_memory: bool, len: usize| {
+    #[derive(Clone, Copy, Debug)]
+    enum Op {
+        Allreduce,
+        Broadcast,
+        Allgather,
+        Barrier,
+    }
+    let waiting_in = |op: Op, shared_memory: bool, len: usize| {
         let options = options()
             .with_timeout(Duration::from_millis(300))
             .with_shared_memory(shared_memory);
@@ -443,19 +449,35 @@ fn small_calls_of_ranks_on_one_host_take_the_host_board() {
                 return Ok(None);
             }
             let mut buf = vec![1u32; len];
-            Ok(Some(comm.allreduce(&mut buf, ReduceOp::Sum)))
+            let mut all = vec![0u32; 2 * len];
+            Ok(Some(match op {
+                Op::Allreduce => comm.allreduce(&mut buf, ReduceOp::Sum),
+                Op::Broadcast => comm.broadcast(&mut buf, 0),
+                Op::Allgather => comm.allgather(&buf, &mut all),
+                Op::Barrier => comm.barrier(),
+            }))
         });
+        // A broadcast's root that has handed its data over need not wait (off the
+        // board): `None`.
         match &results[0] {
             Some(Err(CollectiveError::PeerTimeout {
                 rank: 1, during, ..
-            })) => during.clone(),
-            other => panic!("shared memory {shared_memory}, {len} elements: {other:?}"),
+            })) => Some(during.clone()),
+            Some(Ok(())) if matches!(op, Op::Broadcast) => None,
+            other => panic!("{op:?}, shared memory {shared_memory}, {len} elements: {other:?}"),
         }
     };
-    assert!(waiting_in(true, 2).contains("host board"));
-    assert!(waiting_in(false, 2).contains("recursive doubling"));
-    // 1 MiB: past the board's slot and the large threshold alike.
-    assert!(!waiting_in(true, 1 << 18).contains("host board"));
+    for op in [Op::Allreduce, Op::Broadcast, Op::Allgather, Op::Barrier] {
+        let on_board = waiting_in(op, true, 2).unwrap_or_default();
+        assert!(on_board.contains("host board"), "{op:?}: {on_board}");
+        let without = waiting_in(op, false, 2).unwrap_or_default();
+        assert!(!without.contains("host board"), "{op:?}: {without}");
+    }
+    // 4 MiB: past the board's slot and the large threshold alike.
+    for op in [Op::Allreduce, Op::Broadcast, Op::Allgather] {
+        let large = waiting_in(op, true, 1 << 20).unwrap_or_default();
+        assert!(!large.contains("host board"), "{op:?}: {large}");
+    }
 }
 
 #[cfg(feature = "zmq")]

@@ -95,14 +95,19 @@ impl Algorithm {
 /// rank made the same call. Allreduce qualifies on each of its algorithms (the
 /// bandwidth ones only run with at least one element per rank) and so does the
 /// barrier; a broadcast's root receives nothing, and allgather, reduce-scatter and
-/// ordered reduce may give a rank nothing to receive from some peer.
+/// ordered reduce may give a rank nothing to receive from some peer, except on the
+/// host board, where every call reads every rank's slot and its signature.
 pub(crate) fn checks_everyone(kind: Kind, algorithm: Algorithm) -> bool {
     matches!(
         (kind, algorithm),
         (
             Kind::Allreduce,
-            Algorithm::Doubling | Algorithm::Direct | Algorithm::Ring | Algorithm::Board
-        ) | (Kind::Barrier, Algorithm::Doubling | Algorithm::Board)
+            Algorithm::Doubling | Algorithm::Direct | Algorithm::Ring
+        ) | (Kind::Barrier, Algorithm::Doubling)
+            | (
+                Kind::Allreduce | Kind::Broadcast | Kind::Allgather | Kind::Barrier,
+                Algorithm::Board
+            )
     )
 }
 
@@ -110,8 +115,9 @@ pub(crate) fn checks_everyone(kind: Kind, algorithm: Algorithm) -> bool {
 /// `world` ranks, where the link's host board takes up to `board` bytes a rank (0:
 /// no board, see [`Link::board_bytes`](crate::collective::link::Link::board_bytes)).
 ///
-/// - allreduce: the host board below `large_threshold` bytes when it takes them;
-///   otherwise recursive doubling below `large_threshold` bytes or with fewer
+/// - allreduce, broadcast and allgather: the host board below `large_threshold` bytes
+///   when it takes them (`bytes`: the whole buffer, or the whole output of an
+///   allgather); otherwise, for allreduce, recursive doubling below `large_threshold` bytes or with fewer
 ///   elements than ranks (the bandwidth algorithms give every rank a block); above,
 ///   the direct exchange up to `direct_max_ranks` ranks, the ring beyond;
 /// - broadcast: the binomial tree below `large_threshold` bytes; above, scatter and
@@ -131,7 +137,11 @@ pub(crate) fn choose(
     let large = bytes >= tuning.large_threshold;
     let few_ranks = world <= tuning.direct_max_ranks;
     match kind {
-        Kind::Allreduce if board > 0 && !large && bytes <= board => Algorithm::Board,
+        Kind::Allreduce | Kind::Broadcast | Kind::Allgather
+            if board > 0 && !large && bytes <= board =>
+        {
+            Algorithm::Board
+        }
         Kind::Barrier if board > 0 => Algorithm::Board,
         Kind::Allreduce if !large || count < world => Algorithm::Doubling,
         Kind::Allreduce if few_ranks => Algorithm::Direct,
@@ -265,45 +275,49 @@ mod tests {
         assert_eq!(Algorithm::from_code(0), None);
         assert!(checks_everyone(Kind::Allreduce, Algorithm::Ring));
         assert!(checks_everyone(Kind::Barrier, Algorithm::Doubling));
-        for a in Algorithm::ALL {
+        for a in Algorithm::ALL
+            .into_iter()
+            .filter(|&a| a != Algorithm::Board)
+        {
             assert!(!checks_everyone(Kind::Broadcast, a));
             assert!(!checks_everyone(Kind::Allgather, a));
+        }
+        for a in Algorithm::ALL {
             assert!(!checks_everyone(Kind::ReduceScatter, a));
             assert!(!checks_everyone(Kind::OrderedReduce, a));
         }
+        assert!(checks_everyone(Kind::Broadcast, Algorithm::Board));
     }
 
-    /// With a host board, allreduces it takes (at most its slot, below the large
-    /// threshold) and every barrier go to it; nothing else does.
+    /// With a host board, the allreduces, broadcasts and allgathers it takes (at most
+    /// its slot, below the large threshold) and every barrier go to it; nothing else
+    /// does.
     #[test]
-    fn the_board_takes_small_allreduces_and_barriers_only() {
+    fn the_board_takes_small_calls_where_every_rank_reads_every_slot() {
         let t = tuning();
         for world in 1usize..=8 {
             for board in [0, 64, 4096] {
                 for bytes in [0, 1, 64, 65, 999, 1000, 4096, 5000] {
                     let case = format!("{bytes} B on {world} ranks, board {board}");
                     let on_board = board > 0 && bytes <= board && bytes < 1000;
-                    let allreduce = choose(Kind::Allreduce, bytes, bytes, world, &t, board);
-                    assert_eq!(
-                        allreduce == Algorithm::Board,
-                        on_board,
-                        "{case}: {allreduce:?}"
-                    );
-                    if !on_board {
+                    for kind in [Kind::Allreduce, Kind::Broadcast, Kind::Allgather] {
+                        let got = choose(kind, bytes, bytes, world, &t, board);
                         assert_eq!(
-                            allreduce,
-                            choose(Kind::Allreduce, bytes, bytes, world, &t, 0),
-                            "{case}"
+                            got == Algorithm::Board,
+                            on_board,
+                            "{case}: {kind:?} {got:?}"
                         );
+                        if !on_board {
+                            assert_eq!(
+                                got,
+                                choose(kind, bytes, bytes, world, &t, 0),
+                                "{case}: {kind:?}"
+                            );
+                        }
                     }
                     let barrier = choose(Kind::Barrier, 0, 0, world, &t, board);
                     assert_eq!(barrier == Algorithm::Board, board > 0, "{case}");
-                    for kind in [
-                        Kind::Broadcast,
-                        Kind::Allgather,
-                        Kind::ReduceScatter,
-                        Kind::OrderedReduce,
-                    ] {
+                    for kind in [Kind::ReduceScatter, Kind::OrderedReduce] {
                         assert_ne!(
                             choose(kind, bytes, bytes, world, &t, board),
                             Algorithm::Board,

@@ -294,6 +294,13 @@ impl Pending {
         }
     }
 
+    /// The current call and its stamp, once [`Link::expect`] named one.
+    pub(crate) fn expected(&self) -> Option<(u64, &[u8])> {
+        self.expect
+            .as_ref()
+            .map(|(call, stamp)| (*call, stamp.as_slice()))
+    }
+
     /// The oldest message from `from` with `tag`, if one is filed.
     pub(crate) fn pop(&mut self, from: usize, tag: Tag) -> Option<Vec<Bytes>> {
         let queue = self.queues.get_mut(&(from, tag))?;

@@ -317,7 +317,7 @@ impl StreamLink {
     ) -> Result<(), LinkError> {
         let started = Instant::now();
         while self.peer(to)?.queued > limit {
-            if let Some(refused) = self.pending.refusal() {
+            if let Some(refused) = self.pending.refusal().or_else(|| self.board_refusal()) {
                 return Err(refused);
             }
             // A stopped peer takes no bytes either: waiting for room is waiting on it.
@@ -355,6 +355,9 @@ impl StreamLink {
             }
             if let Some(frames) = self.pending.pop(from, tag) {
                 return Ok(frames);
+            }
+            if let Some(refused) = self.board_refusal() {
+                return Err(refused);
             }
             let peer = self.peer(from)?;
             if let Some(reason) = &peer.closed {

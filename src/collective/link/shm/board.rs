@@ -53,6 +53,9 @@ pub(crate) const META_BYTES: usize = 24;
 struct SlotControl {
     /// The board call whose data the slot holds (0: none yet).
     call: AtomicU64,
+    /// The communicator's call it belongs to (every rank numbers its calls alike,
+    /// board or not): what a rank in another algorithm compares with its own.
+    seq: AtomicU64,
     /// Bytes of data.
     len: AtomicU32,
     /// Bytes of `meta` in use.
@@ -68,6 +71,8 @@ const _: () = assert!(DATA_AT % 8 == 0 && DATA_AT < LINE);
 
 /// A slot's content as its reader sees it.
 pub(crate) struct Entry<'a> {
+    /// The communicator's call it belongs to.
+    pub(crate) seq: u64,
     /// The meta frame the writer stored.
     pub(crate) meta: &'a [u8],
     /// Its data.
@@ -226,9 +231,16 @@ impl Board {
     }
 
     /// Writes this rank's part of its next board call, `data` (at most
-    /// [`Board::slot_bytes`]) with the call's `meta` (at most [`META_BYTES`]), and
-    /// calls `wake` for every other rank that may be asleep waiting for it.
-    pub(crate) fn publish(&mut self, meta: &[u8], data: &[u8], mut wake: impl FnMut(usize)) {
+    /// [`Board::slot_bytes`]) with the call's `meta` (at most [`META_BYTES`]) and the
+    /// communicator's call number `seq`, and calls `wake` for every other rank that may
+    /// be asleep waiting for it.
+    pub(crate) fn publish(
+        &mut self,
+        seq: u64,
+        meta: &[u8],
+        data: &[u8],
+        mut wake: impl FnMut(usize),
+    ) {
         assert!(data.len() <= self.slot_bytes && meta.len() <= META_BYTES);
         self.calls += 1;
         let (control, slot) = self.slot(self.me, self.calls);
@@ -241,6 +253,7 @@ impl Board {
             std::ptr::copy_nonoverlapping(meta.as_ptr(), meta_at, meta.len());
         }
         // Both fit: at most a slot (below 4 GiB, checked at open) and META_BYTES.
+        control.seq.store(seq, Ordering::Relaxed);
         control.len.store(data.len() as u32, Ordering::Relaxed);
         control.meta_len.store(meta.len() as u32, Ordering::Relaxed);
         control.call.store(self.calls, Ordering::Release);
@@ -255,10 +268,23 @@ impl Board {
     /// Rank `from`'s part of the current board call (the one this rank published
     /// last), once `from` has published it.
     pub(crate) fn entry(&self, from: usize) -> Result<Option<Entry<'_>>, BoardError> {
-        let (control, slot) = self.slot(from, self.calls);
-        if control.call.load(Ordering::Acquire) != self.calls {
+        self.read(from, self.calls)
+    }
+
+    /// Rank `from`'s part of the board call after this rank's last, if `from` has
+    /// published it already: a rank in a call this rank is not making on the board.
+    pub(crate) fn ahead(&self, from: usize) -> Result<Option<Entry<'_>>, BoardError> {
+        self.read(from, self.calls + 1)
+    }
+
+    /// Rank `from`'s part of board call `call`, once it holds that call.
+    fn read(&self, from: usize, call: u64) -> Result<Option<Entry<'_>>, BoardError> {
+        let (control, slot) = self.slot(from, call);
+        // Board call 0 is none: a slot that holds nothing yet says 0 too.
+        if call == 0 || control.call.load(Ordering::Acquire) != call {
             return Ok(None);
         }
+        let seq = control.seq.load(Ordering::Relaxed);
         let len = control.len.load(Ordering::Relaxed);
         let meta_len = control.meta_len.load(Ordering::Relaxed);
         if len as usize > self.slot_bytes || meta_len as usize > META_BYTES {
@@ -268,12 +294,15 @@ impl Board {
                 meta: meta_len,
             });
         }
-        // SAFETY: both ranges lie inside the slot (checked above); `from` does not
-        // write this slot again before this rank publishes its next call, which ends
-        // the borrow (`&self` here, `&mut self` there).
+        // SAFETY: both ranges lie inside the slot (checked above). For the current
+        // call, `from` does not write this slot again before this rank publishes its
+        // next call, which ends the borrow (`&self` here, `&mut self` there). A slot
+        // read ahead (`ahead`) is not written again either: `from` writes it next for
+        // the call after that one, which needs this rank's part of the next call.
         unsafe {
             let meta = std::ptr::addr_of!(control.meta).cast::<u8>();
             Ok(Some(Entry {
+                seq,
                 meta: std::slice::from_raw_parts(meta, meta_len as usize),
                 data: std::slice::from_raw_parts(slot, len as usize),
             }))
@@ -322,15 +351,31 @@ mod tests {
         let mut b = boards(3, 64);
         for call in 1..=5u8 {
             for (me, board) in b.iter_mut().enumerate() {
-                board.publish(&[call], &[call, me as u8], |_| {});
+                board.publish(u64::from(call), &[call], &[call, me as u8], |_| {});
             }
             for board in &b {
                 for from in 0..3 {
                     let e = board.entry(from).unwrap().expect("published");
                     assert_eq!((e.meta, e.data), (&[call][..], &[call, from as u8][..]));
+                    assert_eq!(e.seq, u64::from(call));
                 }
             }
         }
+    }
+
+    /// A rank that publishes a board call the reader has not made is seen ahead, with
+    /// its call number; once the reader publishes too, it is the current entry.
+    #[test]
+    fn a_rank_ahead_on_the_board_is_seen() {
+        let mut b = boards(2, 64);
+        assert!(b[1].ahead(0).unwrap().is_none());
+        b[0].publish(7, &[1], &[], |_| {});
+        let ahead = b[1].ahead(0).unwrap().expect("ahead");
+        assert_eq!((ahead.seq, ahead.meta), (7, &[1][..]));
+        assert!(b[1].entry(0).unwrap().is_none());
+        b[1].publish(7, &[1], &[], |_| {});
+        assert_eq!(b[1].entry(0).unwrap().expect("current").seq, 7);
+        assert!(b[1].ahead(0).unwrap().is_none());
     }
 
     #[test]
@@ -338,19 +383,19 @@ mod tests {
         let mut b = boards(2, 64);
         b[1].set_sleeping(true);
         let mut woken = Vec::new();
-        b[0].publish(&[], &[1], |r| woken.push(r));
+        b[0].publish(1, &[], &[1], |r| woken.push(r));
         assert_eq!(woken, [1]);
         b[1].set_sleeping(false);
         b[0].calls = 0;
         woken.clear();
-        b[0].publish(&[], &[1], |r| woken.push(r));
+        b[0].publish(1, &[], &[1], |r| woken.push(r));
         assert!(woken.is_empty());
     }
 
     #[test]
     fn a_corrupt_length_is_an_error_not_a_read() {
         let mut b = boards(2, 64);
-        b[0].publish(&[], &[1, 2, 3], |_| {});
+        b[0].publish(1, &[], &[1, 2, 3], |_| {});
         b[1].calls = 1;
         let (control, _) = b[0].slot(0, 1);
         control.len.store(1 << 30, Ordering::Relaxed);

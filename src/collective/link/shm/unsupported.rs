@@ -54,6 +54,7 @@ pub(crate) enum Board {}
 
 /// A slot's content (never made here).
 pub(crate) struct Entry<'a> {
+    pub(crate) seq: u64,
     pub(crate) meta: &'a [u8],
     pub(crate) data: &'a [u8],
 }
@@ -63,7 +64,11 @@ impl Board {
         match *self {}
     }
 
-    pub(crate) fn publish(&mut self, _: &[u8], _: &[u8], _: impl FnMut(usize)) {
+    pub(crate) fn publish(&mut self, _: u64, _: &[u8], _: &[u8], _: impl FnMut(usize)) {
+        match *self {}
+    }
+
+    pub(crate) fn ahead(&self, _: usize) -> Result<Option<Entry<'_>>, std::convert::Infallible> {
         match *self {}
     }
 

@@ -28,8 +28,9 @@ impl StreamLink {
         let Some(board) = self.board.as_mut() else {
             return Err(self.no_board());
         };
+        let seq = self.pending.expected().map_or(0, |(call, _)| call);
         let peers = &self.peers;
-        board.publish(meta, data, |rank| {
+        board.publish(seq, meta, data, |rank| {
             if let Some(Some(peer)) = peers.get(rank) {
                 if let Pipe::Shm(pipe) = &peer.pipe {
                     pipe.wake();
@@ -37,6 +38,23 @@ impl StreamLink {
             }
         });
         Ok(())
+    }
+
+    /// The refusal for a peer that is in this rank's current call on the board while
+    /// this rank runs it another way (another length or call put the two on different
+    /// algorithms): neither would ever hear from the other, so a rank waiting for a
+    /// message looks here too. `None` without a board or such a peer. A peer on the
+    /// board in a later call is no refusal: its slot says which call it is in.
+    pub(super) fn board_refusal(&self) -> Option<LinkError> {
+        let board = self.board.as_ref()?;
+        let (call, stamp) = self.pending.expected()?;
+        (0..self.size).filter(|&r| r != self.rank).find_map(|from| {
+            let entry = board.ahead(from).ok()??;
+            (entry.seq == call && !entry.meta.starts_with(stamp)).then(|| LinkError::Refused {
+                rank: from,
+                first: Bytes::copy_from_slice(entry.meta),
+            })
+        })
     }
 
     /// [`Link::board_take`](crate::collective::link::Link::board_take). While it

@@ -247,6 +247,11 @@ impl StreamLink {
                 continue;
             }
             self.control.check_aborts()?;
+            // A peer in this call on the host board while this rank waits for its
+            // messages would never send one: said now, not at the deadline.
+            if let Some(refused) = self.board_refusal() {
+                return Err(refused);
+            }
             self.sleep(deadline);
         }
     }
