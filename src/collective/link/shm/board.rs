@@ -20,9 +20,9 @@
 //! socket), so no wake-up is lost (the rings' argument, `ring.rs`).
 //!
 //! Layout: a 64-byte header (magic, ranks, slot size), a 64-byte line per rank with
-//! its sleep flag, then per rank two slots, each a 40-byte head (call number, length,
-//! the call's meta frame) followed at once by the data (so that a call of a few bytes
-//! is one cache line), in whole cache lines.
+//! its sleep flag, then per rank two slots, each a 48-byte head (board call number,
+//! the communicator's call number, length, the call's meta frame) followed at once by
+//! the data (so that a call of a few bytes is one cache line), in whole cache lines.
 
 use super::segment::{map_shared, sealed_len, sealed_memfd};
 use std::io;
