@@ -127,13 +127,7 @@ impl StreamLink {
                 });
             }
             if now < spin_until {
-                if self.oversubscribed {
-                    std::thread::yield_now();
-                } else {
-                    for _ in 0..32 {
-                        std::hint::spin_loop();
-                    }
-                }
+                self.spin_once();
                 continue;
             }
             self.control.check_aborts()?;

@@ -217,6 +217,20 @@ impl StreamLink {
         Ok(())
     }
 
+    /// One pass of a spinning wait. With more ranks on this host than cores (as under
+    /// `switchyard launch` on a laptop) the peer waited for may need this very core:
+    /// yield it, as OpenMPI does when oversubscribed. Otherwise spin in place: a yield
+    /// is a system call, and the wait ends sooner without.
+    pub(super) fn spin_once(&self) {
+        if self.oversubscribed {
+            std::thread::yield_now();
+        } else {
+            for _ in 0..32 {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
     /// Waits for progress on any connection until `deadline`, spinning first, and
     /// watching the control link for abort notices. `Ok(false)` at the deadline.
     pub(super) fn wait(&mut self, deadline: Instant) -> Result<bool, LinkError> {
@@ -233,17 +247,7 @@ impl StreamLink {
                 return Ok(false);
             }
             if now < spin_until {
-                // With more ranks on this host than cores (as under `switchyard
-                // launch` on a laptop) the peer we wait for may need this very core:
-                // yield it, as OpenMPI does when oversubscribed. Otherwise spin in
-                // place: a yield is a system call, and the wait ends sooner without.
-                if self.oversubscribed {
-                    std::thread::yield_now();
-                } else {
-                    for _ in 0..32 {
-                        std::hint::spin_loop();
-                    }
-                }
+                self.spin_once();
                 continue;
             }
             self.control.check_aborts()?;
