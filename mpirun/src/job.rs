@@ -15,8 +15,13 @@ pub struct JobOutput {
     pub success: bool,
     /// mpirun's exit code (`None` if a signal ended it).
     pub code: Option<i32>,
-    /// Every rank's stdout, then every rank's stderr, as mpirun forwarded them.
+    /// What mpirun itself printed (its reports name failed ranks), then every rank's
+    /// output under a `== rank R ==` line.
     pub output: String,
+    /// Each rank's stdout and stderr, by rank, as the rank wrote them. Kept apart
+    /// because ranks write at once: forwarded through mpirun, one rank's line can be
+    /// cut by another's (libtest flushes `test result: ` before `ok`).
+    pub ranks: Vec<String>,
     /// How long the job ran.
     pub elapsed: Duration,
 }
@@ -54,20 +59,32 @@ impl Drop for SessionBase {
     }
 }
 
+/// Each rank runs under `sh`, which sends its output to a file of its own named by its
+/// rank (OpenMPI sets `OMPI_COMM_WORLD_RANK`, MPICH's hydra `PMI_RANK`) and then
+/// becomes the test binary (`exec`), so MPI sees the binary itself.
+const RANK_OUTPUT_SCRIPT: &str = r#"r="${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${PMIX_RANK:-x}}}"; exec "$0" "$@" > "$SWITCHYARD_RANK_OUTPUT/rank.$r" 2>&1"#;
+
+/// The variable that tells [`RANK_OUTPUT_SCRIPT`] where to write.
+const RANK_OUTPUT_VAR: &str = "SWITCHYARD_RANK_OUTPUT";
+
 /// Runs `mpirun -np N <this test binary> --ignored --test-threads=1 FILTER` and waits
 /// at most `timeout`; on timeout mpirun is terminated (which ends its ranks).
 pub fn run_ranks(np: usize, filter: &str, timeout: Duration) -> JobOutput {
     let exe = std::env::current_exe().expect("test binary path");
+    // Dropped (and removed) when this function returns or unwinds.
+    let session = SessionBase::create();
+    let rank_output = session.path().join("out");
+    std::fs::create_dir_all(&rank_output).expect("a directory for the ranks' output");
     let mut command = crate::command(np);
     command
+        .args(["sh", "-c", RANK_OUTPUT_SCRIPT])
         .arg(exe)
         .args(["--ignored", "--test-threads=1", "--nocapture", filter])
         .env("RUST_BACKTRACE", "0")
+        .env(RANK_OUTPUT_VAR, &rank_output)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // Dropped (and removed) when this function returns or unwinds.
-    let session = SessionBase::create();
     command.env(SESSION_BASE_VAR, session.path());
     let started = Instant::now();
     let mut child = command
@@ -101,17 +118,26 @@ pub fn run_ranks(np: usize, filter: &str, timeout: Duration) -> JobOutput {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    let output = format!(
+    let elapsed = started.elapsed();
+    let ranks: Vec<String> = (0..np)
+        .map(|rank| {
+            std::fs::read_to_string(rank_output.join(format!("rank.{rank}"))).unwrap_or_default()
+        })
+        .collect();
+    let mut output = format!(
         "{}{}",
         out_reader.join().unwrap_or_default(),
         err_reader.join().unwrap_or_default()
     );
-    let elapsed = started.elapsed();
+    for (rank, text) in ranks.iter().enumerate() {
+        output.push_str(&format!("== rank {rank} ==\n{text}"));
+    }
     match status {
         Some(status) => JobOutput {
             success: status.success(),
             code: status.code(),
             output,
+            ranks,
             elapsed,
         },
         None => panic!("mpirun -np {np} {filter} ran past {timeout:?}; output:\n{output}"),
@@ -127,15 +153,16 @@ pub fn expect_ranks_pass(np: usize, filter: &str, timeout: Duration) {
         "mpirun -np {np} {filter} failed ({:?}):\n{}",
         job.code, job.output
     );
-    let passed = job.output.matches("test result: ok").count();
-    assert_eq!(
-        passed, np,
-        "expected one passing test run per rank:\n{}",
-        job.output
-    );
-    assert!(
-        !job.output.contains(" 0 passed"),
-        "the filter {filter} matched no test:\n{}",
-        job.output
-    );
+    for (rank, text) in job.ranks.iter().enumerate() {
+        assert!(
+            text.contains("test result: ok"),
+            "rank {rank} did not report a passing test run:\n{}",
+            job.output
+        );
+        assert!(
+            !text.contains(" 0 passed"),
+            "the filter {filter} matched no test on rank {rank}:\n{}",
+            job.output
+        );
+    }
 }
