@@ -48,6 +48,11 @@ enum Command {
         /// Hosts for --launcher ssh|slurm|mpi: one per line, optional `slots=N`.
         #[arg(long)]
         hostfile: Option<std::path::PathBuf>,
+        /// Extra arguments for ssh, srun or mpirun, put right after the command's name
+        /// (split at whitespace, no quoting), e.g. "-F ./ssh_config" or
+        /// "--partition=gpu".
+        #[arg(long, allow_hyphen_values = true)]
+        launcher_args: Option<String>,
         /// Address the tracker and rendezvous bind and that processes are told
         /// (default: 127.0.0.1 for local jobs, else every interface and this machine's
         /// outward address).
@@ -124,6 +129,7 @@ fn main() -> ExitCode {
             servers,
             launcher,
             hostfile,
+            launcher_args,
             host,
             interface,
             max_restarts,
@@ -140,6 +146,13 @@ fn main() -> ExitCode {
                 .with_args(args)
                 .with_servers(servers)
                 .with_launcher(launcher, hostfile)
+                .with_launcher_args(
+                    launcher_args
+                        .iter()
+                        .flat_map(|a| a.split_whitespace())
+                        .map(str::to_string)
+                        .collect(),
+                )
                 .with_max_restarts(max_restarts)
                 .with_tracker(!no_tracker)
                 .with_progress(true)

@@ -45,9 +45,10 @@ pub enum LaunchError {
     /// A process exited unsuccessfully with no restarts left; the others were stopped.
     #[error("{process} exited with {status}{}; every other process was stopped", restarts_text(*.restarts))]
     RankFailed {
-        /// `rank N` for worker `N`, `server N` for server `N`.
+        /// `rank N` for worker `N`, `server N` for server `N`, then ` on HOST` when
+        /// it ran on a host of the hostfile.
         process: String,
-        /// Its last exit status.
+        /// Its last exit status (for `ssh`'s own status 255, with what it means).
         status: String,
         /// How often it had been restarted before (`--max-restarts`).
         restarts: u32,

@@ -61,9 +61,11 @@
 //!   address this machine uses to reach others; pass `--host` when that is the wrong
 //!   network, and open the ports (chosen by the OS) in firewalls;
 //! - ssh: passwordless login (`BatchMode=yes`: a password prompt fails instead of
-//!   hanging); stopping the local `ssh` closes the connection, and the remote process
-//!   ends when it next writes or when its tracker connection fails, since no terminal
-//!   is allocated to carry SIGHUP;
+//!   hanging); no terminal is allocated, so a small watcher beside the remote program
+//!   ends it (SIGTERM, SIGKILL after [`LaunchOptions::grace`]) when the session's
+//!   input, held open by the launcher, closes: the launcher stopped it, died, or lost
+//!   the connection; [`LaunchOptions::launcher_args`] go right after `ssh` (`-F
+//!   CONFIG`, `-p PORT`);
 //! - slurm: run inside an allocation (`salloc`/`sbatch`) with one task per process;
 //!   `srun` delivers the launcher's SIGTERM to its task;
 //! - mpi: an `mpirun` on `PATH` that accepts `-np` and `--host` (OpenMPI; MPICH's

@@ -98,6 +98,10 @@ pub struct LaunchOptions {
     pub launcher: LauncherKind,
     /// Hosts for [`LauncherKind::Ssh`] (required), `Slurm` and `Mpi` (optional).
     pub hostfile: Option<PathBuf>,
+    /// Extra words for the wrapper command, put right after `ssh`, `srun` or `mpirun`
+    /// (e.g. `-F cluster_ssh_config`, `--partition=gpu`); ignored by the local
+    /// launcher, which refuses them. Default none.
+    pub launcher_args: Vec<String>,
     /// The address the tracker and the rendezvous bind and that processes are told.
     /// `None`: `127.0.0.1` for local jobs; for the other launchers, bind every
     /// interface and tell this machine's host name.
@@ -129,6 +133,7 @@ impl LaunchOptions {
             max_restarts: 0,
             launcher: LauncherKind::Local,
             hostfile: None,
+            launcher_args: Vec::new(),
             host: None,
             tracker: true,
             progress: false,
@@ -177,6 +182,12 @@ impl LaunchOptions {
     pub fn with_launcher(mut self, launcher: LauncherKind, hostfile: Option<PathBuf>) -> Self {
         self.launcher = launcher;
         self.hostfile = hostfile;
+        self
+    }
+
+    /// Sets [`LaunchOptions::launcher_args`].
+    pub fn with_launcher_args(mut self, args: Vec<String>) -> Self {
+        self.launcher_args = args;
         self
     }
 

@@ -206,6 +206,13 @@ fn validate(options: &LaunchOptions) -> Result<(), LaunchError> {
             reason: "a hostfile needs --launcher ssh, slurm or mpi".into(),
         });
     }
+    if options.launcher == LauncherKind::Local && !options.launcher_args.is_empty() {
+        return Err(LaunchError::InvalidOption {
+            option: "launcher-args",
+            value: options.launcher_args.join(" "),
+            reason: "arguments for ssh, srun or mpirun need --launcher ssh, slurm or mpi".into(),
+        });
+    }
     Ok(())
 }
 

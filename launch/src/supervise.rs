@@ -10,7 +10,7 @@ use super::console::{Console, SummaryRow, forward_output};
 use super::group;
 use super::hostfile::Host;
 use super::remote::{self, Spec};
-use super::{LaunchError, LaunchOptions, signals};
+use super::{LaunchError, LaunchOptions, LauncherKind, signals};
 use crossbeam_channel::{Receiver, Sender};
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
@@ -236,9 +236,22 @@ impl<'a> Supervisor<'a> {
             env,
             host: proc.host.as_ref(),
         };
-        let mut command = remote::command(options.launcher, &spec, &self.cwd)?;
+        let wrapper = remote::Wrapper {
+            kind: options.launcher,
+            args: &options.launcher_args,
+            grace: options.grace,
+        };
+        let mut command = remote::command(&wrapper, &spec, &self.cwd)?;
+        // Over ssh the remote side ends its program when this pipe closes (see
+        // `remote`): the `Child` keeps it open until the process is reaped or this
+        // launcher dies.
+        let stdin = if options.launcher == LauncherKind::Ssh {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        };
         command
-            .stdin(Stdio::null())
+            .stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         group::own_group(&mut command);
@@ -382,12 +395,22 @@ impl<'a> Supervisor<'a> {
                 continue;
             }
             proc.end = Some((status.to_string(), Instant::now()));
-            let (name, restarts) = (proc.name(), proc.attempt);
+            let restarts = proc.attempt;
+            let name = match &proc.host {
+                Some(host) => format!("{} on {}", proc.name(), host.name),
+                None => proc.name(),
+            };
+            let mut status = status.to_string();
+            if self.options.launcher == LauncherKind::Ssh && status.ends_with("status: 255") {
+                status.push_str(
+                    " (ssh's own failure: the host refused or could not be reached, or the login failed; ssh's message is above)",
+                );
+            }
             self.console.event(&format!("{name} failed ({status})"));
             self.stop_all("stopped (another process failed)");
             return Ok(Some(LaunchError::RankFailed {
                 process: name,
-                status: status.to_string(),
+                status,
                 restarts,
             }));
         }

@@ -129,13 +129,14 @@ fn ssh_runs_each_process_on_its_host_in_this_directory() {
     let cwd = std::env::current_dir().unwrap();
     for (task, host) in [(0, "nodeA"), (1, "nodeA"), (2, "nodeB")] {
         let line = line_of(&log, task);
-        let start = format!("ssh -o BatchMode=yes {host} cd ");
+        let start = format!("ssh -o BatchMode=yes -o ConnectTimeout=15 {host} cd ");
         assert!(line.starts_with(&start), "{line}");
         assert!(line.contains(&cwd.display().to_string()), "{line}");
         assert!(line.contains("DMLC_TRACKER_URI=127.0.0.1 "), "{line}");
         assert!(line.contains("DMLC_NUM_ATTEMPT=0 "), "{line}");
         // The program's argument is one quoted word for the remote shell.
-        assert!(line.ends_with(&format!("sh -c '{PRINT}'")), "{line}");
+        // (then `3<&-`: the program does not inherit the watcher's copy of the input).
+        assert!(line.ends_with(&format!("sh -c '{PRINT}' 3<&-")), "{line}");
     }
 }
 

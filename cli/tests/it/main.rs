@@ -5,10 +5,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 // Helpers shared by the modules below.
+mod cluster;
 mod netns;
 mod robust_support;
 mod support;
 
+mod cluster_ssh;
 mod collective_faults;
 mod collective_processes;
 mod launch;

@@ -96,7 +96,10 @@ fn three_host_job(net: &Net, order: &[usize], worker_args: &[&str]) -> Vec<Joine
     let log = cluster.log();
     assert_eq!(log.len(), 3, "{log:?}");
     for &host in order {
-        let start = format!("ssh -o BatchMode=yes {} cd ", Net::addr(host));
+        let start = format!(
+            "ssh -o BatchMode=yes -o ConnectTimeout=15 {} cd ",
+            Net::addr(host)
+        );
         assert!(
             log.iter().any(|l| l.starts_with(&start)),
             "{start:?} not in {log:?}"

@@ -1,0 +1,183 @@
+//! A cluster of hosts with real daemons for the cluster tests, started and stopped by
+//! `scripts/test-cluster.sh` (which a developer can also run by hand): host `i` is a
+//! network namespace with its own host name `node{i}` and address `10.79.0.{i+1}`,
+//! running a real sshd that takes the cluster's key.
+//!
+//! [`Cluster::up`] needs root, sshd and nsenter. Where they are missing it says why
+//! and returns `None`, and the test returns early; `SWITCHYARD_REQUIRE_CLUSTER=1`
+//! (set by `.ci/run`) makes that a failure. Dropping the [`Cluster`] takes it down
+//! (every process in its hosts killed, namespaces deleted, nothing left mounted), also
+//! when the test panics; a test process killed outright leaves it to the next
+//! `up`, which sweeps clusters whose owner has died.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Set to `1` to make a cluster that cannot start a test failure instead of a skip.
+pub(crate) const ENV_REQUIRE: &str = "SWITCHYARD_REQUIRE_CLUSTER";
+
+/// The script that starts and stops clusters.
+pub(crate) fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/test-cluster.sh")
+}
+
+/// A running cluster, taken down on drop.
+#[derive(Debug)]
+pub(crate) struct Cluster {
+    dir: PathBuf,
+    hosts: usize,
+}
+
+/// Prints why the test does not run, or fails it when the cluster is required.
+fn skip(why: &str) -> Option<Cluster> {
+    let required = std::env::var(ENV_REQUIRE).is_ok_and(|v| v.trim() == "1");
+    assert!(
+        !required,
+        "{ENV_REQUIRE}=1 but the test cluster cannot start: {why}"
+    );
+    eprintln!(
+        "skipped: the test cluster cannot start here ({why}); {ENV_REQUIRE}=1 makes this a failure"
+    );
+    None
+}
+
+impl Cluster {
+    /// `hosts` hosts, each running sshd; `None` (after saying why) where a cluster
+    /// cannot start here.
+    pub(crate) fn up(hosts: usize) -> Option<Cluster> {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let uid = Command::new("id").arg("-u").output().map(|o| o.stdout);
+        if !uid.is_ok_and(|u| u.trim_ascii() == b"0") {
+            return skip("not root: network namespaces need it");
+        }
+        if !Path::new("/usr/sbin/sshd").exists() {
+            return skip("no /usr/sbin/sshd (apt install openssh-server)");
+        }
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let pid = std::process::id();
+        let dir = std::env::temp_dir().join(format!("switchyard-cluster-{pid}-{n}"));
+        let out = Command::new("bash")
+            .arg(script())
+            .arg("up")
+            .arg(&dir)
+            .arg(hosts.to_string())
+            .env("SYC_OWNER", pid.to_string())
+            .env("SYC_TAG", format!("syc{pid}x{n}"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("run scripts/test-cluster.sh");
+        if !out.status.success() {
+            return skip(&format!(
+                "scripts/test-cluster.sh up failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Some(Cluster { dir, hosts })
+    }
+
+    /// How many hosts.
+    pub(crate) fn len(&self) -> usize {
+        self.hosts
+    }
+
+    /// Host `i`'s name (`node{i}`): what the hostfile and the ssh config use.
+    pub(crate) fn name(i: usize) -> String {
+        format!("node{i}")
+    }
+
+    /// Host `i`'s address.
+    pub(crate) fn addr(i: usize) -> Ipv4Addr {
+        Ipv4Addr::new(10, 79, 0, u8::try_from(i + 1).expect("at most 200 hosts"))
+    }
+
+    /// The hostfile, `node0` to `node{N-1}`, one per line.
+    pub(crate) fn hostfile(&self) -> PathBuf {
+        self.dir.join("hostfile")
+    }
+
+    /// The ssh configuration that logs in to every host by name (`ssh -F`).
+    pub(crate) fn ssh_config(&self) -> PathBuf {
+        self.dir.join("ssh_config")
+    }
+
+    /// The cluster's folder (keys, logs; removed on drop).
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `program` to be run on host `i`, in its network and with its host name.
+    pub(crate) fn command(&self, i: usize, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new("bash");
+        c.arg(script())
+            .arg("exec")
+            .arg(&self.dir)
+            .arg(i.to_string())
+            .arg(program);
+        c
+    }
+
+    /// Stops host `i`'s sshd: the host is up but refuses logins.
+    pub(crate) fn stop_sshd(&self, i: usize) {
+        let out = Command::new("bash")
+            .arg(script())
+            .args(["stop-sshd"])
+            .arg(&self.dir)
+            .arg(i.to_string())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "stop-sshd: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The namespace of host `i` (`/run/netns/...`).
+    fn netns(&self, i: usize) -> String {
+        let tag = std::fs::read_to_string(self.dir.join("tag")).unwrap();
+        format!("{}h{i}", tag.trim())
+    }
+
+    /// The processes running `exe` on host `i`, as PIDs.
+    pub(crate) fn running_on(&self, i: usize, exe: &Path) -> Vec<u32> {
+        let out = Command::new("ip")
+            .args(["netns", "pids", &self.netns(i)])
+            .output()
+            .unwrap();
+        let exe = std::fs::canonicalize(exe).unwrap_or_else(|_| exe.to_path_buf());
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .filter_map(|p| p.parse::<u32>().ok())
+            .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == exe))
+            .collect()
+    }
+
+    /// Every `(host, pid)` running `exe` anywhere in the cluster.
+    pub(crate) fn running(&self, exe: &Path) -> Vec<(usize, u32)> {
+        (0..self.hosts)
+            .flat_map(|i| self.running_on(i, exe).into_iter().map(move |p| (i, p)))
+            .collect()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let out = Command::new("bash")
+            .arg(script())
+            .arg("down")
+            .arg(&self.dir)
+            .stdin(Stdio::null())
+            .output();
+        match out {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => eprintln!(
+                "cluster harness: down failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+            Err(e) => eprintln!("cluster harness: could not run the script: {e}"),
+        }
+    }
+}

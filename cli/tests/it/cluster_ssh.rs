@@ -1,0 +1,315 @@
+//! `switchyard launch --launcher ssh` over real sshd, on the hosts of the test cluster
+//! (`cluster/`, `scripts/test-cluster.sh`): the launcher runs on node0, as on a head
+//! node, and logs in to each host with the cluster's ssh configuration
+//! (`--launcher-args "-F ssh_config"`), by host name, as users do.
+//!
+//! What a real sshd does that the stand-in of `netns_launch` hid: ending the local
+//! `ssh` does not end the remote process (no terminal, no signal), so the launcher's
+//! remote command watches its session's input and ends the program when it closes.
+//!
+//! Needs root and openssh-server: without them every test says why and returns,
+//! unless `SWITCHYARD_REQUIRE_CLUSTER=1`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::cluster::Cluster;
+use crate::support::{ChildGuard, example, run_bounded};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// `switchyard launch -n N --launcher ssh` on node0 over the cluster's hostfile,
+/// running `program ARGS`.
+fn launch(
+    cluster: &Cluster,
+    n: usize,
+    launch_args: &[&str],
+    program: &str,
+    args: &[&str],
+) -> Command {
+    let mut c = cluster.command(0, env!("CARGO_BIN_EXE_switchyard"));
+    let head = Cluster::addr(0).to_string();
+    let ssh_args = format!("-F {}", cluster.ssh_config().display());
+    c.arg("launch")
+        .args(["-n", &n.to_string(), "--launcher", "ssh", "--hostfile"])
+        .arg(cluster.hostfile())
+        .args(["--launcher-args", &ssh_args])
+        // Host names do not resolve here (no DNS in the namespaces): the tracker is
+        // told by address.
+        .args([
+            "--host",
+            &head,
+            "--rendezvous-timeout",
+            "30",
+            "--timeout",
+            "90",
+        ])
+        .args(launch_args)
+        .arg("--")
+        .arg(example(program))
+        .args(args);
+    c
+}
+
+/// Waits until nothing runs `program` on any host, up to `limit`; the leftovers if any.
+fn wait_none_running(cluster: &Cluster, program: &str, limit: Duration) -> Vec<(usize, u32)> {
+    let exe = example(program);
+    let until = Instant::now() + limit;
+    loop {
+        let left = cluster.running(&exe);
+        if left.is_empty() || Instant::now() >= until {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `[t] joined rank=R world=N addr=A task=T` as (task, rank, addr).
+fn joined(line: &str) -> Option<(usize, usize, String)> {
+    let rest = line.strip_prefix('[')?;
+    let (task, rest) = rest.split_once("] joined ")?;
+    let field = |name: &str| {
+        rest.split_whitespace()
+            .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
+            .map(str::to_string)
+    };
+    Some((
+        task.parse().ok()?,
+        field("rank")?.parse().ok()?,
+        field("addr")?,
+    ))
+}
+
+#[test]
+fn an_ssh_job_over_real_sshd_runs_each_rank_on_its_host_and_leaves_nothing() {
+    let Some(cluster) = Cluster::up(3) else {
+        return;
+    };
+    let command = launch(
+        &cluster,
+        3,
+        &[],
+        "netns_worker",
+        &["env", "--iters", "20", "--timeout", "20"],
+    );
+    let (out, _) = run_bounded(command, Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let mut seen: Vec<(usize, usize, String)> = stdout.lines().filter_map(joined).collect();
+    seen.sort();
+    assert_eq!(seen.len(), 3, "{stdout}\n{stderr}");
+    for (task, (t, rank, addr)) in seen.iter().enumerate() {
+        // Task t went to the hostfile's line t (node t) and ran there.
+        assert_eq!((*t, *rank), (task, task), "{seen:?}");
+        assert_eq!(*addr, Cluster::addr(task).to_string(), "{seen:?}");
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l == format!("[{task}] done iters=20")),
+            "rank {task} did not finish:\n{stdout}"
+        );
+        assert!(
+            stderr.contains(&format!("rank {task} running (pid"))
+                && stderr.contains(&format!("on node{task},")),
+            "the launcher did not say where rank {task} runs:\n{stderr}"
+        );
+    }
+    let left = wait_none_running(&cluster, "netns_worker", Duration::from_secs(5));
+    assert!(left.is_empty(), "left running (host, pid): {left:?}");
+}
+
+#[test]
+fn a_parameter_server_job_trains_over_real_sshd() {
+    let Some(cluster) = Cluster::up(3) else {
+        return;
+    };
+    let command = launch(
+        &cluster,
+        3,
+        &["--servers", "2"],
+        "logistic_ps",
+        &["--rounds", "12"],
+    );
+    let (out, _) = run_bounded(command, Duration::from_secs(150));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let accuracy: f64 = stdout
+        .lines()
+        .find_map(|l| l.split("test accuracy ").nth(1))
+        .and_then(|rest| rest.split('%').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no test accuracy line in:\n{stdout}\n{stderr}"));
+    assert!(accuracy >= 90.0, "accuracy {accuracy}%:\n{stdout}");
+    // Servers are placed after the workers, round the hostfile: s0 on node0, s1 on node1.
+    for (server, host) in [(0, 0), (1, 1)] {
+        assert!(
+            stderr.contains(&format!("server {server} running (pid"))
+                && stderr
+                    .lines()
+                    .any(|l| l.contains(&format!("server {server} running"))
+                        && l.contains(&format!("on node{host},"))),
+            "server {server} not on node{host}:\n{stderr}"
+        );
+        assert!(stderr.contains(&format!("[s{server}] server")), "{stderr}");
+    }
+    let left = wait_none_running(&cluster, "logistic_ps", Duration::from_secs(5));
+    assert!(left.is_empty(), "left running (host, pid): {left:?}");
+}
+
+#[test]
+fn a_host_whose_sshd_is_down_is_named_within_seconds() {
+    let Some(cluster) = Cluster::up(3) else {
+        return;
+    };
+    cluster.stop_sshd(2);
+    let command = launch(
+        &cluster,
+        3,
+        &[],
+        "netns_worker",
+        &["env", "--iters", "0", "--timeout", "20"],
+    );
+    let (out, took) = run_bounded(command, Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        took < Duration::from_secs(20),
+        "took {took:?} to name the host:\n{stderr}"
+    );
+    let last = stderr
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("switchyard: "))
+        .unwrap_or_default();
+    assert!(
+        last.contains("rank 2 on node2 exited with exit status: 255")
+            && last.contains("ssh's own failure"),
+        "the error does not name the rank, the host and ssh: {last:?}\n{stderr}"
+    );
+    // ssh's own message, under the rank's prefix.
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("[2] ") && l.contains("Connection refused")),
+        "{stderr}"
+    );
+    let left = wait_none_running(&cluster, "netns_worker", Duration::from_secs(10));
+    assert!(left.is_empty(), "left running (host, pid): {left:?}");
+}
+
+/// Starts a 3-rank job that runs until stopped, and waits until every rank has
+/// joined. The ranks print nothing after that: a remote process that writes would
+/// die of SIGPIPE once its `ssh` is gone, and hide an orphan that a silent one (a
+/// long computation) shows.
+fn running_job(cluster: &Cluster) -> (ChildGuard, mpsc::Receiver<String>) {
+    let mut command = launch(
+        cluster,
+        3,
+        &[],
+        "netns_worker",
+        &[
+            "env",
+            "--iters",
+            "0",
+            "--timeout",
+            "20",
+            "--progress",
+            "1000000000000",
+        ],
+    );
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut guard = ChildGuard(Some(command.spawn().expect("spawn the launcher")));
+    let child = guard.0.as_mut().unwrap();
+    let (tx, rx) = mpsc::channel();
+    for stream in [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ] {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    let mut seen = Vec::new();
+    let mut joined = [false; 3];
+    let by = Instant::now() + Duration::from_secs(60);
+    while joined.contains(&false) {
+        let Ok(line) = rx.recv_timeout(by.saturating_duration_since(Instant::now())) else {
+            panic!("the job did not get going: {seen:#?}");
+        };
+        for (t, j) in joined.iter_mut().enumerate() {
+            *j |= line.starts_with(&format!("[{t}] joined "));
+        }
+        seen.push(line);
+    }
+    assert_eq!(cluster.running(&example("netns_worker")).len(), 3);
+    (guard, rx)
+}
+
+/// Waits up to `limit` for the launcher to exit.
+fn exit_within(guard: &mut ChildGuard, limit: Duration) -> ExitStatus {
+    let until = Instant::now() + limit;
+    loop {
+        if let Some(status) = guard.0.as_mut().unwrap().try_wait().unwrap() {
+            guard.0 = None;
+            return status;
+        }
+        assert!(
+            Instant::now() < until,
+            "the launcher still runs after {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn ctrl_c_on_the_launcher_ends_every_remote_process() {
+    let Some(cluster) = Cluster::up(3) else {
+        return;
+    };
+    let (mut guard, rx) = running_job(&cluster);
+    let pid = guard.0.as_ref().unwrap().id();
+    let sent = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let status = exit_within(&mut guard, Duration::from_secs(20));
+    let lines: Vec<String> = rx.try_iter().collect();
+    assert_eq!(status.code(), Some(130), "{lines:#?}");
+    assert!(
+        lines.iter().any(|l| l.contains("interrupted by SIGINT")),
+        "{lines:#?}"
+    );
+    let left = wait_none_running(&cluster, "netns_worker", Duration::from_secs(10));
+    assert!(
+        left.is_empty(),
+        "left running after Ctrl-C (host, pid): {left:?}"
+    );
+}
+
+#[test]
+fn a_killed_launcher_leaves_no_remote_process() {
+    let Some(cluster) = Cluster::up(3) else {
+        return;
+    };
+    let (mut guard, _rx) = running_job(&cluster);
+    // SIGKILL: the launcher stops nothing itself; its ssh sessions' input closes.
+    guard.0.as_mut().unwrap().kill().unwrap();
+    let _ = exit_within(&mut guard, Duration::from_secs(5));
+    // The grace (3 s) for the workers' SIGTERM, and time for ssh to notice.
+    let left = wait_none_running(&cluster, "netns_worker", Duration::from_secs(15));
+    assert!(
+        left.is_empty(),
+        "left running after the launcher died (host, pid): {left:?}"
+    );
+}
