@@ -104,11 +104,20 @@ impl StreamLink {
                 return Err(refused);
             }
             let peer = self.peer(from)?;
-            if let Some(reason) = &peer.closed {
+            if let Some(reason) = peer.closed.clone() {
+                let endpoint = peer.endpoint();
+                // A peer publishes its last entry and then leaves: when its entry
+                // came between the look above and the close seen here, it is there
+                // now (the publish happened before the close, which we saw), and the
+                // call has what it needs.
+                let board = self.board.as_ref().ok_or_else(|| self.no_board())?;
+                if matches!(board.entry(from), Ok(Some(_))) {
+                    continue;
+                }
                 return Err(LinkError::Lost {
                     rank: from,
-                    endpoint: peer.endpoint(),
-                    reason: reason.clone(),
+                    endpoint,
+                    reason,
                 });
             }
             if let Some(silent) = self.silent(from) {
