@@ -3,28 +3,38 @@
 # and for trying a launcher by hand. Needs root, iproute2, util-linux (unshare,
 # nsenter) and openssh-server.
 #
-#   scripts/test-cluster.sh up DIR [HOSTS]     start HOSTS hosts (default 3), state in DIR
+#   scripts/test-cluster.sh up DIR [HOSTS] [--slurm]
+#                                              start HOSTS hosts (default 3), state in DIR
 #   scripts/test-cluster.sh exec DIR I CMD...  run CMD on host I (its network, its name)
 #   scripts/test-cluster.sh stop-sshd DIR I    stop host I's sshd (a host that refuses)
 #   scripts/test-cluster.sh down DIR           stop everything, remove DIR
 #   scripts/test-cluster.sh sweep              take down clusters whose owner has died
 #
-# Host I is a network namespace with its own UTS namespace (host name nodeI) and the
-# address 10.79.0.(I+1)/24 on eth0, a veth pair to a bridge in a namespace of its own,
-# so nothing touches the machine's own network. Every host runs sshd on port 22
-# (Debian's openssh-server, its own config and keys in DIR, root login by key only).
+# Host I is a network namespace with its own UTS namespace (host name nodeI), its own
+# mount namespace (where /etc/hosts names every host, so names resolve as on a real
+# cluster) and the address 10.79.0.(I+1)/24 on eth0, a veth pair to a bridge in a
+# namespace of its own, so nothing touches the machine's own network or files. Every
+# host runs sshd on port 22 (Debian's openssh-server, its own config and keys in DIR,
+# root login by key only).
+#
+# With --slurm (Debian's slurmctld, slurmd and munge): a munged of the cluster's own
+# (its own key and socket in DIR), slurmctld on node0 and slurmd on every host, one
+# partition `test` of every host (4 CPUs each), state and logs in DIR/slurm. Slurm's
+# commands find it with SLURM_CONF=DIR/slurm/slurm.conf.
 #
 # `up` writes into DIR:
 #   ssh_config   `ssh -F DIR/ssh_config nodeI` logs in to host I (names, key, no
 #                host-key prompts); `switchyard launch --ssh-args "-F DIR/ssh_config"`
 #   hostfile     one host name per line, node0 first
+#   hosts        the /etc/hosts every host sees
 #   owner        the PID whose death lets `sweep` take the cluster down (SYC_OWNER,
 #                default the caller's PID; SYC_TAG=syc<owner>x<n> names the cluster
 #                for callers that start several at once)
 #
-# `down` kills every process inside the hosts' namespaces (sshd and whatever was
-# started through it), deletes the namespaces, unmounts the name namespaces and
-# removes DIR: nothing stays running or mounted. It is safe to call twice.
+# `down` kills every process inside the hosts' namespaces (the daemons and whatever
+# was started through them) and the cluster's munged, deletes the namespaces, unmounts
+# the name and mount namespaces and removes DIR: nothing stays running or mounted. It
+# is safe to call twice.
 set -euo pipefail
 
 SUBNET=10.79.0
@@ -38,24 +48,40 @@ die() {
 # The tag that names a cluster's namespaces: syc<owner pid>x<counter>.
 tag_of() { cat "$1/tag"; }
 host_ns() { echo "$(tag_of "$1")h$2"; }
-host_uts() { echo "$STATE_ROOT/$(tag_of "$1")/uts$2"; }
+# The folder that holds the cluster's persistent name and mount namespaces: a private
+# mount of its own (a mount namespace can be bound to a file only off shared mounts).
+ns_dir() { echo "$STATE_ROOT/$(tag_of "$1")/ns"; }
+host_uts() { echo "$(ns_dir "$1")/uts$2"; }
+host_mnt() { echo "$(ns_dir "$1")/mnt$2"; }
 
-# Runs CMD in host I's network and name namespaces.
+# nsenter's arguments for host I (no spaces in them: checked in `up`).
+host_enter() {
+    echo "--net=/run/netns/$(host_ns "$1" "$2")" "--uts=$(host_uts "$1" "$2")" "--mount=$(host_mnt "$1" "$2")"
+}
+
+# Runs CMD on host I.
 on_host() {
     local dir=$1 i=$2
     shift 2
-    nsenter --net="/run/netns/$(host_ns "$dir" "$i")" --uts="$(host_uts "$dir" "$i")" "$@"
+    # shellcheck disable=SC2046
+    nsenter $(host_enter "$dir" "$i") "$@"
 }
 
 up() {
-    local dir=$1 hosts=${2:-3}
+    local dir=$1 hosts=${2:-3} slurm=${3:-}
     [ "$(id -u)" = 0 ] || die "needs root (network namespaces)"
     command -v /usr/sbin/sshd >/dev/null || die "needs sshd (apt install openssh-server)"
     command -v nsenter >/dev/null || die "needs nsenter (util-linux)"
     [ "$hosts" -ge 1 ] && [ "$hosts" -le 200 ] || die "1 to 200 hosts, not $hosts"
     [ -e "$dir/tag" ] && die "$dir already holds a cluster; take it down first"
+    if [ "$slurm" = --slurm ]; then
+        for daemon in slurmctld slurmd munged; do
+            [ -x "/usr/sbin/$daemon" ] || die "--slurm needs /usr/sbin/$daemon (apt install slurmctld slurmd munge)"
+        done
+    fi
     mkdir -p "$dir"
     dir=$(cd "$dir" && pwd)
+    case "$dir" in *[[:space:]]*) die "DIR must have no spaces: $dir" ;; esac
     local owner=${SYC_OWNER:-$PPID} tag
     if [ -n "${SYC_TAG:-}" ]; then
         # A caller that starts several clusters at once names each (syc<owner>x<n>).
@@ -69,10 +95,17 @@ up() {
     echo "$tag" >"$dir/tag"
     echo "$owner" >"$dir/owner"
     echo "$dir" >"$dir/dir"
-    mkdir -p "$STATE_ROOT/$tag" /run/sshd
+    mkdir -p "$STATE_ROOT/$tag/ns" /run/sshd
     echo "$dir" >"$STATE_ROOT/$tag/dir"
     # From here on a failure takes down what was made.
     trap 'down "$dir" >/dev/null 2>&1 || true' ERR
+    mount --bind "$STATE_ROOT/$tag/ns" "$STATE_ROOT/$tag/ns"
+    mount --make-private "$STATE_ROOT/$tag/ns"
+    {
+        echo "127.0.0.1 localhost"
+        local h
+        for ((h = 0; h < hosts; h++)); do echo "$SUBNET.$((h + 1)) node$h"; done
+    } >"$dir/hosts"
 
     local bridge="${tag}br"
     ip netns add "$bridge"
@@ -110,15 +143,92 @@ EOF
         # A default route, as real hosts have (a job's address is chosen by it);
         # the gateway does not exist.
         ip -n "$ns" route add default via "$SUBNET.254" dev eth0
-        # A name namespace that outlives its processes, bound to a file.
-        touch "$(host_uts "$dir" "$i")"
+        # Name and mount namespaces that outlive their processes, bound to files.
+        touch "$(host_uts "$dir" "$i")" "$(host_mnt "$dir" "$i")"
         unshare --uts="$(host_uts "$dir" "$i")" hostname "node$i"
+        unshare --mount="$(host_mnt "$dir" "$i")" --propagation private \
+            mount --bind "$dir/hosts" /etc/hosts
         printf 'Host node%s\n    HostName %s\n' "$i" "$addr" >>"$dir/ssh_config"
         echo "node$i" >>"$dir/hostfile"
         start_sshd "$dir" "$i"
     done
-    trap - ERR
     wait_sshd "$dir" "$hosts"
+    if [ "$slurm" = --slurm ]; then start_slurm "$dir" "$hosts"; fi
+    trap - ERR
+}
+
+# munged (outside the namespaces: its socket is a path every host sees), then
+# slurmctld on node0 and slurmd on every host; waits until every node is idle.
+start_slurm() {
+    local dir=$1 hosts=$2
+    local s="$dir/slurm" i
+    mkdir -p "$s/state" "$s/spool" "$dir/munge" "$dir/munge-socket"
+    # munged insists on its own user owning its key and folders, and on a socket
+    # folder everyone may enter.
+    chown munge:munge "$dir/munge" "$dir/munge-socket"
+    chmod 700 "$dir/munge"
+    chmod 755 "$dir/munge-socket"
+    dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
+    chown munge:munge "$dir/munge/munge.key"
+    chmod 400 "$dir/munge/munge.key"
+    runuser -u munge -- /usr/sbin/munged \
+        --socket="$dir/munge-socket/munge.sock" \
+        --key-file="$dir/munge/munge.key" \
+        --pid-file="$dir/munge/munged.pid" \
+        --log-file="$dir/munge/munged.log" \
+        --seed-file="$dir/munge/munged.seed"
+    {
+        echo "# Written by scripts/test-cluster.sh for the cluster in $dir."
+        echo "ClusterName=switchyard-test"
+        echo "SlurmctldHost=node0($SUBNET.1)"
+        echo "SlurmUser=root"
+        echo "SlurmdUser=root"
+        echo "AuthType=auth/munge"
+        echo "AuthInfo=socket=$dir/munge-socket/munge.sock"
+        echo "CredType=cred/munge"
+        echo "StateSaveLocation=$s/state"
+        echo "SlurmdSpoolDir=$s/spool/%n"
+        echo "SlurmctldPidFile=$s/slurmctld.pid"
+        echo "SlurmdPidFile=$s/slurmd-%n.pid"
+        echo "SlurmctldLogFile=$s/slurmctld.log"
+        echo "SlurmdLogFile=$s/slurmd-%n.log"
+        echo "# No cgroups: the hosts share this machine's; processes are tracked by parentage."
+        echo "ProctrackType=proctrack/linuxproc"
+        echo "TaskPlugin=task/none"
+        echo "SwitchType=switch/none"
+        echo "MpiDefault=none"
+        echo "ReturnToService=2"
+        echo "SchedulerType=sched/builtin"
+        echo "SelectType=select/cons_tres"
+        echo "SelectTypeParameters=CR_CPU"
+        echo "# 4 CPUs a host, whatever this machine has."
+        echo "SlurmdParameters=config_overrides"
+        echo "JobCompType=jobcomp/none"
+        echo "JobAcctGatherType=jobacct_gather/none"
+        echo "AccountingStorageType=accounting_storage/none"
+        echo "KillWait=3"
+        echo "MinJobAge=300"
+        echo "SlurmctldTimeout=30"
+        echo "SlurmdTimeout=30"
+        for ((i = 0; i < hosts; i++)); do
+            echo "NodeName=node$i NodeAddr=$SUBNET.$((i + 1)) CPUs=4 State=UNKNOWN"
+        done
+        echo "PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES"
+    } >"$s/slurm.conf"
+    on_host "$dir" 0 /usr/sbin/slurmctld -f "$s/slurm.conf" -i
+    for ((i = 0; i < hosts; i++)); do
+        on_host "$dir" "$i" /usr/sbin/slurmd -f "$s/slurm.conf" -N "node$i"
+    done
+    local tries idle
+    for ((tries = 0; ; tries++)); do
+        idle=$(SLURM_CONF="$s/slurm.conf" on_host "$dir" 0 sinfo -h -N -t idle -o %N 2>/dev/null | sort -u | wc -l)
+        [ "$idle" -eq "$hosts" ] && break
+        if [ "$tries" -ge 100 ]; then
+            tail -n 5 "$s/slurmctld.log" >&2 || true
+            die "Slurm: $idle of $hosts nodes idle after 20 s"
+        fi
+        sleep 0.2
+    done
 }
 
 start_sshd() {
@@ -168,7 +278,9 @@ down() {
     [ -e "$dir/tag" ] || return 0
     local tag
     tag=$(tag_of "$dir")
-    local ns
+    local ns pid
+    pid=$(cat "$dir/munge/munged.pid" 2>/dev/null || true)
+    if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null || true; fi
     # Every process first (twice: something may have been starting), then namespaces.
     for _ in 1 2; do
         for ns in $(ip netns list | awk '{print $1}' | grep -E "^${tag}h[0-9]+$" || true); do
@@ -179,13 +291,19 @@ down() {
     for ns in $(ip netns list | awk '{print $1}' | grep -E "^${tag}(h[0-9]+|br)$" || true); do
         ip netns del "$ns" 2>/dev/null || true
     done
-    local uts
-    for uts in "$STATE_ROOT/$tag"/uts*; do
-        [ -e "$uts" ] || continue
-        umount "$uts" 2>/dev/null || true
-    done
-    rm -rf "${STATE_ROOT:?}/$tag"
+    unmount_state "$STATE_ROOT/$tag"
     rm -rf "$dir"
+}
+
+# Unmounts a cluster's namespace files and their folder, and removes its state.
+unmount_state() {
+    local state=$1 file
+    for file in "$state"/ns/*; do
+        [ -e "$file" ] || continue
+        umount "$file" 2>/dev/null || true
+    done
+    umount "$state/ns" 2>/dev/null || true
+    rm -rf "$state"
 }
 
 # Clusters whose owner process no longer runs.
@@ -206,23 +324,23 @@ sweep() {
                 kill_in_ns "$ns"
                 ip netns del "$ns" 2>/dev/null || true
             done
-            for uts in "$state"/uts*; do umount "$uts" 2>/dev/null || true; done
-            rm -rf "$state"
+            unmount_state "$state"
         fi
     done
 }
 
 case "${1:-}" in
 up)
-    [ $# -ge 2 ] || die "usage: $0 up DIR [HOSTS]"
+    [ $# -ge 2 ] || die "usage: $0 up DIR [HOSTS] [--slurm]"
     sweep
-    up "$2" "${3:-3}"
+    up "$2" "${3:-3}" "${4:-}"
     ;;
 exec)
     [ $# -ge 4 ] || die "usage: $0 exec DIR I CMD..."
     dir=$2 i=$3
     shift 3
-    exec nsenter --net="/run/netns/$(host_ns "$dir" "$i")" --uts="$(host_uts "$dir" "$i")" "$@"
+    # shellcheck disable=SC2046
+    exec nsenter $(host_enter "$dir" "$i") "$@"
     ;;
 stop-sshd)
     [ $# -eq 3 ] || die "usage: $0 stop-sshd DIR I"
@@ -236,6 +354,6 @@ sweep)
     sweep
     ;;
 *)
-    die "usage: $0 up DIR [HOSTS] | exec DIR I CMD... | stop-sshd DIR I | down DIR | sweep"
+    die "usage: $0 up DIR [HOSTS] [--slurm] | exec DIR I CMD... | stop-sshd DIR I | down DIR | sweep"
     ;;
 esac

@@ -260,6 +260,9 @@ fn hosts(options: &LaunchOptions) -> Result<Vec<Host>, LaunchError> {
             value: String::new(),
             reason: "--launcher ssh needs --hostfile with one host per line".into(),
         }),
+        (None, LauncherKind::Slurm) => {
+            hostfile::from_slurm_allocation(&|name: &str| std::env::var(name).ok())
+        }
         (None, _) => Ok(Vec::new()),
     }
 }

@@ -7,7 +7,7 @@
 //! | launcher | command |
 //! |---|---|
 //! | `ssh` | `ssh [ARGS] -o BatchMode=yes -o ConnectTimeout=15 HOST 'cd DIR && WATCH && exec env K=V... PROGRAM ARGS...'` |
-//! | `slurm` | `srun [ARGS] --nodes=1 --ntasks=1 [--nodelist=HOST] env K=V... PROGRAM ARGS...` |
+//! | `slurm` | `srun [ARGS] --nodes=1 --ntasks=1 --exact [--nodelist=HOST] env K=V... PROGRAM ARGS...` |
 //! | `mpi` | `mpirun [ARGS] -np 1 [--host HOST] env K=V... PROGRAM ARGS...` |
 //!
 //! `ARGS` are the user's `--launcher-args`, first, so that theirs win where ssh takes
@@ -124,7 +124,11 @@ pub(crate) fn command(
         }
         LauncherKind::Slurm => {
             let mut c = Command::new("srun");
-            c.args(wrapper.args).args(["--nodes=1", "--ntasks=1"]);
+            // `--exact`: a step gets the one CPU it asks for, not every CPU the job
+            // has on the node (Slurm 21.08+), which left the next steps waiting
+            // ("Requested nodes are busy") until the first ones ended.
+            c.args(wrapper.args)
+                .args(["--nodes=1", "--ntasks=1", "--exact"]);
             if let Some(host) = spec.host {
                 c.arg(format!("--nodelist={}", host.name));
             }
@@ -342,6 +346,7 @@ mod tests {
                 "--mpi=none",
                 "--nodes=1",
                 "--ntasks=1",
+                "--exact",
                 "--nodelist=n2",
                 "env",
                 "K=v w",

@@ -8,11 +8,13 @@
 //! | MPICH/Hydra, Slurm PMI | `PMI_RANK`, `PMI_SIZE` | see below | see below |
 //! | `srun` | `SLURM_PROCID`, `SLURM_NTASKS` | see below | see below |
 //!
-//! For the schedulers the root host is `MASTER_ADDR` when set, else
-//! `SLURM_LAUNCH_NODE_IPADDR`, else the first host of `SLURM_JOB_NODELIST` (the
-//! compact `node[01-03,07]` form is understood), else `127.0.0.1` when every rank
-//! runs on this host (`OMPI_COMM_WORLD_LOCAL_SIZE` equal to the size); otherwise
-//! `MASTER_ADDR` is reported missing. The port is `MASTER_PORT`, else
+//! For the schedulers the root host is `MASTER_ADDR` when set, else the first host of
+//! `SLURM_STEP_NODELIST`, else of `SLURM_JOB_NODELIST` (where Slurm puts task 0; the
+//! compact `node[01-03,07]` form is understood), else `SLURM_LAUNCH_NODE_IPADDR`,
+//! else `127.0.0.1` when every rank runs on this host (`OMPI_COMM_WORLD_LOCAL_SIZE`
+//! equal to the size); otherwise `MASTER_ADDR` is reported missing. The node lists
+//! come before the launch node because `srun` may run on a login node outside the
+//! allocation, where rank 0 is not. The port is `MASTER_PORT`, else
 //! [`DEFAULT_PORT`] plus `SLURM_JOB_ID mod 1000` under Slurm (so that two jobs
 //! sharing a node rarely collide). The job tag is derived from the convention, the
 //! root and the scheduler's job id, so every rank computes the same one. The world
@@ -116,19 +118,22 @@ pub(crate) fn scheduler(lookup: &(impl Lookup + ?Sized)) -> Result<Option<Found>
     };
     let (rank, world) = rank_and_size(lookup, rank_var, size_var, MPI_HINT)?;
     let port = port(lookup)?;
+    let node_list = ["SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"]
+        .into_iter()
+        .find_map(|var| env::text(lookup, var).map(|list| (var, list)));
     let (var, host) = if let Some(h) = env::text(lookup, "MASTER_ADDR") {
         ("MASTER_ADDR", h)
-    } else if let Some(h) = env::text(lookup, "SLURM_LAUNCH_NODE_IPADDR") {
-        ("SLURM_LAUNCH_NODE_IPADDR", h)
-    } else if let Some(list) = env::text(lookup, "SLURM_JOB_NODELIST") {
+    } else if let Some((var, list)) = node_list {
         let first = first_host(&list).ok_or_else(|| {
             EnvError::malformed(
-                "SLURM_JOB_NODELIST",
+                var,
                 list.clone(),
                 "a Slurm node list starting with a host name",
             )
         })?;
-        ("SLURM_JOB_NODELIST", first)
+        (var, first)
+    } else if let Some(h) = env::text(lookup, "SLURM_LAUNCH_NODE_IPADDR") {
+        ("SLURM_LAUNCH_NODE_IPADDR", h)
     } else if env::text(lookup, "OMPI_COMM_WORLD_LOCAL_SIZE")
         .is_some_and(|l| l.trim() == world.to_string())
     {
@@ -137,9 +142,9 @@ pub(crate) fn scheduler(lookup: &(impl Lookup + ?Sized)) -> Result<Option<Found>
         return Err(missing(
             "MASTER_ADDR",
             &format!(
-                "{convention} gives no root host (no SLURM_LAUNCH_NODE_IPADDR, \
-                 SLURM_JOB_NODELIST, nor every rank on this host): set MASTER_ADDR to \
-                 rank 0's host"
+                "{convention} gives no root host (no SLURM_STEP_NODELIST, \
+                 SLURM_JOB_NODELIST, SLURM_LAUNCH_NODE_IPADDR, nor every rank on this \
+                 host): set MASTER_ADDR to rank 0's host"
             ),
         ));
     };
@@ -226,33 +231,7 @@ fn tag(parts: &[&str]) -> u64 {
 /// The first host of a Slurm node list: `a,b` gives `a`, `node[01-03,07],x` gives
 /// `node01`, `rack[2-3]-n[5]` gives `rack2-n5`.
 pub(crate) fn first_host(list: &str) -> Option<String> {
-    let mut out = String::new();
-    let mut chars = list.trim().chars();
-    while let Some(c) = chars.next() {
-        match c {
-            ',' => break,
-            '[' => {
-                // The first number (or range start) of the bracket, then skip to `]`.
-                let mut first = String::new();
-                let mut taking = true;
-                for c in chars.by_ref() {
-                    if c == ']' {
-                        break;
-                    }
-                    if c == '-' || c == ',' {
-                        taking = false;
-                    }
-                    if taking {
-                        first.push(c);
-                    }
-                }
-                out.push_str(first.trim());
-            }
-            c => out.push(c),
-        }
-    }
-    let out = out.trim().to_string();
-    (!out.is_empty()).then_some(out)
+    super::slurm::expand_node_list(list)?.into_iter().next()
 }
 
 #[cfg(test)]

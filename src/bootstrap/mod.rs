@@ -44,6 +44,7 @@ mod iface;
 pub mod rendezvous;
 mod rendezvous_server;
 mod rendezvous_state;
+pub mod slurm;
 pub mod unique_id;
 pub mod watchdog;
 

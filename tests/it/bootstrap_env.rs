@@ -17,7 +17,7 @@ use switchyard::collective::{CommOptions, Communicator, ReduceOp};
 const CHILD: &str = "SWITCHYARD_TEST_ENV_CHILD";
 
 /// Every variable any convention reads; cleared in each child before its own are set.
-const ALL: [&str; 27] = [
+const ALL: [&str; 28] = [
     "SWITCHYARD_RANK",
     "SWITCHYARD_WORLD_SIZE",
     "SWITCHYARD_RENDEZVOUS",
@@ -40,6 +40,7 @@ const ALL: [&str; 27] = [
     "SLURM_PROCID",
     "SLURM_NTASKS",
     "SLURM_JOB_NODELIST",
+    "SLURM_STEP_NODELIST",
     "SLURM_LAUNCH_NODE_IPADDR",
     "SLURM_JOB_ID",
     "TORCHELASTIC_RUN_ID",
@@ -339,6 +340,24 @@ fn half_set_environments_name_the_missing_variable() {
             assert!(id.root().ip().is_loopback(), "{id}");
             assert_eq!(id.root().port(), 29500 + 7);
         }
+        other => panic!("expected a unique-id root, got {other:?}"),
+    }
+
+    // `srun` on a login node: the launch node is not where task 0 runs; the step's
+    // first node is.
+    let srun_from_a_login_node = [
+        ("SLURM_PROCID", "1"),
+        ("SLURM_NTASKS", "4"),
+        ("SLURM_LAUNCH_NODE_IPADDR", "192.0.2.7"),
+        ("SLURM_JOB_NODELIST", "192.0.2.8,localhost"),
+        ("SLURM_STEP_NODELIST", "localhost,other[1-2]"),
+    ];
+    match Bootstrap::from_lookup(&srun_from_a_login_node)
+        .unwrap()
+        .unwrap()
+        .rendezvous
+    {
+        Rendezvous::UniqueId(id) => assert!(id.root().ip().is_loopback(), "{id}"),
         other => panic!("expected a unique-id root, got {other:?}"),
     }
 

@@ -145,7 +145,7 @@ fn slurm_hands_each_process_to_srun_on_its_node() {
     let log = three_workers("slurm", true);
     for (task, host) in [(0, "nodeA"), (1, "nodeA"), (2, "nodeB")] {
         let line = line_of(&log, task);
-        let start = format!("srun --nodes=1 --ntasks=1 --nodelist={host} env ");
+        let start = format!("srun --nodes=1 --ntasks=1 --exact --nodelist={host} env ");
         assert!(line.starts_with(&start), "{line}");
     }
 }
@@ -155,7 +155,7 @@ fn slurm_without_a_hostfile_lets_srun_place_the_processes() {
     let log = three_workers("slurm", false);
     for task in 0..3 {
         assert!(
-            line_of(&log, task).starts_with("srun --nodes=1 --ntasks=1 env "),
+            line_of(&log, task).starts_with("srun --nodes=1 --ntasks=1 --exact env "),
             "{log:?}"
         );
     }

@@ -48,6 +48,16 @@ impl Cluster {
     /// `hosts` hosts, each running sshd; `None` (after saying why) where a cluster
     /// cannot start here.
     pub(crate) fn up(hosts: usize) -> Option<Cluster> {
+        Cluster::start(hosts, false)
+    }
+
+    /// As [`Cluster::up`], and Slurm too: slurmctld on node0, slurmd on every host
+    /// (partition `test`, 4 CPUs a host); commands made by [`Cluster::command`] find it.
+    pub(crate) fn up_with_slurm(hosts: usize) -> Option<Cluster> {
+        Cluster::start(hosts, true)
+    }
+
+    fn start(hosts: usize, slurm: bool) -> Option<Cluster> {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let uid = Command::new("id").arg("-u").output().map(|o| o.stdout);
         if !uid.is_ok_and(|u| u.trim_ascii() == b"0") {
@@ -55,6 +65,9 @@ impl Cluster {
         }
         if !Path::new("/usr/sbin/sshd").exists() {
             return skip("no /usr/sbin/sshd (apt install openssh-server)");
+        }
+        if slurm && !Path::new("/usr/sbin/slurmctld").exists() {
+            return skip("no /usr/sbin/slurmctld (apt install slurmctld slurmd munge)");
         }
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
@@ -64,6 +77,7 @@ impl Cluster {
             .arg("up")
             .arg(&dir)
             .arg(hosts.to_string())
+            .args(slurm.then_some("--slurm"))
             .env("SYC_OWNER", pid.to_string())
             .env("SYC_TAG", format!("syc{pid}x{n}"))
             .stdin(Stdio::null())
@@ -108,14 +122,16 @@ impl Cluster {
         &self.dir
     }
 
-    /// `program` to be run on host `i`, in its network and with its host name.
+    /// `program` to be run on host `i`, in its network and with its host name (and,
+    /// on a cluster with Slurm, `SLURM_CONF` naming its configuration).
     pub(crate) fn command(&self, i: usize, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut c = Command::new("bash");
         c.arg(script())
             .arg("exec")
             .arg(&self.dir)
             .arg(i.to_string())
-            .arg(program);
+            .arg(program)
+            .env("SLURM_CONF", self.dir.join("slurm/slurm.conf"));
         c
     }
 
