@@ -132,6 +132,7 @@ pub fn tasks_per_node(text: &str) -> Option<Vec<u32>> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn hosts(list: &str) -> Option<Vec<String>> {
