@@ -24,8 +24,9 @@
 //! Output, one line each, for the test to parse:
 //!
 //! - `id=ID` (mode `uid`, rank 0 only): the unique id to hand to the other ranks;
-//! - `joined rank=R world=N addr=A task=T`: `A` is the local address of the route to
-//!   the tracker or rendezvous (the host's address as its peers see it);
+//! - `joined rank=R world=N addr=A task=T host=H engine=E`: `A` is the local address
+//!   of the route to the tracker or rendezvous (the host's address as its peers see
+//!   it), `H` the host's name, `E` the communicator's engine (`mesh` or `mpi`);
 //! - `iter K` every `--progress` iterations (default 100);
 //! - `done iters=N` at the end; on failure `netns_worker: rank R: ERROR` on stderr.
 //!
@@ -174,7 +175,11 @@ fn run(args: &Args, rank: &mut Option<usize>) -> Result<(), Error> {
         .and_then(|(h, p)| local_ip_towards(&h, p))
         .map_or_else(|| "?".to_string(), |a| a.to_string());
     let task = std::env::var("DMLC_TASK_ID").unwrap_or_else(|_| "-".into());
-    println!("joined rank={r} world={n} addr={addr} task={task}");
+    // The host's name as its UTS namespace says (the test cluster gives each host one).
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map_or_else(|_| "?".to_string(), |h| h.trim().to_string());
+    let engine = comm.engine_name();
+    println!("joined rank={r} world={n} addr={addr} task={task} host={host} engine={engine}");
     let mut k: u64 = 0;
     while args.iters == 0 || k < args.iters {
         // Every rank contributes rank + k: the sum is n(n-1)/2 + n k everywhere.

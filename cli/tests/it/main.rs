@@ -10,6 +10,7 @@ mod netns;
 mod robust_support;
 mod support;
 
+mod cluster_mpi;
 mod cluster_slurm;
 mod cluster_ssh;
 mod collective_faults;
