@@ -29,24 +29,11 @@ fn joined(line: &str) -> Option<(usize, usize, String, String)> {
     ))
 }
 
-/// A hostfile of every host with two slots, and the variables that let OpenMPI run
-/// across the cluster: root, its daemons started over the cluster's ssh, its traffic
-/// on the hosts' `eth0`.
+/// A hostfile of every host with two slots, and OpenMPI's variables for the cluster.
 fn mpi_across(cluster: &Cluster, command: &mut Command) -> std::path::PathBuf {
-    let hostfile = cluster.dir().join("mpi_hosts");
-    let lines: String = (0..cluster.len())
-        .map(|i| format!("{} slots=2\n", Cluster::name(i)))
-        .collect();
-    std::fs::write(&hostfile, lines).unwrap();
-    command
-        .envs(switchyard_mpirun::OPENMPI_ENV)
-        .env(
-            "OMPI_MCA_plm_rsh_args",
-            format!("-F {}", cluster.ssh_config().display()),
-        )
-        .env("OMPI_MCA_btl_tcp_if_include", "eth0")
-        .env("OMPI_MCA_oob_tcp_if_include", "eth0");
-    hostfile
+    cluster.openmpi_env(command);
+    let hosts: Vec<usize> = (0..cluster.len()).collect();
+    cluster.write_hostfile("mpi_hosts", &hosts, 2)
 }
 
 /// Checks `world` joined ranks, rank `r` on `node{r / 2}`, each with `engine`, and

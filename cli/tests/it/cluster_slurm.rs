@@ -326,3 +326,95 @@ fn a_task_killed_on_one_node_ends_the_job_naming_rank_and_host() {
         "left running (host, pid): {left:?}\n{text}"
     );
 }
+
+/// Every rank's `RESULT` line of `robust_worker` (the last one a rank printed), as
+/// rank -> (model hash, attempt).
+fn robust_results(text: &str) -> std::collections::BTreeMap<usize, (String, u64)> {
+    let mut out = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.split("RESULT ").nth(1) else {
+            continue;
+        };
+        let field = |name: &str| {
+            rest.split_whitespace()
+                .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+                .map(str::to_string)
+        };
+        if let (Some(rank), Some(model), Some(attempt)) =
+            (field("rank"), field("model"), field("attempt"))
+        {
+            out.insert(rank.parse().unwrap(), (model, attempt.parse().unwrap()));
+        }
+    }
+    out
+}
+
+#[test]
+fn robust_mode_under_slurm_restarts_a_killed_step_and_ends_bit_identical() {
+    let Some(cluster) = Cluster::up_with_slurm(3) else {
+        return;
+    };
+    let worker = "--iters 20 --len 10000 --pause-ms 100";
+    let batch = |name: &str, restarts: u32| {
+        let out = cluster.dir().join(format!("{name}.out"));
+        let line = format!(
+            "{} launch -n 6 --max-restarts {restarts} --launcher slurm --timeout 90 --rendezvous-timeout 40 -- {} {worker}\n",
+            env!("CARGO_BIN_EXE_switchyard"),
+            example("robust_worker").display()
+        );
+        let script = batch_script(&cluster, &format!("{name}.sh"), &line);
+        let out_arg = format!("--output={}", out.display());
+        let (id, _) = sbatch(
+            &cluster,
+            &["-N", "3", "--ntasks-per-node=2", &out_arg],
+            &script,
+        );
+        (id, out)
+    };
+    // The failure-free run.
+    let (plain_id, plain_out) = batch("plain", 0);
+    let state = wait_job_end(&cluster, &plain_id, Duration::from_secs(60));
+    let plain_text = std::fs::read_to_string(&plain_out).unwrap_or_default();
+    assert!(
+        state.contains("JobState=COMPLETED"),
+        "{state}\n{plain_text}"
+    );
+    let want = robust_results(&plain_text);
+    assert_eq!(want.len(), 6, "{plain_text}");
+
+    // The same job, one of its steps killed by Slurm once every rank has joined.
+    let (id, out) = batch("killed", 1);
+    wait_for_lines(
+        &out,
+        6,
+        |l| l.contains(" joined (tracker)"),
+        Duration::from_secs(60),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let step = format!("{id}.3");
+    let mut c = cluster.command(0, "scancel");
+    c.args(["--signal=KILL", &step]);
+    let (cancel, _) = run_bounded(c, Duration::from_secs(20));
+    assert!(cancel.status.success(), "scancel {step}: {cancel:?}");
+    let state = wait_job_end(&cluster, &id, Duration::from_secs(90));
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    assert!(state.contains("JobState=COMPLETED"), "{state}\n{text}");
+    assert!(
+        text.contains("restarted with DMLC_NUM_ATTEMPT=1"),
+        "no restart by a new srun step:\n{text}"
+    );
+    let got = robust_results(&text);
+    assert_eq!(got.len(), 6, "{text}");
+    let restarted: Vec<usize> = got
+        .iter()
+        .filter(|(_, (_, a))| *a == 1)
+        .map(|(r, _)| *r)
+        .collect();
+    assert_eq!(restarted.len(), 1, "one rank restarted: {got:?}\n{text}");
+    for (rank, (model, _)) in &got {
+        assert_eq!(
+            *model, want[rank].0,
+            "rank {rank}'s model differs from the failure-free run's\n{text}"
+        );
+    }
+}

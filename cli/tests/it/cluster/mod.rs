@@ -135,6 +135,30 @@ impl Cluster {
         c
     }
 
+    /// Writes a hostfile of the hosts `hosts`, `slots` each, into the cluster's folder.
+    pub(crate) fn write_hostfile(&self, name: &str, hosts: &[usize], slots: usize) -> PathBuf {
+        let path = self.dir.join(name);
+        let lines: String = hosts
+            .iter()
+            .map(|&i| format!("{} slots={slots}\n", Cluster::name(i)))
+            .collect();
+        std::fs::write(&path, lines).unwrap();
+        path
+    }
+
+    /// Sets on `command` what OpenMPI needs to run across the cluster: root, its
+    /// daemons started over the cluster's ssh, its traffic on the hosts' `eth0`.
+    pub(crate) fn openmpi_env(&self, command: &mut Command) {
+        command
+            .envs(switchyard_mpirun::OPENMPI_ENV)
+            .env(
+                "OMPI_MCA_plm_rsh_args",
+                format!("-F {}", self.ssh_config().display()),
+            )
+            .env("OMPI_MCA_btl_tcp_if_include", "eth0")
+            .env("OMPI_MCA_oob_tcp_if_include", "eth0");
+    }
+
     /// Stops host `i`'s sshd: the host is up but refuses logins.
     pub(crate) fn stop_sshd(&self, i: usize) {
         let out = Command::new("bash")
