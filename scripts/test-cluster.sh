@@ -9,6 +9,10 @@
 #   scripts/test-cluster.sh stop-sshd DIR I    stop host I's sshd (a host that refuses)
 #   scripts/test-cluster.sh down DIR           stop everything, remove DIR
 #   scripts/test-cluster.sh sweep              take down clusters whose owner has died
+#   scripts/test-cluster.sh sshd-in DIR NETNS=ADDR...
+#                                              an sshd in each of these namespaces (made
+#                                              by the caller, who also ends them), keys
+#                                              and ssh_config in DIR
 #
 # Host I is a network namespace with its own UTS namespace (host name nodeI), its own
 # mount namespace (where /etc/hosts names every host, so names resolve as on a real
@@ -113,21 +117,8 @@ up() {
     ip -n "$bridge" link add br0 type bridge
     ip -n "$bridge" link set br0 up
 
-    ssh-keygen -q -t ed25519 -N '' -C switchyard-test-cluster -f "$dir/host_key"
-    ssh-keygen -q -t ed25519 -N '' -C switchyard-test-cluster -f "$dir/user_key"
-    cp "$dir/user_key.pub" "$dir/authorized_keys"
-    chmod 600 "$dir/authorized_keys" "$dir/user_key" "$dir/host_key"
+    ssh_keys "$dir" 'node*'
     : >"$dir/hostfile"
-    cat >"$dir/ssh_config" <<EOF
-# Written by scripts/test-cluster.sh for the cluster in $dir.
-Host node*
-    User root
-    IdentityFile $dir/user_key
-    IdentitiesOnly yes
-    StrictHostKeyChecking no
-    UserKnownHostsFile /dev/null
-    LogLevel ERROR
-EOF
     local i
     for ((i = 0; i < hosts; i++)); do
         local ns addr
@@ -150,7 +141,8 @@ EOF
             mount --bind "$dir/hosts" /etc/hosts
         printf 'Host node%s\n    HostName %s\n' "$i" "$addr" >>"$dir/ssh_config"
         echo "node$i" >>"$dir/hostfile"
-        start_sshd "$dir" "$i"
+        # shellcheck disable=SC2046
+        start_sshd "$dir" "node$i" "$addr" nsenter $(host_enter "$dir" "$i")
     done
     wait_sshd "$dir" "$hosts"
     if [ "$slurm" = --slurm ]; then start_slurm "$dir" "$hosts"; fi
@@ -231,12 +223,37 @@ start_slurm() {
     done
 }
 
+# The keys and the client configuration of the logins to hosts whose names match
+# PATTERN: the host key every sshd uses, the one user key it takes, and an
+# ssh_config with them (no host-key prompts).
+ssh_keys() {
+    local dir=$1 pattern=$2
+    ssh-keygen -q -t ed25519 -N '' -C switchyard-test-cluster -f "$dir/host_key"
+    ssh-keygen -q -t ed25519 -N '' -C switchyard-test-cluster -f "$dir/user_key"
+    cp "$dir/user_key.pub" "$dir/authorized_keys"
+    chmod 600 "$dir/authorized_keys" "$dir/user_key" "$dir/host_key"
+    {
+        echo "# Written by scripts/test-cluster.sh in $dir."
+        echo "Host $pattern"
+        echo "    User root"
+        echo "    IdentityFile $dir/user_key"
+        echo "    IdentitiesOnly yes"
+        echo "    StrictHostKeyChecking no"
+        echo "    UserKnownHostsFile /dev/null"
+        echo "    LogLevel ERROR"
+    } >"$dir/ssh_config"
+}
+
+# Starts sshd for host NAME listening on ADDR, run by ENTER... (the command that
+# enters the host's namespaces); its pid in DIR/sshd-NAME.pid, its log beside.
 start_sshd() {
-    local dir=$1 i=$2
-    on_host "$dir" "$i" /usr/sbin/sshd -f /dev/null \
+    local dir=$1 name=$2 addr=$3
+    shift 3
+    mkdir -p /run/sshd
+    "$@" /usr/sbin/sshd -f /dev/null \
         -h "$dir/host_key" \
-        -o "ListenAddress=$SUBNET.$((i + 1))" \
-        -o "PidFile=$dir/sshd$i.pid" \
+        -o "ListenAddress=$addr" \
+        -o "PidFile=$dir/sshd-$name.pid" \
         -o "AuthorizedKeysFile=$dir/authorized_keys" \
         -o PermitRootLogin=prohibit-password \
         -o PasswordAuthentication=no \
@@ -245,7 +262,31 @@ start_sshd() {
         -o UsePAM=no \
         -o MaxStartups=100 \
         -o MaxSessions=100 \
-        -E "$dir/sshd$i.log"
+        -E "$dir/sshd-$name.log"
+}
+
+# Gives network namespaces made elsewhere (the tests' own hosts) an sshd each:
+# NETNS=ADDR pairs; the client configuration covers every host (Host *), by address.
+sshd_in() {
+    local dir=$1 pair ns addr tries
+    shift
+    mkdir -p "$dir"
+    ssh_keys "$dir" '*'
+    for pair in "$@"; do
+        ns=${pair%%=*}
+        addr=${pair#*=}
+        start_sshd "$dir" "$addr" "$addr" ip netns exec "$ns"
+    done
+    for pair in "$@"; do
+        ns=${pair%%=*}
+        addr=${pair#*=}
+        for ((tries = 0; ; tries++)); do
+            ip netns exec "$ns" ssh -F "$dir/ssh_config" -o BatchMode=yes \
+                -o ConnectTimeout=2 "$addr" true 2>/dev/null && break
+            [ "$tries" -lt 50 ] || die "sshd at $addr in $ns did not answer within 10 s"
+            sleep 0.2
+        done
+    done
 }
 
 # Every host answers a login within 10 s, or `up` fails naming the host.
@@ -344,7 +385,7 @@ exec)
     ;;
 stop-sshd)
     [ $# -eq 3 ] || die "usage: $0 stop-sshd DIR I"
-    kill -TERM "$(cat "$2/sshd$3.pid")"
+    kill -TERM "$(cat "$2/sshd-node$3.pid")"
     ;;
 down)
     [ $# -eq 2 ] || die "usage: $0 down DIR"
@@ -353,7 +394,14 @@ down)
 sweep)
     sweep
     ;;
+sshd-in)
+    [ $# -ge 3 ] || die "usage: $0 sshd-in DIR NETNS=ADDR..."
+    [ "$(id -u)" = 0 ] || die "needs root (network namespaces)"
+    dir=$2
+    shift 2
+    sshd_in "$dir" "$@"
+    ;;
 *)
-    die "usage: $0 up DIR [HOSTS] [--slurm] | exec DIR I CMD... | stop-sshd DIR I | down DIR | sweep"
+    die "usage: $0 up DIR [HOSTS] [--slurm] | exec DIR I CMD... | stop-sshd DIR I | down DIR | sweep | sshd-in DIR NETNS=ADDR..."
     ;;
 esac

@@ -6,6 +6,7 @@
 //! ```
 
 mod bench;
+mod shell_words;
 mod tracker_cmd;
 
 use clap::{Parser, Subcommand};
@@ -49,10 +50,10 @@ enum Command {
         #[arg(long)]
         hostfile: Option<std::path::PathBuf>,
         /// Extra arguments for ssh, srun or mpirun, put right after the command's name
-        /// (split at whitespace, no quoting), e.g. "-F ./ssh_config" or
-        /// "--partition=gpu".
-        #[arg(long, allow_hyphen_values = true)]
-        launcher_args: Option<String>,
+        /// and split as a shell splits words (quotes keep spaces), e.g.
+        /// "-F ./ssh_config", "--partition=gpu" or "--mca plm_rsh_args '-p 2222'".
+        #[arg(long, allow_hyphen_values = true, value_parser = shell_words::Words::parse)]
+        launcher_args: Option<shell_words::Words>,
         /// Address the tracker and rendezvous bind and that processes are told
         /// (default: 127.0.0.1 for local jobs, else every interface and this machine's
         /// outward address).
@@ -146,13 +147,7 @@ fn main() -> ExitCode {
                 .with_args(args)
                 .with_servers(servers)
                 .with_launcher(launcher, hostfile)
-                .with_launcher_args(
-                    launcher_args
-                        .iter()
-                        .flat_map(|a| a.split_whitespace())
-                        .map(str::to_string)
-                        .collect(),
-                )
+                .with_launcher_args(launcher_args.map(|w| w.0).unwrap_or_default())
                 .with_max_restarts(max_restarts)
                 .with_tracker(!no_tracker)
                 .with_progress(true)

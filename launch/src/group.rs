@@ -58,9 +58,17 @@ pub(crate) fn signal_group(pgid: u32, signal: libc::c_int) {
 /// Stops every child in `children` (SIGTERM to each group, up to `grace` for them all
 /// to exit, then SIGKILL) and reaps them; returns each one's exit status, in order
 /// (`None` where waiting failed).
-pub(crate) fn stop_all(children: Vec<Child>, grace: Duration) -> Vec<Option<ExitStatus>> {
-    for child in &children {
-        signal_group(child.id(), libc::SIGTERM);
+///
+/// A child whose standard input is a pipe of ours (`ssh`, whose remote side ends its
+/// program when that input closes) is asked by closing it instead of SIGTERM: the
+/// remote program gets its SIGTERM there, and whatever it prints until it exits still
+/// comes back through the live connection; SIGTERM would end `ssh` itself at once and
+/// cut those last lines off.
+pub(crate) fn stop_all(mut children: Vec<Child>, grace: Duration) -> Vec<Option<ExitStatus>> {
+    for child in &mut children {
+        if child.stdin.take().is_none() {
+            signal_group(child.id(), libc::SIGTERM);
+        }
     }
     let deadline = Instant::now() + grace;
     let mut children: Vec<(Child, Option<ExitStatus>)> =

@@ -1,6 +1,9 @@
 //! `switchyard launch --launcher ssh|slurm|mpi`: each process goes through `ssh HOST`,
 //! `srun` or `mpirun`. Stand-in scripts first on `PATH` record their arguments and run
-//! the command here, so the tests check the exact hand-over without a cluster.
+//! the command here. They stay beside the tests on the real engines (`cluster_*.rs`)
+//! for what those cannot show: the exact command line of each process (quoting, the
+//! variables it carries, what a secret given by value becomes), and the refusals that
+//! happen before any engine is asked, on machines without root or a cluster.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;

@@ -1,53 +1,49 @@
-//! A stand-in `ssh` for `switchyard launch --launcher ssh`: `ssh [-o OPT]... HOST CMD`
-//! runs `CMD` with `sh` inside the namespace of the host whose address is `HOST`, as
-//! a login on that machine would. It records its arguments, one line per call.
+//! A real sshd on each host of a [`Net`], for `switchyard launch --launcher ssh`
+//! across the harness's hosts: `scripts/test-cluster.sh sshd-in` starts them (one
+//! piece with the test cluster's), logins by address with the keys and `ssh_config`
+//! it writes, passed to the launcher as `--launcher-args "-F ssh_config"`.
 
 use super::Net;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
-/// The script; `NETNS_MAP` names a file of `ADDRESS NAMESPACE` lines.
-const SSH: &str = r#"#!/bin/sh
-echo "ssh $*" >> "$STANDIN_LOG"
-while [ "$1" = "-o" ]; do shift 2; done
-host="$1"
-shift
-ns=$(awk -v h="$host" '$1 == h { print $2 }' "$NETNS_MAP")
-if [ -z "$ns" ]; then
-    echo "ssh stand-in: no namespace for host $host" >&2
-    exit 255
-fi
-exec ip netns exec "$ns" sh -c "$*"
-"#;
-
-/// A folder with the stand-in, the address map, a hostfile and the log; removed on
-/// drop.
+/// The sshds, their keys, the client configuration and a hostfile; on drop every
+/// process in the hosts (the sshds and whatever they started) is killed and the
+/// folder removed.
 #[derive(Debug)]
 pub(crate) struct SshCluster {
     dir: PathBuf,
+    namespaces: Vec<String>,
 }
 
 impl SshCluster {
-    /// A cluster over `net` whose hostfile lists the hosts `order` (host indices), one
-    /// slot each.
+    /// An sshd on every host of `net`, and a hostfile that lists the hosts `order`
+    /// (host indices) by address, one slot each.
     pub(crate) fn new(net: &Net, order: &[usize]) -> SshCluster {
         let dir = std::env::temp_dir().join(format!("switchyard-{}", net.name));
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("bin")).unwrap();
-        let ssh = dir.join("bin").join("ssh");
-        std::fs::write(&ssh, SSH).unwrap();
-        std::fs::set_permissions(&ssh, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let map: String = (0..net.len())
-            .map(|i| format!("{} {}\n", Net::addr(i), net.ns(i)))
-            .collect();
-        std::fs::write(dir.join("map"), map).unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        let namespaces: Vec<String> = (0..net.len()).map(|i| net.ns(i).to_string()).collect();
+        let cluster = SshCluster { dir, namespaces };
+        let out = Command::new("bash")
+            .arg(crate::cluster::script())
+            .arg("sshd-in")
+            .arg(&cluster.dir)
+            .args((0..net.len()).map(|i| format!("{}={}", net.ns(i), Net::addr(i))))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "scripts/test-cluster.sh sshd-in: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let hosts: String = order
             .iter()
             .map(|&i| format!("{}\n", Net::addr(i)))
             .collect();
-        std::fs::write(dir.join("hosts"), hosts).unwrap();
-        SshCluster { dir }
+        std::fs::write(cluster.dir.join("hosts"), hosts).unwrap();
+        cluster
     }
 
     /// The hostfile.
@@ -55,24 +51,9 @@ impl SshCluster {
         self.dir.join("hosts")
     }
 
-    /// Puts the stand-in first on `command`'s `PATH` and tells it the map and log.
-    pub(crate) fn wire(&self, command: &mut Command) {
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        let mut dirs = vec![self.dir.join("bin")];
-        dirs.extend(std::env::split_paths(&path));
-        command
-            .env("PATH", std::env::join_paths(dirs).unwrap())
-            .env("STANDIN_LOG", self.dir.join("log"))
-            .env("NETNS_MAP", self.dir.join("map"));
-    }
-
-    /// The stand-in's argument lines, one per process started.
-    pub(crate) fn log(&self) -> Vec<String> {
-        std::fs::read_to_string(self.dir.join("log"))
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_string)
-            .collect()
+    /// `--launcher-args` for these hosts: ssh with their configuration.
+    pub(crate) fn launcher_args(&self) -> String {
+        format!("-F {}", self.dir.join("ssh_config").display())
     }
 
     /// The folder (for messages).
@@ -82,7 +63,16 @@ impl SshCluster {
 }
 
 impl Drop for SshCluster {
+    /// Deleting a namespace does not end its processes: every one goes first.
     fn drop(&mut self) {
+        for ns in &self.namespaces {
+            let Ok(out) = Command::new("ip").args(["netns", "pids", ns]).output() else {
+                continue;
+            };
+            for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                let _ = Command::new("kill").args(["-KILL", pid]).status();
+            }
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
