@@ -157,6 +157,17 @@ fn sbatch_of_switchyard_launch_places_ranks_on_the_allocation_and_trains() {
         state.contains("JobState=COMPLETED") && state.contains("ExitCode=0:0"),
         "{state}\n{text}"
     );
+    // sacct from the job completion log (the cluster has no accounting database, so
+    // jobs, not steps).
+    let mut c = cluster.command(0, "sacct");
+    c.args(["--completion", "-j", &id, "-n", "-o", "JobID,State"]);
+    let (sacct, _) = run_bounded(c, Duration::from_secs(20));
+    let sacct_out = String::from_utf8_lossy(&sacct.stdout);
+    assert!(
+        sacct_out.contains(&id) && sacct_out.contains("COMPLETED"),
+        "sacct: {sacct_out}{}",
+        String::from_utf8_lossy(&sacct.stderr)
+    );
     // Two task slots a node: ranks 0-1 on node0, 2-3 on node1, 4-5 on node2.
     check_placement(&text, 6, |rank| rank / 2);
     for rank in 0..6 {
