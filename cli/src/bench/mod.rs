@@ -8,6 +8,7 @@
 
 mod chart;
 mod collective;
+mod instructions;
 #[cfg(feature = "mpi")]
 mod mpi;
 #[cfg(feature = "zmq")]
@@ -33,9 +34,43 @@ pub(crate) struct Common {
     /// Run only the cases whose name contains this text (for profiling one case).
     #[arg(long)]
     pub(crate) only: Option<String>,
+    /// Instructions per message instead of times, counted by valgrind's callgrind
+    /// (repeatable on a loaded machine, where times swing): each side of each case runs
+    /// in a process of its own, with two message counts, and the difference leaves
+    /// start-up out. `bench transport` only, its 64 B and 1 KiB rate cases.
+    #[arg(long)]
+    pub(crate) instructions: bool,
+}
+
+/// One side of one `bench transport` rate case (see [`Suite::TransportOne`]).
+#[derive(clap::Args, Debug)]
+pub(crate) struct TransportOneArgs {
+    /// `ours` or `baseline` (raw libzmq; a bare crossbeam channel for `local`).
+    #[arg(long)]
+    pub(crate) side: String,
+    /// `local`, `inproc` or `tcp`.
+    #[arg(long)]
+    pub(crate) transport: String,
+    /// Payload bytes per message.
+    #[arg(long)]
+    pub(crate) size: usize,
+    /// Messages.
+    #[arg(long)]
+    pub(crate) count: usize,
 }
 
 impl Common {
+    /// Refuses `--instructions` in a suite that does not count them.
+    pub(crate) fn times_only(&self, suite: &str) -> Result<(), Box<dyn std::error::Error>> {
+        if self.instructions {
+            return Err(format!(
+                "bench {suite} measures times only; --instructions is implemented for bench transport"
+            )
+            .into());
+        }
+        Ok(())
+    }
+
     /// Whether the case named `case` is selected by `--only`.
     pub(crate) fn selects(&self, case: &str) -> bool {
         self.only.as_deref().is_none_or(|only| case.contains(only))
@@ -77,6 +112,10 @@ pub(crate) enum Suite {
     /// Internal: one worker process of `bench robust`.
     #[command(hide = true)]
     RobustWorker(robust::WorkerArgs),
+    /// Internal: one side of one `bench transport` rate case, which
+    /// `bench transport --instructions` runs under callgrind.
+    #[command(hide = true)]
+    TransportOne(TransportOneArgs),
 }
 
 impl Suite {
@@ -93,10 +132,17 @@ pub(crate) fn run(suite: Suite) -> Result<(), Box<dyn std::error::Error>> {
     match suite {
         #[cfg(feature = "zmq")]
         Suite::Transport(common) => transport::run(common),
+        #[cfg(feature = "zmq")]
+        Suite::TransportOne(args) => transport::run_one(&args),
+        #[cfg(not(feature = "zmq"))]
+        Suite::TransportOne(_) => Err("bench transport needs the `zmq` feature".into()),
         #[cfg(not(feature = "zmq"))]
         Suite::Transport(_) => Err("bench transport compares against raw libzmq and needs the `zmq` feature; this build has: local".into()),
         #[cfg(feature = "mpi")]
-        Suite::Mpi(common) => mpi::run(common),
+        Suite::Mpi(common) => {
+            common.times_only("mpi")?;
+            mpi::run(common)
+        }
         #[cfg(not(feature = "mpi"))]
         Suite::Mpi(_) => Err("bench mpi needs the `mpi` feature: cargo build --release --features mpi".into()),
         Suite::Allreduce(args) => collective::run(collective::Op::Allreduce, args),
@@ -104,7 +150,10 @@ pub(crate) fn run(suite: Suite) -> Result<(), Box<dyn std::error::Error>> {
         Suite::Allgather(args) => collective::run(collective::Op::Allgather, args),
         Suite::Tracker(args) => tracker::run(args),
         #[cfg(feature = "zmq")]
-        Suite::Ps(common) => ps::run(common),
+        Suite::Ps(common) => {
+            common.times_only("ps")?;
+            ps::run(common)
+        }
         #[cfg(not(feature = "zmq"))]
         Suite::Ps(_) => Err("bench ps runs over tcp and needs the `zmq` feature".into()),
         Suite::Robust(args) => robust::run(args),

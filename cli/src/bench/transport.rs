@@ -1,7 +1,7 @@
 //! `switchyard bench transport`: what our sockets cost over the raw library under them.
 
 use super::report::header;
-use super::{Common, Row, median, paired};
+use super::{Common, Row, TransportOneArgs, instructions, median, paired};
 use bytes::Bytes;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
@@ -300,9 +300,81 @@ fn stub_rtt(rounds: usize, recv_spin: Duration) -> Result<f64> {
     Ok(median(samples))
 }
 
+impl Transport {
+    fn from_name(name: &str) -> Result<Transport> {
+        match name {
+            "local" => Ok(Transport::Local),
+            "inproc" => Ok(Transport::Inproc),
+            "tcp" => Ok(Transport::Tcp),
+            other => Err(format!("unknown transport {other:?} (local, inproc, tcp)").into()),
+        }
+    }
+}
+
+/// One side of one rate case, once: what `--instructions` counts under callgrind.
+pub(crate) fn run_one(args: &TransportOneArgs) -> Result<()> {
+    let transport = Transport::from_name(&args.transport)?;
+    match (args.side.as_str(), transport) {
+        ("ours", t) => ours_rate(t, args.size, args.count)?,
+        ("baseline", Transport::Local) => crossbeam_rate(args.size, args.count)?,
+        ("baseline", t) => raw_zmq_rate(t, args.size, args.count)?,
+        (other, _) => return Err(format!("unknown side {other:?} (ours, baseline)").into()),
+    };
+    Ok(())
+}
+
+/// `--instructions`: instructions per message of the 64 B and 1 KiB rate cases, ours
+/// beside the baseline (see `instructions`).
+fn run_instructions(common: &Common) -> Result<()> {
+    if !common.json {
+        println!(
+            "switchyard bench transport --instructions: instructions per message (callgrind; every thread of the process)"
+        );
+        header();
+    }
+    for transport in [Transport::Local, Transport::Inproc, Transport::Tcp] {
+        for size in [64usize, 1024] {
+            let case = format!("rate/{}", transport.name());
+            if !common.selects(&format!("{case}/{size}")) {
+                continue;
+            }
+            let one = |side: &'static str| {
+                move |count: usize| -> Vec<String> {
+                    [
+                        "bench",
+                        "transport-one",
+                        "--side",
+                        side,
+                        "--transport",
+                        transport.name(),
+                        "--size",
+                        &size.to_string(),
+                        "--count",
+                        &count.to_string(),
+                    ]
+                    .map(String::from)
+                    .to_vec()
+                }
+            };
+            let ours = instructions::per_message(&one("ours"), common.quick)?;
+            let base = instructions::per_message(&one("baseline"), common.quick)?;
+            let baseline_name = match transport {
+                Transport::Local => "bare crossbeam channel".to_string(),
+                t => format!("raw libzmq {}", t.name()),
+            };
+            instructions::row(SUITE, &case, size as u64, ours, base, &baseline_name)
+                .emit(common.json);
+        }
+    }
+    Ok(())
+}
+
 /// Runs `ours` and `baseline` alternately `reps` times and returns both medians.
 pub(crate) fn run(common: Common) -> Result<()> {
     let common = &common;
+    if common.instructions {
+        return run_instructions(common);
+    }
     let reps = if common.quick { 3 } else { 7 };
     if !common.json {
         println!("switchyard bench transport: medians of {reps} alternating repetitions");

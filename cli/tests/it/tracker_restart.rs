@@ -81,7 +81,11 @@ impl Running {
             if let Some(status) = child.try_wait().unwrap() {
                 return status;
             }
-            assert!(started.elapsed() < WAIT, "tracker still running");
+            if started.elapsed() >= WAIT {
+                // What it said so far, to tell a hang from a slow exit.
+                let said = self.stderr.try_iter().collect::<Vec<_>>().join("\n");
+                panic!("tracker still running after {WAIT:?}; its stderr:\n{said}");
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
