@@ -8,26 +8,10 @@
 //! returns, unless `SWITCHYARD_REQUIRE_CLUSTER=1`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Joined};
 use crate::support::{example, run_bounded};
 use std::process::Command;
 use std::time::Duration;
-
-/// `[t] joined ...` or `joined ...` as (rank, world, host, engine).
-fn joined(line: &str) -> Option<(usize, usize, String, String)> {
-    let rest = line.split_once("joined ")?.1;
-    let field = |name: &str| {
-        rest.split_whitespace()
-            .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
-            .map(str::to_string)
-    };
-    Some((
-        field("rank")?.parse().ok()?,
-        field("world")?.parse().ok()?,
-        field("host")?,
-        field("engine")?,
-    ))
-}
 
 /// A hostfile of every host with two slots, and OpenMPI's variables for the cluster.
 fn mpi_across(cluster: &Cluster, command: &mut Command) -> std::path::PathBuf {
@@ -39,13 +23,12 @@ fn mpi_across(cluster: &Cluster, command: &mut Command) -> std::path::PathBuf {
 /// Checks `world` joined ranks, rank `r` on `node{r / 2}`, each with `engine`, and
 /// that each finished 20 iterations.
 fn check(text: &str, world: usize, engine: &str) {
-    let mut seen: Vec<_> = text.lines().filter_map(joined).collect();
-    seen.sort();
+    let seen = Joined::all(text);
     assert_eq!(seen.len(), world, "{text}");
-    for (rank, (r, w, host, e)) in seen.iter().enumerate() {
-        assert_eq!((*r, *w), (rank, world), "{seen:?}");
-        assert_eq!(*host, Cluster::name(rank / 2), "rank {rank}: {seen:?}");
-        assert_eq!(e, engine, "rank {rank}: {seen:?}");
+    for (rank, j) in seen.iter().enumerate() {
+        assert_eq!((j.rank, j.world), (rank, world), "{seen:?}");
+        assert_eq!(j.host, Cluster::name(rank / 2), "rank {rank}: {seen:?}");
+        assert_eq!(j.engine, engine, "rank {rank}: {seen:?}");
     }
     let done = text
         .lines()
@@ -54,21 +37,9 @@ fn check(text: &str, world: usize, engine: &str) {
     assert_eq!(done, world, "{text}");
 }
 
-fn mpirun_available() -> bool {
-    Command::new("mpirun").arg("--version").output().is_ok()
-}
-
 #[test]
 fn mpirun_over_ssh_runs_a_job_across_hosts() {
-    if !mpirun_available() {
-        assert!(
-            std::env::var(crate::cluster::ENV_REQUIRE).as_deref() != Ok("1"),
-            "no mpirun"
-        );
-        eprintln!("skipped: no mpirun");
-        return;
-    }
-    let Some(cluster) = Cluster::up(3) else {
+    let Some(cluster) = Cluster::up_with_mpirun(3) else {
         return;
     };
     let mut c = cluster.command(0, "mpirun");
@@ -94,15 +65,7 @@ fn mpirun_over_ssh_runs_a_job_across_hosts() {
 
 #[test]
 fn switchyard_launch_places_each_process_with_mpirun_on_its_host() {
-    if !mpirun_available() {
-        assert!(
-            std::env::var(crate::cluster::ENV_REQUIRE).as_deref() != Ok("1"),
-            "no mpirun"
-        );
-        eprintln!("skipped: no mpirun");
-        return;
-    }
-    let Some(cluster) = Cluster::up(3) else {
+    let Some(cluster) = Cluster::up_with_mpirun(3) else {
         return;
     };
     let mut c = cluster.command(0, env!("CARGO_BIN_EXE_switchyard"));

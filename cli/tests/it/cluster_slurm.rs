@@ -15,38 +15,21 @@
 //! unless `SWITCHYARD_REQUIRE_CLUSTER=1`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::cluster::Cluster;
-use crate::support::{example, run_bounded};
+use crate::cluster::{Cluster, Joined};
+use crate::support::{example, run_bounded, test_accuracy};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// `[t] joined rank=R world=N addr=A task=T` (under the launcher) or
-/// `joined rank=R ...` (under srun alone) as (rank, world, addr).
-fn joined(line: &str) -> Option<(usize, usize, String)> {
-    let rest = line.split_once("joined ")?.1;
-    let field = |name: &str| {
-        rest.split_whitespace()
-            .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
-            .map(str::to_string)
-    };
-    Some((
-        field("rank")?.parse().ok()?,
-        field("world")?.parse().ok()?,
-        field("addr")?,
-    ))
-}
-
 /// The ranks that joined, sorted, checked: `world` of them, rank `r` on the host
 /// `host_of(r)`.
 fn check_placement(text: &str, world: usize, host_of: impl Fn(usize) -> usize) {
-    let mut seen: Vec<(usize, usize, String)> = text.lines().filter_map(joined).collect();
-    seen.sort();
+    let seen = Joined::all(text);
     assert_eq!(seen.len(), world, "{text}");
-    for (rank, (r, w, addr)) in seen.iter().enumerate() {
-        assert_eq!((*r, *w), (rank, world), "{seen:?}");
+    for (rank, j) in seen.iter().enumerate() {
+        assert_eq!((j.rank, j.world), (rank, world), "{seen:?}");
         assert_eq!(
-            *addr,
+            j.addr,
             Cluster::addr(host_of(rank)).to_string(),
             "rank {rank}: {seen:?}"
         );
@@ -105,19 +88,6 @@ fn wait_for_lines(
             "not {count} such lines after {limit:?}:\n{text}"
         );
         std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// Waits until nothing runs `program` on any host, up to `limit`; the leftovers.
-fn wait_none_running(cluster: &Cluster, program: &str, limit: Duration) -> Vec<(usize, u32)> {
-    let exe = example(program);
-    let until = Instant::now() + limit;
-    loop {
-        let left = cluster.running(&exe);
-        if left.is_empty() || Instant::now() >= until {
-            return left;
-        }
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -183,14 +153,9 @@ fn sbatch_of_switchyard_launch_places_ranks_on_the_allocation_and_trains() {
             rank / 2
         );
     }
-    let accuracy: f64 = text
-        .lines()
-        .find_map(|l| l.split("test accuracy ").nth(1))
-        .and_then(|rest| rest.split('%').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no test accuracy line in:\n{text}"));
+    let accuracy = test_accuracy(&text);
     assert!(accuracy >= 90.0, "accuracy {accuracy}%:\n{text}");
-    let left = wait_none_running(&cluster, "netns_worker", Duration::from_secs(5));
+    let left = cluster.wait_none_running("netns_worker", Duration::from_secs(5));
     assert!(left.is_empty(), "left running (host, pid): {left:?}");
 }
 
@@ -294,7 +259,7 @@ fn scancel_ends_every_rank_on_every_host() {
     assert!(cancel.status.success(), "{cancel:?}");
     let state = wait_job_end(&cluster, &id, Duration::from_secs(30));
     assert!(state.contains("JobState=CANCELLED"), "{state}");
-    let left = wait_none_running(&cluster, "netns_worker", Duration::from_secs(15));
+    let left = cluster.wait_none_running("netns_worker", Duration::from_secs(15));
     let text = std::fs::read_to_string(&out).unwrap_or_default();
     assert!(
         left.is_empty(),
@@ -336,7 +301,7 @@ fn a_task_killed_on_one_node_ends_the_job_naming_rank_and_host() {
             && last.contains("every other process was stopped"),
         "the error does not name the rank and node1: {last:?}\n{text}"
     );
-    let left = wait_none_running(&cluster, "netns_worker", Duration::from_secs(15));
+    let left = cluster.wait_none_running("netns_worker", Duration::from_secs(15));
     assert!(
         left.is_empty(),
         "left running (host, pid): {left:?}\n{text}"

@@ -11,8 +11,8 @@
 //! unless `SWITCHYARD_REQUIRE_CLUSTER=1`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::cluster::Cluster;
-use crate::support::{ChildGuard, example, run_bounded};
+use crate::cluster::{Cluster, Joined};
+use crate::support::{ChildGuard, example, run_bounded, test_accuracy};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc;
@@ -51,35 +51,6 @@ fn launch(
     c
 }
 
-/// Waits until nothing runs `program` on any host, up to `limit`; the leftovers if any.
-fn wait_none_running(cluster: &Cluster, program: &str, limit: Duration) -> Vec<(usize, u32)> {
-    let exe = example(program);
-    let until = Instant::now() + limit;
-    loop {
-        let left = cluster.running(&exe);
-        if left.is_empty() || Instant::now() >= until {
-            return left;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// `[t] joined rank=R world=N addr=A task=T` as (task, rank, addr).
-fn joined(line: &str) -> Option<(usize, usize, String)> {
-    let rest = line.strip_prefix('[')?;
-    let (task, rest) = rest.split_once("] joined ")?;
-    let field = |name: &str| {
-        rest.split_whitespace()
-            .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
-            .map(str::to_string)
-    };
-    Some((
-        task.parse().ok()?,
-        field("rank")?.parse().ok()?,
-        field("addr")?,
-    ))
-}
-
 #[test]
 fn an_ssh_job_over_real_sshd_runs_each_rank_on_its_host_and_leaves_nothing() {
     let Some(cluster) = Cluster::up(3) else {
@@ -96,13 +67,12 @@ fn an_ssh_job_over_real_sshd_runs_each_rank_on_its_host_and_leaves_nothing() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    let mut seen: Vec<(usize, usize, String)> = stdout.lines().filter_map(joined).collect();
-    seen.sort();
+    let seen = Joined::all(&stdout);
     assert_eq!(seen.len(), 3, "{stdout}\n{stderr}");
-    for (task, (t, rank, addr)) in seen.iter().enumerate() {
+    for (task, j) in seen.iter().enumerate() {
         // Task t went to the hostfile's line t (node t) and ran there.
-        assert_eq!((*t, *rank), (task, task), "{seen:?}");
-        assert_eq!(*addr, Cluster::addr(task).to_string(), "{seen:?}");
+        assert_eq!((j.prefix, j.rank), (Some(task), task), "{seen:?}");
+        assert_eq!(j.addr, Cluster::addr(task).to_string(), "{seen:?}");
         assert!(
             stdout
                 .lines()
@@ -115,7 +85,7 @@ fn an_ssh_job_over_real_sshd_runs_each_rank_on_its_host_and_leaves_nothing() {
             "the launcher did not say where rank {task} runs:\n{stderr}"
         );
     }
-    let left = wait_none_running(&cluster, "netns_worker", Duration::from_secs(5));
+    let left = cluster.wait_none_running("netns_worker", Duration::from_secs(5));
     assert!(left.is_empty(), "left running (host, pid): {left:?}");
 }
 
@@ -135,12 +105,7 @@ fn a_parameter_server_job_trains_over_real_sshd() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    let accuracy: f64 = stdout
-        .lines()
-        .find_map(|l| l.split("test accuracy ").nth(1))
-        .and_then(|rest| rest.split('%').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no test accuracy line in:\n{stdout}\n{stderr}"));
+    let accuracy = test_accuracy(&stdout);
     assert!(accuracy >= 90.0, "accuracy {accuracy}%:\n{stdout}");
     // Servers are placed after the workers, round the hostfile: s0 on node0, s1 on node1.
     for (server, host) in [(0, 0), (1, 1)] {
@@ -154,7 +119,7 @@ fn a_parameter_server_job_trains_over_real_sshd() {
         );
         assert!(stderr.contains(&format!("[s{server}] server")), "{stderr}");
     }
-    let left = wait_none_running(&cluster, "logistic_ps", Duration::from_secs(5));
+    let left = cluster.wait_none_running("logistic_ps", Duration::from_secs(5));
     assert!(left.is_empty(), "left running (host, pid): {left:?}");
 }
 
@@ -195,7 +160,7 @@ fn a_host_whose_sshd_is_down_is_named_within_seconds() {
             .any(|l| l.starts_with("[2] ") && l.contains("Connection refused")),
         "{stderr}"
     );
-    let left = wait_none_running(&cluster, "netns_worker", Duration::from_secs(10));
+    let left = cluster.wait_none_running("netns_worker", Duration::from_secs(10));
     assert!(left.is_empty(), "left running (host, pid): {left:?}");
 }
 
@@ -290,7 +255,7 @@ fn ctrl_c_on_the_launcher_ends_every_remote_process() {
         lines.iter().any(|l| l.contains("interrupted by SIGINT")),
         "{lines:#?}"
     );
-    let left = wait_none_running(&cluster, "netns_worker", Duration::from_secs(10));
+    let left = cluster.wait_none_running("netns_worker", Duration::from_secs(10));
     assert!(
         left.is_empty(),
         "left running after Ctrl-C (host, pid): {left:?}"
@@ -307,7 +272,7 @@ fn a_killed_launcher_leaves_no_remote_process() {
     guard.0.as_mut().unwrap().kill().unwrap();
     let _ = exit_within(&mut guard, Duration::from_secs(5));
     // The grace (3 s) for the workers' SIGTERM, and time for ssh to notice.
-    let left = wait_none_running(&cluster, "netns_worker", Duration::from_secs(15));
+    let left = cluster.wait_none_running("netns_worker", Duration::from_secs(15));
     assert!(
         left.is_empty(),
         "left running after the launcher died (host, pid): {left:?}"

@@ -5,7 +5,7 @@
 use crate::support;
 
 use std::time::Duration;
-use support::{example, run_bounded, switchyard};
+use support::{example, run_bounded, switchyard, test_accuracy};
 
 #[test]
 fn logistic_regression_trains_under_launch_with_two_servers() {
@@ -29,12 +29,7 @@ fn logistic_regression_trains_under_launch_with_two_servers() {
         "stdout:\n{stdout}\nstderr:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let accuracy: f64 = stdout
-        .lines()
-        .find_map(|l| l.split("test accuracy ").nth(1))
-        .and_then(|rest| rest.split('%').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no test accuracy line in:\n{stdout}"));
+    let accuracy = test_accuracy(&stdout);
     assert!(accuracy >= 90.0, "accuracy {accuracy}%:\n{stdout}");
     // Both servers served and exited cleanly (their reports go to stderr).
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -15,6 +15,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 /// Set to `1` to make a cluster that cannot start a test failure instead of a skip.
 pub(crate) const ENV_REQUIRE: &str = "SWITCHYARD_REQUIRE_CLUSTER";
@@ -55,6 +56,15 @@ impl Cluster {
     /// (partition `test`, 4 CPUs a host); commands made by [`Cluster::command`] find it.
     pub(crate) fn up_with_slurm(hosts: usize) -> Option<Cluster> {
         Cluster::start(hosts, true)
+    }
+
+    /// As [`Cluster::up`], where `mpirun` is installed too (`None` after saying why
+    /// where it is not).
+    pub(crate) fn up_with_mpirun(hosts: usize) -> Option<Cluster> {
+        if Command::new("mpirun").arg("--version").output().is_err() {
+            return skip("no mpirun (apt install openmpi-bin)");
+        }
+        Cluster::up(hosts)
     }
 
     fn start(hosts: usize, slurm: bool) -> Option<Cluster> {
@@ -200,6 +210,65 @@ impl Cluster {
         (0..self.hosts)
             .flat_map(|i| self.running_on(i, exe).into_iter().map(move |p| (i, p)))
             .collect()
+    }
+
+    /// Waits until nothing runs the example `program` on any host, up to `limit`;
+    /// the leftovers, as `(host, pid)`, if any.
+    pub(crate) fn wait_none_running(&self, program: &str, limit: Duration) -> Vec<(usize, u32)> {
+        let exe = crate::support::example(program);
+        let until = Instant::now() + limit;
+        loop {
+            let left = self.running(&exe);
+            if left.is_empty() || Instant::now() >= until {
+                return left;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// What `examples/netns_worker.rs` says when it has joined:
+/// `joined rank=R world=N addr=A task=T host=H engine=E`, after `[T] ` under a
+/// launcher. Ordered by rank first.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Joined {
+    pub(crate) rank: usize,
+    pub(crate) world: usize,
+    pub(crate) addr: String,
+    pub(crate) host: String,
+    pub(crate) engine: String,
+    /// The launcher's `[T] ` prefix (`None` without a launcher).
+    pub(crate) prefix: Option<usize>,
+}
+
+impl Joined {
+    /// The line's fields, or `None` for another line.
+    pub(crate) fn parse(line: &str) -> Option<Joined> {
+        let (head, rest) = line.split_once("joined ")?;
+        let prefix = match head {
+            "" => None,
+            head => Some(head.strip_prefix('[')?.strip_suffix("] ")?.parse().ok()?),
+        };
+        let field = |name: &str| {
+            rest.split_whitespace()
+                .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
+                .map(str::to_string)
+        };
+        Some(Joined {
+            rank: field("rank")?.parse().ok()?,
+            world: field("world")?.parse().ok()?,
+            addr: field("addr")?,
+            host: field("host")?,
+            engine: field("engine")?,
+            prefix,
+        })
+    }
+
+    /// Every joined line of `text`, in rank order.
+    pub(crate) fn all(text: &str) -> Vec<Joined> {
+        let mut all: Vec<Joined> = text.lines().filter_map(Joined::parse).collect();
+        all.sort();
+        all
     }
 }
 

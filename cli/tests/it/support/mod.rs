@@ -136,3 +136,13 @@ pub(crate) fn scale() -> u64 {
         },
     }
 }
+
+/// The `test accuracy P%` that `examples/logistic_ps.rs` prints, as a percentage;
+/// fails the test, showing `text`, when there is none.
+pub(crate) fn test_accuracy(text: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.split("test accuracy ").nth(1))
+        .and_then(|rest| rest.split('%').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no test accuracy line in:\n{text}"))
+}
