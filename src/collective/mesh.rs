@@ -240,7 +240,7 @@ impl MeshEngine {
             total,
             (Kind::Broadcast, algorithm),
             |round| match algorithm {
-                Algorithm::Board => board::broadcast(round, root, buf),
+                Algorithm::Board => board::broadcast(round, root, buf, piece_bytes),
                 Algorithm::Direct => direct::broadcast(round, root, buf, piece_bytes),
                 Algorithm::Chain => tree::broadcast_chain(round, root, buf, piece_bytes),
                 Algorithm::Tree => {
@@ -286,7 +286,7 @@ impl MeshEngine {
             total,
             (Kind::Allgather, algorithm),
             |round| match algorithm {
-                Algorithm::Board => board::allgather(round, out, &byte_blocks),
+                Algorithm::Board => board::allgather(round, out, &byte_blocks, tuning.piece_bytes),
                 Algorithm::Direct => direct::allgather(round, out, &byte_blocks),
                 Algorithm::Ring => {
                     let plan = ring::RingPlan::with_blocks::<u8>(
@@ -423,7 +423,7 @@ fn reduce_as<T: Reducible>(
     };
     match algorithm {
         Algorithm::Doubling => doubling::allreduce(round, buf, &reduce),
-        Algorithm::Board => board::allreduce(round, buf, &reduce),
+        Algorithm::Board => board::allreduce(round, buf, &reduce, tuning.piece_bytes),
         Algorithm::Direct => direct::allreduce(round, buf, &reduce, tuning.piece_bytes),
         Algorithm::Ring => {
             let plan = ring::RingPlan::even::<T>(

@@ -65,7 +65,18 @@ pub struct CommOptions {
     /// n = 4; above that the ring is kept for networks where `n - 1` simultaneous
     /// streams into one host hurt; `SWITCHYARD_GATHER_THRESHOLD`).
     pub gather_threshold: usize,
-    /// Largest piece the ring and chain send at once (default 256 KiB).
+    /// Allreduces, broadcasts and allgathers of at most this many bytes (the whole
+    /// buffer; an allgather's whole output) run on the host board when every rank of
+    /// the world shares one host through shared memory: written once into shared
+    /// memory and read from there, in pieces of at most a board slot (256 KiB up to
+    /// 64 ranks) and [`CommOptions::piece_bytes`]. Larger calls, and every call of a
+    /// world spread over several hosts, take the algorithms above over the pipes.
+    /// Default: no limit (`usize::MAX`), since the board was ahead of the pipes at
+    /// every size measured (`BENCHMARKS.md`); 0 keeps every call but the barrier off
+    /// it. Also `SWITCHYARD_BOARD_MAX_BYTES`.
+    pub board_max_bytes: usize,
+    /// Largest piece the ring, the chain and the host board move at once (default
+    /// 256 KiB).
     pub piece_bytes: usize,
     /// Most pieces a rank keeps in flight ahead of what it received (default 16; kept
     /// below half the sockets' high-water mark).
@@ -194,6 +205,7 @@ impl Default for CommOptions {
             large_threshold: 512 << 10,
             direct_max_ranks: 8,
             gather_threshold: 64 << 20,
+            board_max_bytes: usize::MAX,
             piece_bytes: 256 << 10,
             window: 16,
             socket: SocketOptions::default(),
@@ -232,6 +244,7 @@ impl CommOptions {
     /// | `SWITCHYARD_LARGE_THRESHOLD` ([`ENV_LARGE_THRESHOLD`]) | `large_threshold`, bytes |
     /// | `SWITCHYARD_DIRECT_MAX_RANKS` | `direct_max_ranks` |
     /// | `SWITCHYARD_GATHER_THRESHOLD` | `gather_threshold`, bytes |
+    /// | `SWITCHYARD_BOARD_MAX_BYTES` | `board_max_bytes`, bytes |
     /// | `SWITCHYARD_PIECE_BYTES` | `piece_bytes` |
     /// | `SWITCHYARD_SPIN_US` | `spin`, microseconds |
     /// | `SWITCHYARD_DATA_PATH` ([`ENV_DATA_PATH`]) | `data_path`: `tcp` or `zmq` |
@@ -271,6 +284,9 @@ impl CommOptions {
         }
         if let Some(bytes) = env::usize(lookup, "SWITCHYARD_GATHER_THRESHOLD")? {
             o.gather_threshold = bytes;
+        }
+        if let Some(bytes) = env::usize(lookup, "SWITCHYARD_BOARD_MAX_BYTES")? {
+            o.board_max_bytes = bytes;
         }
         if let Some(bytes) = env::usize(lookup, "SWITCHYARD_PIECE_BYTES")? {
             o.piece_bytes = bytes.max(1);
@@ -327,6 +343,12 @@ impl CommOptions {
     /// Sets [`CommOptions::gather_threshold`].
     pub fn with_gather_threshold(mut self, bytes: usize) -> Self {
         self.gather_threshold = bytes;
+        self
+    }
+
+    /// Sets [`CommOptions::board_max_bytes`].
+    pub fn with_board_max_bytes(mut self, bytes: usize) -> Self {
+        self.board_max_bytes = bytes;
         self
     }
 
@@ -427,6 +449,7 @@ impl CommOptions {
             large_threshold: self.large_threshold,
             direct_max_ranks: self.direct_max_ranks,
             gather_threshold: self.gather_threshold,
+            board_max_bytes: self.board_max_bytes,
             piece_bytes: self.piece_bytes.max(1),
             window: self.effective_window(),
             check: self.check,
@@ -443,6 +466,7 @@ pub(crate) struct Tuning {
     pub(crate) large_threshold: usize,
     pub(crate) direct_max_ranks: usize,
     pub(crate) gather_threshold: usize,
+    pub(crate) board_max_bytes: usize,
     pub(crate) piece_bytes: usize,
     /// [`CommOptions::effective_window`].
     pub(crate) window: usize,
@@ -482,6 +506,7 @@ mod tests {
             ("SWITCHYARD_DIRECT_MAX_RANKS", "3"),
             ("SWITCHYARD_GATHER_THRESHOLD", "4096"),
             ("SWITCHYARD_PIECE_BYTES", "0"),
+            ("SWITCHYARD_BOARD_MAX_BYTES", "65536"),
             ("SWITCHYARD_SPIN_US", "7"),
             (ENV_HEARTBEAT, "300"),
             (ENV_CHECK, "true"),
@@ -492,6 +517,7 @@ mod tests {
         assert_eq!(o.deadline, None);
         assert_eq!((o.large_threshold, o.direct_max_ranks), (1024, 3));
         assert_eq!((o.gather_threshold, o.piece_bytes), (4096, 1));
+        assert_eq!(o.board_max_bytes, 65536);
         assert_eq!(o.spin, Some(Duration::from_micros(7)));
         assert_eq!(o.heartbeat, Some(Duration::from_millis(300)));
         assert!(o.check);

@@ -430,7 +430,7 @@ fn over_shared_memory_a_peer_that_leaves_is_lost_at_once_not_at_the_deadline() {
 /// shared memory off (or above the board's slot) it waits in another algorithm.
 #[cfg(feature = "zmq")]
 #[test]
-fn small_calls_of_ranks_on_one_host_take_the_host_board() {
+fn calls_of_ranks_on_one_host_take_the_host_board() {
     #[derive(Clone, Copy, Debug)]
     enum Op {
         Allreduce,
@@ -438,10 +438,11 @@ fn small_calls_of_ranks_on_one_host_take_the_host_board() {
         Allgather,
         Barrier,
     }
-    let waiting_in = |op: Op, shared_memory: bool, len: usize| {
+    let waiting_in = |op: Op, shared_memory: bool, len: usize, board_max: usize| {
         let options = options()
             .with_timeout(Duration::from_millis(300))
-            .with_shared_memory(shared_memory);
+            .with_shared_memory(shared_memory)
+            .with_board_max_bytes(board_max);
         let results = on_ranks_over("tcp", 2, options, move |comm| {
             if comm.rank() == 1 {
                 // Late for the call: rank 0 waits for it past its timeout.
@@ -468,15 +469,18 @@ fn small_calls_of_ranks_on_one_host_take_the_host_board() {
         }
     };
     for op in [Op::Allreduce, Op::Broadcast, Op::Allgather, Op::Barrier] {
-        let on_board = waiting_in(op, true, 2).unwrap_or_default();
+        let on_board = waiting_in(op, true, 2, usize::MAX).unwrap_or_default();
         assert!(on_board.contains("host board"), "{op:?}: {on_board}");
-        let without = waiting_in(op, false, 2).unwrap_or_default();
+        let without = waiting_in(op, false, 2, usize::MAX).unwrap_or_default();
         assert!(!without.contains("host board"), "{op:?}: {without}");
     }
-    // 4 MiB: past the board's slot and the large threshold alike.
+    // 4 MiB: past the board's slot and the large threshold alike, on the board in
+    // pieces by default, off it past `board_max_bytes`.
     for op in [Op::Allreduce, Op::Broadcast, Op::Allgather] {
-        let large = waiting_in(op, true, 1 << 20).unwrap_or_default();
-        assert!(!large.contains("host board"), "{op:?}: {large}");
+        let large = waiting_in(op, true, 1 << 20, usize::MAX).unwrap_or_default();
+        assert!(large.contains("host board"), "{op:?}: {large}");
+        let limited = waiting_in(op, true, 1 << 20, 1 << 20).unwrap_or_default();
+        assert!(!limited.contains("host board"), "{op:?}: {limited}");
     }
 }
 

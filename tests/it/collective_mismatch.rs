@@ -296,13 +296,13 @@ fn a_broadcast_length_across_the_large_threshold() {
 }
 
 /// The same call on ranks whose tunings differ: rank 0 takes the ring where the
-/// others take the direct exchange.
+/// others take the direct exchange (off the host board, which would take both).
 #[test]
 fn tunings_that_pick_different_algorithms() {
     every_rank_fails(
         "tuning",
         |_, r, o| {
-            let o = o.with_large_threshold(4096);
+            let o = o.with_large_threshold(4096).with_board_max_bytes(0);
             if r == 0 {
                 o.with_direct_max_ranks(0)
             } else {
@@ -312,6 +312,26 @@ fn tunings_that_pick_different_algorithms() {
         allreduce_of(|_, _| 2048),
         |_| vec!["by ring".into(), "by direct exchange".into()],
     );
+}
+
+/// On one host through shared memory, rank 0 keeps off the host board while the
+/// others run the call on it: rank 0 waits for messages that never come, the others
+/// for a slot rank 0 never writes. Each side sees the other's call where it looks
+/// (the board's slot, the pipes' first message). Only the TCP data path has a board.
+#[cfg(feature = "zmq")]
+#[test]
+fn a_rank_off_the_host_board() {
+    for n in SIZES {
+        for check in [false, true] {
+            let label = format!("board, n = {n}, check {check}");
+            let tune = move |r| {
+                let o = options().with_check(check).with_large_threshold(4096);
+                if r == 0 { o.with_board_max_bytes(0) } else { o }
+            };
+            let outcomes = run(Path::Stream, n, tune, allreduce_of(|_, _| 2048));
+            all_fail_naming(&label, &outcomes, &["by host board", "by direct exchange"]);
+        }
+    }
 }
 
 #[test]

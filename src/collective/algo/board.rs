@@ -1,27 +1,124 @@
 //! The host board (see the link's `shm/board.rs`): when every rank shares one host,
-//! a small call is one write and `n` reads. Each rank puts its part in its own slot,
-//! then reads every rank's slot, rank 0's first:
+//! a call is written once into shared memory and read from there, with no message
+//! and no per-peer round trip. Each rank puts its part in its own slot, then reads
+//! every rank's slot, rank 0's first. A call larger than a slot runs as a sequence of
+//! board calls over pieces of the buffer (at most a slot, and at most the tuning's
+//! `piece_bytes`, each):
 //!
-//! - allreduce: every rank's buffer, combined in rank order, `((x0 + x1) + x2) + ...`.
-//!   Every rank computes the same expression, so the results are bit-identical across
-//!   ranks, floating point included;
-//! - broadcast: the root's buffer, and an empty part from every other rank;
-//! - allgather: every rank's block, copied to its place;
+//! - allreduce of at most [`WHOLE_BYTES`]: one board call; every rank combines every
+//!   rank's buffer in rank order, `((x0 + x1) + x2) + ...`;
+//! - larger allreduces, per piece: every rank publishes its piece; rank `r` combines
+//!   block `r` of the piece (the blocks of [`split`]) from every slot, in rank order,
+//!   into its own buffer; then every rank publishes its combined block and copies
+//!   every other rank's. Each block is combined once, by its owner, with the same
+//!   expression as the whole call, so the results are bit-identical across ranks,
+//!   floating point included. Per byte of the buffer a rank copies it into its slot,
+//!   reads `1 / n` of it from each slot to combine, and copies the result back: three
+//!   passes over the buffer, where the pipes' algorithms make four copies and the
+//!   reduction;
+//! - broadcast: the root's buffer piece by piece, and an empty part from every other
+//!   rank in each board call;
+//! - allgather: every rank's block, piece by piece, each copied to its place;
 //! - barrier: empty parts.
 //!
-//! Every call reads every slot, which is what lets the board reuse a slot two calls
-//! later without acknowledgements. It also means every rank reads every rank's meta
-//! frame straight from its slot, so a rank in another call (length, operation, type,
-//! root) is caught by every rank: checked mode needs no agreement before these calls.
+//! Every board call reads every slot, which is what lets the board reuse a slot two
+//! calls later without acknowledgements, and what pipelines the pieces: a rank
+//! publishes piece `k + 1` while slower ranks still read piece `k`. It also means
+//! every rank reads every rank's meta frame straight from its slot, so a rank in
+//! another call (length, operation, type, root) is caught by every rank: checked mode
+//! needs no agreement before these calls.
 
-use super::Round;
+use super::{Round, split};
 use crate::collective::error::CollectiveError;
 use std::ops::Range;
 use switchyard_msg::payload::Element;
 
+/// The largest allreduce that runs as one board call in which every rank combines
+/// the whole buffer: below it, one synchronisation is cheaper than the two of a
+/// piece; above it, combining every byte on every rank costs more than a second
+/// synchronisation (`BENCHMARKS.md`, "The host board").
+pub(crate) const WHOLE_BYTES: usize = 16 << 10;
+
+/// Bytes of one piece: a slot, or the tuning's piece size when smaller; at least 1.
+fn piece_bytes(round: &Round<'_>, tuning_piece: usize) -> usize {
+    round.link.board_bytes().min(tuning_piece).max(1)
+}
+
+/// The part of `block` that goes in board call `k` of pieces of `piece` bytes.
+fn part(block: &Range<usize>, k: usize, piece: usize) -> Range<usize> {
+    let start = block
+        .start
+        .saturating_add(k.saturating_mul(piece))
+        .min(block.end);
+    start..start.saturating_add(piece).min(block.end)
+}
+
+/// Refuses a part of `len` bytes where `wanted` belong.
+fn wrong_length(len: usize, wanted: usize) -> Result<(), String> {
+    if len == wanted {
+        Ok(())
+    } else {
+        Err(format!("{len} bytes on the host board, expected {wanted}"))
+    }
+}
+
 /// Allreduces `buf` in place on the board; `reduce(acc, other)` combines in rank
-/// order.
+/// order. `tuning_piece` caps the piece size (see the module documentation).
 pub(crate) fn allreduce<T: Element>(
+    round: &mut Round<'_>,
+    buf: &mut [T],
+    reduce: &dyn Fn(&mut [T], &[T]),
+    tuning_piece: usize,
+) -> Result<(), CollectiveError> {
+    let piece_len = piece_bytes(round, tuning_piece);
+    if std::mem::size_of_val(buf) <= WHOLE_BYTES.min(piece_len) {
+        return allreduce_whole(round, buf, reduce);
+    }
+    let per_piece = (piece_len / std::mem::size_of::<T>().max(1)).max(1);
+    let (n, me) = (round.size(), round.rank());
+    for piece in buf.chunks_mut(per_piece) {
+        let expected = std::mem::size_of_val(piece);
+        let mine = split(piece.len(), n, me);
+        let mine_bytes = bytes_of::<T>(&mine);
+        publish(round, bytemuck::cast_slice(piece))?;
+        // Block `mine` of this rank's buffer is overwritten with rank 0's part before
+        // anything is combined into it: the original is in this rank's slot.
+        take_all(round, &mut |from, data| {
+            wrong_length(data.len(), expected)?;
+            let theirs = elements::<T>(&data[mine_bytes.clone()])?;
+            if from == 0 {
+                piece[mine.clone()].copy_from_slice(theirs);
+            } else {
+                reduce(&mut piece[mine.clone()], theirs);
+            }
+            Ok(())
+        })?;
+        publish(round, bytemuck::cast_slice(&piece[mine.clone()]))?;
+        take_all(round, &mut |from, data| {
+            let block = split(piece.len(), n, from);
+            wrong_length(data.len(), std::mem::size_of_val(&piece[block.clone()]))?;
+            if from != me {
+                piece[block].copy_from_slice(elements::<T>(data)?);
+            }
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// `range` of elements of `T` as a range of bytes.
+fn bytes_of<T>(range: &Range<usize>) -> Range<usize> {
+    let size = std::mem::size_of::<T>();
+    range.start * size..range.end * size
+}
+
+/// `data`, read from a slot, as elements of `T`.
+fn elements<T: Element>(data: &[u8]) -> Result<&[T], String> {
+    bytemuck::try_cast_slice::<u8, T>(data).map_err(|e| format!("host board slot: {e:?}"))
+}
+
+/// A small allreduce in one board call: every rank combines every rank's buffer.
+fn allreduce_whole<T: Element>(
     round: &mut Round<'_>,
     buf: &mut [T],
     reduce: &dyn Fn(&mut [T], &[T]),
@@ -31,14 +128,8 @@ pub(crate) fn allreduce<T: Element>(
     // This rank's own part is read back from its slot like any other: `buf` is
     // overwritten with rank 0's part before anything is combined into it.
     take_all(round, &mut |from, data| {
-        if data.len() != expected {
-            return Err(format!(
-                "{} bytes on the host board, expected {expected}",
-                data.len()
-            ));
-        }
-        let theirs = bytemuck::try_cast_slice::<u8, T>(data)
-            .map_err(|e| format!("host board slot: {e:?}"))?;
+        wrong_length(data.len(), expected)?;
+        let theirs = elements::<T>(data)?;
         if from == 0 {
             buf.copy_from_slice(theirs);
         } else {
@@ -48,68 +139,61 @@ pub(crate) fn allreduce<T: Element>(
     })
 }
 
-/// Copies `root`'s `buf` to every rank on the board.
+/// Copies `root`'s `buf` to every rank on the board, piece by piece.
 pub(crate) fn broadcast(
     round: &mut Round<'_>,
     root: usize,
     buf: &mut [u8],
+    tuning_piece: usize,
 ) -> Result<(), CollectiveError> {
+    let piece = piece_bytes(round, tuning_piece);
     let me = round.rank();
-    let expected = buf.len();
-    publish(round, if me == root { buf } else { &[] })?;
-    take_all(round, &mut |from, data| {
-        let wanted = if from == root { expected } else { 0 };
-        if data.len() != wanted {
-            return Err(format!(
-                "{} bytes on the host board, expected {wanted}",
-                data.len()
-            ));
-        }
-        if from == root && me != root {
-            buf.copy_from_slice(data);
-        }
-        Ok(())
-    })
+    let whole = 0..buf.len();
+    for k in 0..buf.len().div_ceil(piece).max(1) {
+        let range = part(&whole, k, piece);
+        publish(round, if me == root { &buf[range.clone()] } else { &[] })?;
+        take_all(round, &mut |from, data| {
+            let wanted = if from == root { range.len() } else { 0 };
+            wrong_length(data.len(), wanted)?;
+            if from == root && me != root {
+                buf[range.clone()].copy_from_slice(data);
+            }
+            Ok(())
+        })?;
+    }
+    Ok(())
 }
 
-/// Allgather where block `r` (already in place on rank `r`) is `blocks[r]` of `out`.
+/// Allgather where block `r` (already in place on rank `r`) is `blocks[r]` of `out`,
+/// piece by piece: board call `k` carries piece `k` of every rank's block.
 pub(crate) fn allgather(
     round: &mut Round<'_>,
     out: &mut [u8],
     blocks: &[Range<usize>],
+    tuning_piece: usize,
 ) -> Result<(), CollectiveError> {
+    let piece = piece_bytes(round, tuning_piece);
     let me = round.rank();
-    publish(round, &out[blocks[me].clone()])?;
-    take_all(round, &mut |from, data| {
-        let block = blocks[from].clone();
-        if data.len() != block.len() {
-            return Err(format!(
-                "{} bytes on the host board, expected {}",
-                data.len(),
-                block.len()
-            ));
-        }
-        if from != me {
-            out[block].copy_from_slice(data);
-        }
-        Ok(())
-    })
+    let longest = blocks.iter().map(|b| b.len()).max().unwrap_or(0);
+    for k in 0..longest.div_ceil(piece).max(1) {
+        publish(round, &out[part(&blocks[me], k, piece)])?;
+        take_all(round, &mut |from, data| {
+            let theirs = part(&blocks[from], k, piece);
+            wrong_length(data.len(), theirs.len())?;
+            if from != me {
+                out[theirs].copy_from_slice(data);
+            }
+            Ok(())
+        })?;
+    }
+    Ok(())
 }
 
 /// Waits until every rank has reached the barrier: an empty part on the board, read
 /// from every rank.
 pub(crate) fn barrier(round: &mut Round<'_>) -> Result<(), CollectiveError> {
     publish(round, &[])?;
-    take_all(round, &mut |_, data| {
-        if data.is_empty() {
-            Ok(())
-        } else {
-            Err(format!(
-                "{} bytes on the host board, expected none",
-                data.len()
-            ))
-        }
-    })
+    take_all(round, &mut |_, data| wrong_length(data.len(), 0))
 }
 
 /// Puts this rank's part of the call, `mine`, on the board.

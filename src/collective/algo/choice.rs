@@ -40,8 +40,9 @@ pub(crate) enum Algorithm {
     Tree,
     /// The pipelined chain broadcast.
     Chain,
-    /// One slot per rank in memory every rank maps, when all share one host: small
-    /// allreduces and the barrier.
+    /// One slot per rank in memory every rank maps, when all share one host:
+    /// allreduce, broadcast and allgather (in pieces when larger than a slot) and the
+    /// barrier.
     Board,
 }
 
@@ -115,8 +116,8 @@ pub(crate) fn checks_everyone(kind: Kind, algorithm: Algorithm) -> bool {
 /// `world` ranks, where the link's host board takes up to `board` bytes a rank (0:
 /// no board, see [`Link::board_bytes`](crate::collective::link::Link::board_bytes)).
 ///
-/// - allreduce, broadcast and allgather: the host board below `large_threshold` bytes
-///   when it takes them (`bytes`: the whole buffer, or the whole output of an
+/// - allreduce, broadcast and allgather: the host board, when there is one, up to
+///   `board_max_bytes` (`bytes`: the whole buffer, or the whole output of an
 ///   allgather); otherwise, for allreduce, recursive doubling below `large_threshold` bytes or with fewer
 ///   elements than ranks (the bandwidth algorithms give every rank a block); above,
 ///   the direct exchange up to `direct_max_ranks` ranks, the ring beyond;
@@ -138,7 +139,7 @@ pub(crate) fn choose(
     let few_ranks = world <= tuning.direct_max_ranks;
     match kind {
         Kind::Allreduce | Kind::Broadcast | Kind::Allgather
-            if board > 0 && !large && bytes <= board =>
+            if board > 0 && bytes <= tuning.board_max_bytes =>
         {
             Algorithm::Board
         }
@@ -289,40 +290,49 @@ mod tests {
         assert!(checks_everyone(Kind::Broadcast, Algorithm::Board));
     }
 
-    /// With a host board, the allreduces, broadcasts and allgathers it takes (at most
-    /// its slot, below the large threshold) and every barrier go to it; nothing else
-    /// does.
+    /// With a host board, the allreduces, broadcasts and allgathers of at most
+    /// `board_max_bytes` (any size, by default, and whatever their element count) and
+    /// every barrier go to it; nothing else does.
     #[test]
-    fn the_board_takes_small_calls_where_every_rank_reads_every_slot() {
-        let t = tuning();
-        for world in 1usize..=8 {
-            for board in [0, 64, 4096] {
-                for bytes in [0, 1, 64, 65, 999, 1000, 4096, 5000] {
-                    let case = format!("{bytes} B on {world} ranks, board {board}");
-                    let on_board = board > 0 && bytes <= board && bytes < 1000;
-                    for kind in [Kind::Allreduce, Kind::Broadcast, Kind::Allgather] {
-                        let got = choose(kind, bytes, bytes, world, &t, board);
-                        assert_eq!(
-                            got == Algorithm::Board,
-                            on_board,
-                            "{case}: {kind:?} {got:?}"
-                        );
-                        if !on_board {
-                            assert_eq!(
-                                got,
-                                choose(kind, bytes, bytes, world, &t, 0),
+    fn the_board_takes_calls_up_to_its_limit_where_every_rank_reads_every_slot() {
+        for limit in [usize::MAX, 0, 4096] {
+            let t = CommOptions::default()
+                .with_large_threshold(1000)
+                .with_gather_threshold(5000)
+                .with_direct_max_ranks(4)
+                .with_board_max_bytes(limit)
+                .tuning();
+            for world in 1usize..=8 {
+                for board in [0, 64, 4096] {
+                    for bytes in [0, 1, 64, 65, 999, 1000, 4096, 4097, 5000, 1 << 30] {
+                        let case = format!("{bytes} B on {world} ranks, board {board}");
+                        let on_board = board > 0 && bytes <= limit;
+                        for count in [0, 1, bytes] {
+                            for kind in [Kind::Allreduce, Kind::Broadcast, Kind::Allgather] {
+                                let got = choose(kind, bytes, count, world, &t, board);
+                                assert_eq!(
+                                    got == Algorithm::Board,
+                                    on_board,
+                                    "{case}: {kind:?} {got:?}"
+                                );
+                                if !on_board {
+                                    assert_eq!(
+                                        got,
+                                        choose(kind, bytes, count, world, &t, 0),
+                                        "{case}: {kind:?}"
+                                    );
+                                }
+                            }
+                        }
+                        let barrier = choose(Kind::Barrier, 0, 0, world, &t, board);
+                        assert_eq!(barrier == Algorithm::Board, board > 0, "{case}");
+                        for kind in [Kind::ReduceScatter, Kind::OrderedReduce] {
+                            assert_ne!(
+                                choose(kind, bytes, bytes, world, &t, board),
+                                Algorithm::Board,
                                 "{case}: {kind:?}"
                             );
                         }
-                    }
-                    let barrier = choose(Kind::Barrier, 0, 0, world, &t, board);
-                    assert_eq!(barrier == Algorithm::Board, board > 0, "{case}");
-                    for kind in [Kind::ReduceScatter, Kind::OrderedReduce] {
-                        assert_ne!(
-                            choose(kind, bytes, bytes, world, &t, board),
-                            Algorithm::Board,
-                            "{case}: {kind:?}"
-                        );
                     }
                 }
             }

@@ -59,6 +59,7 @@ pub(crate) fn allreduce_ring(world: &impl World) {
             let ring = options()
                 .with_large_threshold(0)
                 .with_direct_max_ranks(0)
+                .with_board_max_bytes(0)
                 .with_piece_bytes(piece_bytes(len))
                 .with_window(3);
             world.run(n, ring, move |comm| {
@@ -84,8 +85,23 @@ pub(crate) fn allreduce_direct(world: &impl World) {
             let direct = options()
                 .with_large_threshold(0)
                 .with_direct_max_ranks(64)
+                .with_board_max_bytes(0)
                 .with_piece_bytes(piece_bytes(len));
             world.run(n, direct, move |comm| {
+                rank::allreduce_every_op_and_dtype(comm, len)
+            });
+        }
+    }
+}
+
+/// Pieces of 16 and 64 bytes: on the host board (where every rank shares one host)
+/// these lengths run as many board calls with ragged last pieces and, beyond 3 ranks,
+/// empty blocks; elsewhere they take recursive doubling.
+pub(crate) fn allreduce_board_pieces(world: &impl World) {
+    for n in [2, 3, 5] {
+        for len in [100, 1001] {
+            let pieces = options().with_piece_bytes(piece_bytes(len));
+            world.run(n, pieces, move |comm| {
                 rank::allreduce_every_op_and_dtype(comm, len)
             });
         }
@@ -98,7 +114,8 @@ pub(crate) fn allreduce_small_then_large(world: &impl World) {
     world.run(3, opts, |comm| rank::small_then_large_sum(comm, 100_000));
 }
 
-/// Every root; the tree, the chain (direct_max_ranks 0), and scatter + allgather.
+/// Every root; the tree, the chain (direct_max_ranks 0), and scatter + allgather (the
+/// host board, where there is one, takes the small ones).
 pub(crate) fn broadcast_from_every_root(world: &impl World) {
     for n in [1, 2, 3, 5] {
         for root in 0..n {
@@ -106,6 +123,7 @@ pub(crate) fn broadcast_from_every_root(world: &impl World) {
                 (0usize, 64 << 10, 8),
                 (1, 64 << 10, 8),
                 (37, 64 << 10, 8),
+                (1000, 64 << 10, 8),
                 (1000, 0, 0),
                 (1000, 0, 8),
                 (3, 0, 8),
@@ -113,6 +131,7 @@ pub(crate) fn broadcast_from_every_root(world: &impl World) {
                 let opts = options()
                     .with_large_threshold(threshold)
                     .with_direct_max_ranks(direct)
+                    .with_board_max_bytes(if threshold == 0 { 0 } else { usize::MAX })
                     .with_piece_bytes(64);
                 world.run(n, opts, move |comm| rank::broadcast_from(comm, root, len));
             }
@@ -120,7 +139,8 @@ pub(crate) fn broadcast_from_every_root(world: &impl World) {
     }
 }
 
-/// Equal and varied blocks, by the direct exchange and (gather_threshold 0) the ring.
+/// Equal and varied blocks, by the direct exchange and (gather_threshold 0) the ring;
+/// the host board, where there is one, takes the others.
 pub(crate) fn allgather_equal_and_varied(world: &impl World) {
     for n in [1, 2, 3, 4, 7] {
         for (m, piece, gather) in [
@@ -129,7 +149,9 @@ pub(crate) fn allgather_equal_and_varied(world: &impl World) {
             (9, 8, 1 << 20),
             (9, 8, 0),
         ] {
-            let mut opts = options().with_piece_bytes(piece);
+            let mut opts = options()
+                .with_piece_bytes(piece)
+                .with_board_max_bytes(if gather == 0 { 0 } else { usize::MAX });
             opts.gather_threshold = gather;
             world.run(n, opts, move |comm| rank::allgathers(comm, m));
         }
@@ -202,6 +224,11 @@ macro_rules! instantiate {
             #[test]
             fn allreduce_every_op_and_dtype_large_buffers_take_the_direct_exchange() {
                 suite::allreduce_direct(&$world);
+            }
+
+            #[test]
+            fn allreduce_every_op_and_dtype_in_board_pieces() {
+                suite::allreduce_board_pieces(&$world);
             }
 
             #[test]

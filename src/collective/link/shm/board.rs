@@ -1,9 +1,9 @@
 //! The host board: one segment that every rank of a world on one host maps, with a
 //! slot per rank, for the calls where each rank's data must reach every other rank
-//! and is small (allreduce below [`SLOT_BYTES`], the barrier). A rank writes its part
-//! once into its own slot; every rank then reads every slot, in rank order, straight
-//! from the shared memory: no message, no per-peer round trip, one copy per byte
-//! written and none to receive.
+//! (allreduce, broadcast, allgather, the barrier; a call larger than a slot in
+//! pieces, see `algo/board.rs`). A rank writes its part once into its own slot;
+//! every rank then reads every slot, in rank order, straight from the shared memory:
+//! no message, no per-peer round trip, one copy per byte written and one to read.
 //!
 //! Each rank has two slots and uses them in turn (board call `k` in slot `k % 2`).
 //! Reuse needs no acknowledgement: a rank writes its slot for call `k + 2` only after
@@ -29,12 +29,24 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
-/// Data bytes of one slot: the largest allreduce the board takes. At 4 KiB the board
-/// is 2-3x faster than recursive doubling through the pipes (`BENCHMARKS.md`); each
-/// rank reads every slot, which stays cheaper than doubling's copies while the slots
-/// sit in cache, and keeps a board of 64 ranks at 2 MiB. Not tuned further: larger
-/// calls go to the pipes' algorithms.
-pub(crate) const SLOT_BYTES: usize = 16 << 10;
+/// Data bytes of one slot in a board of `ranks`: 256 KiB up to 64 ranks (a board of
+/// 32 MiB, mapped whole but touched only as far as calls write), then less so that
+/// no board exceeds 32 MiB, and never under 16 KiB (the largest small call, which
+/// runs in one board call). A call larger than a slot runs in pieces of a slot;
+/// larger pieces mean fewer synchronisations, smaller ones that the slots a piece
+/// touches stay in cache.
+pub(crate) fn slot_bytes_for(ranks: usize) -> usize {
+    let share = (BOARD_BUDGET / (2 * ranks.max(1))) / LINE * LINE;
+    share.clamp(MIN_SLOT_BYTES, MAX_OWN_SLOT_BYTES)
+}
+
+/// The most bytes the slots of one board take, where that leaves slots of at least
+/// [`MIN_SLOT_BYTES`].
+const BOARD_BUDGET: usize = 32 << 20;
+/// The largest slot this process makes.
+const MAX_OWN_SLOT_BYTES: usize = 256 << 10;
+/// The smallest slot this process makes.
+const MIN_SLOT_BYTES: usize = 16 << 10;
 /// The largest slot a board handed over may have: a peer cannot make this process
 /// map more than a few MiB per rank.
 const MAX_SLOT_BYTES: usize = 1 << 20;

@@ -21,7 +21,7 @@
 //! ranks can wait on each other.
 
 use super::ShmPipe;
-use super::board::{Board, SLOT_BYTES};
+use super::board::{Board, slot_bytes_for};
 use super::segment::{RING_BYTES, Segment, recv_fd, send_fd};
 use crate::collective::error::LinkError;
 use std::io;
@@ -196,7 +196,7 @@ pub(in crate::collective::link) fn share_board(
         reason: format!("host board: {reason}"),
     };
     if rank == 0 {
-        let made = Board::create(size, SLOT_BYTES)
+        let made = Board::create(size, slot_bytes_for(size))
             .inspect_err(|e| tracing::warn!("no host board for small calls: {e}"))
             .ok();
         for (peer, pipe) in pipes.iter().enumerate() {
