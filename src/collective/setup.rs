@@ -91,13 +91,6 @@ impl MeshBuilder {
                 )
                 .map_err(|e| e.during(Call::Setup))?;
                 stream.watch_interrupt(self.options.interrupt.clone());
-                if self.options.robust.is_some() {
-                    // Robust mode keeps the pipes' message path for every call: its
-                    // recovery has been proved on that path; the host board is for
-                    // plain meshes. Every rank of a robust job is in robust mode, so
-                    // they all agree.
-                    stream.leave_board();
-                }
                 Box::new(stream)
             }
             _ => Box::new(link),

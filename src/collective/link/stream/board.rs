@@ -9,13 +9,6 @@ use bytes::Bytes;
 use std::time::Instant;
 
 impl StreamLink {
-    /// Unmaps the host board and runs every call on the pipes, as ranks on several
-    /// hosts do. Every rank of the world must do the same (the board decides which
-    /// algorithm a call runs).
-    pub(crate) fn leave_board(&mut self) {
-        self.board = None;
-    }
-
     /// The host board's slot size; 0 without a board.
     pub(super) fn board_slot_bytes(&self) -> usize {
         self.board.as_ref().map_or(0, |b| b.slot_bytes())
