@@ -5,11 +5,12 @@
 //! reinterpreted in place, never copied); copies (broadcast, allgather) run on the
 //! bytes, because any cut of a buffer copies the same.
 
-use super::algo::choice::{Algorithm, Kind, checks_everyone, choose};
+use super::algo::choice::{Algorithm, Kind, checks_everyone, choose, choose_across_hosts};
 use super::algo::{AGREE_STEPS, Round, board, direct, doubling, ring, tree};
 use super::element::{DType, ReduceOp, Reducible, with_dtype};
 use super::engine::{Collective, Combine, Elem, Engine, share_fold_result};
 use super::error::{Call, CollectiveError};
+use super::hierarchy;
 use super::link::Link;
 use super::link::{Clock, Notice};
 use super::options::Tuning;
@@ -190,6 +191,10 @@ impl MeshEngine {
     fn choose(&self, kind: Kind, bytes: usize, count: u64) -> Algorithm {
         let count = usize::try_from(count).unwrap_or(usize::MAX);
         let world = self.link.world_size();
+        let hosts = self.link.host_groups().len();
+        if let Some(across) = choose_across_hosts(kind, hosts, world, &self.tuning) {
+            return across;
+        }
         choose(
             kind,
             bytes,
@@ -235,36 +240,9 @@ impl MeshEngine {
     ) -> Result<(), CollectiveError> {
         let algorithm = self.choose(Kind::Broadcast, buf.len(), total);
         let piece_bytes = self.tuning.piece_bytes;
-        self.round(
-            sig,
-            total,
-            (Kind::Broadcast, algorithm),
-            |round| match algorithm {
-                Algorithm::Board => board::broadcast(round, root, buf, piece_bytes),
-                Algorithm::Direct => direct::broadcast(round, root, buf, piece_bytes),
-                Algorithm::Chain => tree::broadcast_chain(round, root, buf, piece_bytes),
-                Algorithm::Tree => {
-                    let me = round.rank();
-                    let frame = (me == root).then(|| round.frame_of::<u8>(buf));
-                    let data = tree::broadcast_frame(round, root, frame)?;
-                    if me != root {
-                        payload::frame_copy_into(&data, buf).map_err(|e| {
-                            CollectiveError::Malformed {
-                                call: sig.call,
-                                rank: root,
-                                reason: e.to_string(),
-                            }
-                        })?;
-                    }
-                    // Back to the link's pool, so that the next broadcast of this size
-                    // reuses the memory instead of faulting in a fresh buffer (a
-                    // frame still queued for a child is shared and just drops).
-                    round.link.recycle(data);
-                    Ok(())
-                }
-                other => Err(not_for(sig.call, other)),
-            },
-        )
+        self.round(sig, total, (Kind::Broadcast, algorithm), |round| {
+            broadcast_as(round, root, buf, algorithm, piece_bytes)
+        })
     }
 
     fn allgather(
@@ -409,7 +387,7 @@ fn elements<T: Reducible>(call: Call, buf: &mut [u8]) -> Result<&mut [T], Collec
 
 /// Runs `algorithm` for a built-in reduction of `buf`: all of it (`Phase::Both`),
 /// or each rank's block ([`ring::Phase::ReduceScatter`]).
-fn reduce_as<T: Reducible>(
+pub(super) fn reduce_as<T: Reducible>(
     round: &mut Round<'_>,
     buf: &mut [T],
     op: ReduceOp,
@@ -424,6 +402,7 @@ fn reduce_as<T: Reducible>(
     match algorithm {
         Algorithm::Doubling => doubling::allreduce(round, buf, &reduce),
         Algorithm::Board => board::allreduce(round, buf, &reduce, tuning.piece_bytes),
+        Algorithm::Hierarchical => hierarchy::allreduce(round, buf, op, tuning),
         Algorithm::Direct => direct::allreduce(round, buf, &reduce, tuning.piece_bytes),
         Algorithm::Ring => {
             let plan = ring::RingPlan::even::<T>(
@@ -433,6 +412,39 @@ fn reduce_as<T: Reducible>(
                 tuning.window,
             );
             ring::run(round, buf, &plan, phase, &reduce)
+        }
+        other => Err(not_for(round.sig.call, other)),
+    }
+}
+
+/// Runs `algorithm` for a broadcast of `buf` from `root`.
+pub(super) fn broadcast_as(
+    round: &mut Round<'_>,
+    root: usize,
+    buf: &mut [u8],
+    algorithm: Algorithm,
+    piece_bytes: usize,
+) -> Result<(), CollectiveError> {
+    match algorithm {
+        Algorithm::Board => board::broadcast(round, root, buf, piece_bytes),
+        Algorithm::Direct => direct::broadcast(round, root, buf, piece_bytes),
+        Algorithm::Chain => tree::broadcast_chain(round, root, buf, piece_bytes),
+        Algorithm::Tree => {
+            let me = round.rank();
+            let frame = (me == root).then(|| round.frame_of::<u8>(buf));
+            let data = tree::broadcast_frame(round, root, frame)?;
+            if me != root {
+                payload::frame_copy_into(&data, buf).map_err(|e| CollectiveError::Malformed {
+                    call: round.sig.call,
+                    rank: root,
+                    reason: e.to_string(),
+                })?;
+            }
+            // Back to the link's pool, so that the next broadcast of this size
+            // reuses the memory instead of faulting in a fresh buffer (a
+            // frame still queued for a child is shared and just drops).
+            round.link.recycle(data);
+            Ok(())
         }
         other => Err(not_for(round.sig.call, other)),
     }

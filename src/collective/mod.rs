@@ -72,6 +72,7 @@ mod error;
 mod interrupt;
 // Its types are `pub` for the `testing` feature's re-exports; without it they are
 // reachable only inside the crate.
+mod hierarchy;
 #[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 pub(crate) mod link;
 mod mesh;

@@ -75,6 +75,14 @@ pub struct CommOptions {
     /// every size measured (`BENCHMARKS.md`); 0 keeps every call but the barrier off
     /// it. Also `SWITCHYARD_BOARD_MAX_BYTES`.
     pub board_max_bytes: usize,
+    /// Whether an allreduce of a world spread over several hosts, some with several
+    /// ranks, runs hierarchically: within each host first (on its host board, or its
+    /// shared-memory pipes), then among one leader per host (the lowest rank) over
+    /// TCP, then from each leader to its host (default true; also
+    /// `SWITCHYARD_HIERARCHICAL`). The hosts are the identities the ranks announce
+    /// ([`CommOptions::host_id`]); without shared memory nobody announces one and
+    /// every call runs flat. Off, every call runs on the whole world at once.
+    pub hierarchical: bool,
     /// Largest piece the ring, the chain and the host board move at once (default
     /// 256 KiB).
     pub piece_bytes: usize,
@@ -206,6 +214,7 @@ impl Default for CommOptions {
             direct_max_ranks: 8,
             gather_threshold: 64 << 20,
             board_max_bytes: usize::MAX,
+            hierarchical: true,
             piece_bytes: 256 << 10,
             window: 16,
             socket: SocketOptions::default(),
@@ -245,6 +254,7 @@ impl CommOptions {
     /// | `SWITCHYARD_DIRECT_MAX_RANKS` | `direct_max_ranks` |
     /// | `SWITCHYARD_GATHER_THRESHOLD` | `gather_threshold`, bytes |
     /// | `SWITCHYARD_BOARD_MAX_BYTES` | `board_max_bytes`, bytes |
+    /// | `SWITCHYARD_HIERARCHICAL` | `hierarchical`: `1` or `0` (`true` or `false`) |
     /// | `SWITCHYARD_PIECE_BYTES` | `piece_bytes` |
     /// | `SWITCHYARD_SPIN_US` | `spin`, microseconds |
     /// | `SWITCHYARD_DATA_PATH` ([`ENV_DATA_PATH`]) | `data_path`: `tcp` or `zmq` |
@@ -287,6 +297,9 @@ impl CommOptions {
         }
         if let Some(bytes) = env::usize(lookup, "SWITCHYARD_BOARD_MAX_BYTES")? {
             o.board_max_bytes = bytes;
+        }
+        if let Some(on) = env::flag(lookup, "SWITCHYARD_HIERARCHICAL")? {
+            o.hierarchical = on;
         }
         if let Some(bytes) = env::usize(lookup, "SWITCHYARD_PIECE_BYTES")? {
             o.piece_bytes = bytes.max(1);
@@ -349,6 +362,12 @@ impl CommOptions {
     /// Sets [`CommOptions::board_max_bytes`].
     pub fn with_board_max_bytes(mut self, bytes: usize) -> Self {
         self.board_max_bytes = bytes;
+        self
+    }
+
+    /// Sets [`CommOptions::hierarchical`].
+    pub fn with_hierarchical(mut self, on: bool) -> Self {
+        self.hierarchical = on;
         self
     }
 
@@ -450,6 +469,7 @@ impl CommOptions {
             direct_max_ranks: self.direct_max_ranks,
             gather_threshold: self.gather_threshold,
             board_max_bytes: self.board_max_bytes,
+            hierarchical: self.hierarchical,
             piece_bytes: self.piece_bytes.max(1),
             window: self.effective_window(),
             check: self.check,
@@ -467,6 +487,7 @@ pub(crate) struct Tuning {
     pub(crate) direct_max_ranks: usize,
     pub(crate) gather_threshold: usize,
     pub(crate) board_max_bytes: usize,
+    pub(crate) hierarchical: bool,
     pub(crate) piece_bytes: usize,
     /// [`CommOptions::effective_window`].
     pub(crate) window: usize,
@@ -507,6 +528,7 @@ mod tests {
             ("SWITCHYARD_GATHER_THRESHOLD", "4096"),
             ("SWITCHYARD_PIECE_BYTES", "0"),
             ("SWITCHYARD_BOARD_MAX_BYTES", "65536"),
+            ("SWITCHYARD_HIERARCHICAL", "0"),
             ("SWITCHYARD_SPIN_US", "7"),
             (ENV_HEARTBEAT, "300"),
             (ENV_CHECK, "true"),
@@ -518,6 +540,7 @@ mod tests {
         assert_eq!((o.large_threshold, o.direct_max_ranks), (1024, 3));
         assert_eq!((o.gather_threshold, o.piece_bytes), (4096, 1));
         assert_eq!(o.board_max_bytes, 65536);
+        assert!(!o.hierarchical);
         assert_eq!(o.spin, Some(Duration::from_micros(7)));
         assert_eq!(o.heartbeat, Some(Duration::from_millis(300)));
         assert!(o.check);

@@ -47,6 +47,16 @@ fn on_ranks_over<R: Send + 'static>(
     options: CommOptions,
     body: impl Fn(&mut Communicator) -> Result<R, CollectiveError> + Send + Sync + 'static,
 ) -> Vec<R> {
+    on_ranks_with(scheme, n, move |_| options.clone(), body)
+}
+
+/// [`on_ranks_over`] with rank `r`'s options `options(r)`.
+fn on_ranks_with<R: Send + 'static>(
+    scheme: &str,
+    n: usize,
+    options: impl Fn(usize) -> CommOptions,
+    body: impl Fn(&mut Communicator) -> Result<R, CollectiveError> + Send + Sync + 'static,
+) -> Vec<R> {
     let endpoints = endpoints(scheme, n);
     let body = Arc::new(body);
     // On TCP every rank binds port 0 and the real endpoints go through the board.
@@ -55,7 +65,7 @@ fn on_ranks_over<R: Send + 'static>(
     let tcp = scheme == "tcp" && n > 1;
     let handles: Vec<_> = (0..n)
         .map(|rank| {
-            let (endpoints, body, options) = (endpoints.clone(), body.clone(), options.clone());
+            let (endpoints, body, options) = (endpoints.clone(), body.clone(), options(rank));
             let board = board.clone();
             std::thread::spawn(move || {
                 let mut comm = if tcp {
@@ -145,6 +155,42 @@ impl World for Stream {
     }
 }
 
+/// The mesh over `tcp://` with the TCP data path, its ranks on hosts of
+/// `per_host` ranks each (rank `r` on host `r / per_host`, the last host with what is
+/// left): each rank announces its host (`CommOptions::host_id`), so the ranks of a
+/// host talk through shared memory and share a host board, the hosts over TCP, and
+/// allreduces run hierarchically. All in this process: the host identity is what
+/// decides, as it is for ranks in network namespaces of one machine.
+#[cfg(feature = "zmq")]
+struct Hosts {
+    per_host: usize,
+}
+
+#[cfg(feature = "zmq")]
+impl World for Hosts {
+    fn run<R: Send + 'static>(
+        &self,
+        n: usize,
+        options: CommOptions,
+        body: impl Fn(&mut Communicator) -> Result<R, CollectiveError> + Send + Sync + 'static,
+    ) -> Vec<R> {
+        let per_host = self.per_host.max(1);
+        let options = options
+            .with_data_path(switchyard::collective::DataPath::Tcp)
+            .with_shared_memory(true);
+        on_ranks_with(
+            "tcp",
+            n,
+            move |rank| {
+                options
+                    .clone()
+                    .with_host_id(format!("host-{}", rank / per_host))
+            },
+            body,
+        )
+    }
+}
+
 /// The mesh over the deterministic in-memory link, on `MemorySchedule`.
 struct Memory(MemorySchedule);
 
@@ -226,6 +272,13 @@ collective_suite::instantiate!(
     crate::collective::Stream {
         shared_memory: true
     }
+);
+#[cfg(feature = "zmq")]
+collective_suite::instantiate!(over_hosts_of_two, crate::collective::Hosts { per_host: 2 });
+#[cfg(feature = "zmq")]
+collective_suite::instantiate!(
+    over_hosts_of_three,
+    crate::collective::Hosts { per_host: 3 }
 );
 collective_suite::instantiate!(
     over_memory,
@@ -481,6 +534,73 @@ fn calls_of_ranks_on_one_host_take_the_host_board() {
         assert!(large.contains("host board"), "{op:?}: {large}");
         let limited = waiting_in(op, true, 1 << 20, 1 << 20).unwrap_or_default();
         assert!(!limited.contains("host board"), "{op:?}: {limited}");
+    }
+}
+
+/// Two hosts of two ranks: an allreduce runs within each host, then between the
+/// leaders (ranks 0 and 2), then from each leader to its host. With rank 3 late,
+/// rank 2 times out within its host, and rank 0, which finished its own host's phase
+/// with rank 1, fails among the leaders with rank 2's reason (or its own timeout on
+/// rank 2); both errors name the phase. With the hierarchy off, the flat algorithm
+/// waits instead. Results of a hierarchical world are the suite's (`over_hosts_*`).
+#[cfg(feature = "zmq")]
+#[test]
+fn an_allreduce_across_hosts_runs_within_hosts_then_among_leaders() {
+    let errors = |hierarchical: bool, len: usize| {
+        let options = options()
+            .with_timeout(Duration::from_millis(300))
+            .with_shared_memory(true)
+            .with_hierarchical(hierarchical);
+        let results = on_ranks_with(
+            "tcp",
+            4,
+            move |rank| options.clone().with_host_id(format!("host-{}", rank / 2)),
+            move |comm| {
+                if comm.rank() == 3 {
+                    std::thread::sleep(Duration::from_millis(1500));
+                    return Ok(None);
+                }
+                let mut buf = vec![1u32; len];
+                Ok(Some(comm.allreduce(&mut buf, ReduceOp::Sum)))
+            },
+        );
+        let mut errors = results
+            .into_iter()
+            .enumerate()
+            .map(|(rank, result)| match result {
+                Some(Err(e)) => Some(e),
+                None if rank == 3 => None,
+                other => {
+                    panic!("hierarchical {hierarchical}, {len} elements, rank {rank}: {other:?}")
+                }
+            });
+        let rank_0 = errors.next().flatten().expect("rank 0's error");
+        let rank_2 = errors.nth(1).flatten().expect("rank 2's error");
+        (rank_0, rank_2)
+    };
+    for len in [2, 1 << 18] {
+        let (rank_0, rank_2) = errors(true, len);
+        assert!(
+            matches!(
+                rank_0,
+                CollectiveError::PeerTimeout { rank: 2, .. }
+                    | CollectiveError::Aborted { rank: 2, .. }
+            ),
+            "{len}: {rank_0:?}"
+        );
+        assert!(
+            matches!(rank_2, CollectiveError::PeerTimeout { rank: 3, .. }),
+            "{rank_2:?}"
+        );
+        let (rank_0, rank_2) = (rank_0.to_string(), rank_2.to_string());
+        assert!(rank_0.contains("hierarchy of hosts"), "{len}: {rank_0}");
+        assert!(
+            rank_2.contains("hierarchy of hosts, within the host: host board"),
+            "{len}: {rank_2}"
+        );
+        let (rank_0, rank_2) = errors(false, len);
+        assert!(!rank_0.to_string().contains("hierarchy"), "{len}: {rank_0}");
+        assert!(!rank_2.to_string().contains("hierarchy"), "{len}: {rank_2}");
     }
 }
 

@@ -44,21 +44,25 @@ pub(crate) enum Algorithm {
     /// allreduce, broadcast and allgather (in pieces when larger than a slot) and the
     /// barrier.
     Board,
+    /// Across hosts: allreduce within each host, among one leader per host, then
+    /// the leader's result to its host (`collective/hierarchy.rs`).
+    Hierarchical,
 }
 
 impl Algorithm {
     /// Every algorithm, in code order.
-    const ALL: [Algorithm; 6] = [
+    const ALL: [Algorithm; 7] = [
         Algorithm::Doubling,
         Algorithm::Direct,
         Algorithm::Ring,
         Algorithm::Tree,
         Algorithm::Chain,
         Algorithm::Board,
+        Algorithm::Hierarchical,
     ];
 
     /// The algorithm's code in a [`Signature`](crate::collective::signature::Signature)
-    /// (1 to 6; 0 means none).
+    /// (1 to 7; 0 means none).
     pub(crate) fn code(self) -> u8 {
         match self {
             Algorithm::Doubling => 1,
@@ -67,6 +71,7 @@ impl Algorithm {
             Algorithm::Tree => 4,
             Algorithm::Chain => 5,
             Algorithm::Board => 6,
+            Algorithm::Hierarchical => 7,
         }
     }
 
@@ -84,6 +89,7 @@ impl Algorithm {
             Algorithm::Tree => "binomial tree",
             Algorithm::Chain => "chain",
             Algorithm::Board => "host board",
+            Algorithm::Hierarchical => "hierarchy of hosts",
         }
     }
 }
@@ -97,19 +103,39 @@ impl Algorithm {
 /// bandwidth ones only run with at least one element per rank) and so does the
 /// barrier; a broadcast's root receives nothing, and allgather, reduce-scatter and
 /// ordered reduce may give a rank nothing to receive from some peer, except on the
-/// host board, where every call reads every rank's slot and its signature.
+/// host board, where every call reads every rank's slot and its signature. A
+/// hierarchical allreduce qualifies too: a leader's result depends on its host's
+/// ranks (phase 1) and on the other leaders (phase 2), each of which checked its own
+/// host first, and every other rank takes its leader's result.
 pub(crate) fn checks_everyone(kind: Kind, algorithm: Algorithm) -> bool {
     matches!(
         (kind, algorithm),
         (
             Kind::Allreduce,
-            Algorithm::Doubling | Algorithm::Direct | Algorithm::Ring
+            Algorithm::Doubling | Algorithm::Direct | Algorithm::Ring | Algorithm::Hierarchical
         ) | (Kind::Barrier, Algorithm::Doubling)
             | (
                 Kind::Allreduce | Kind::Broadcast | Kind::Allgather | Kind::Barrier,
                 Algorithm::Board
             )
     )
+}
+
+/// The algorithm for a call of `kind` in a world of `world` ranks on `hosts` hosts
+/// ([`Link::host_groups`](crate::collective::link::Link::host_groups); 0 when they are
+/// on one host or nobody knows), when it runs across hosts rather than by
+/// [`choose`]: an allreduce in a world on several hosts with more ranks than hosts
+/// (some host has several) runs hierarchically unless the tuning turns that off.
+/// Every size does: each phase picks its own algorithm by [`choose`], and the phase
+/// between hosts carries one rank's share per host instead of every rank's.
+pub(crate) fn choose_across_hosts(
+    kind: Kind,
+    hosts: usize,
+    world: usize,
+    tuning: &Tuning,
+) -> Option<Algorithm> {
+    (kind == Kind::Allreduce && tuning.hierarchical && hosts > 1 && world > hosts)
+        .then_some(Algorithm::Hierarchical)
 }
 
 /// The algorithm for a call of `kind` over `bytes` bytes in `count` elements on
@@ -337,6 +363,37 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Only allreduces go hierarchical, only when some host has several ranks of a
+    /// world on several hosts, and only while the tuning allows it.
+    #[test]
+    fn hierarchical_allreduces_need_several_hosts_with_a_shared_one() {
+        let on = CommOptions::default().tuning();
+        let off = CommOptions::default().with_hierarchical(false).tuning();
+        let kinds = [
+            Kind::Allreduce,
+            Kind::Broadcast,
+            Kind::Allgather,
+            Kind::ReduceScatter,
+            Kind::Barrier,
+            Kind::OrderedReduce,
+        ];
+        for kind in kinds {
+            for world in 1..=6 {
+                for hosts in 0..=world {
+                    let expected = kind == Kind::Allreduce && hosts > 1 && world > hosts;
+                    let got = choose_across_hosts(kind, hosts, world, &on);
+                    assert_eq!(
+                        got.is_some(),
+                        expected,
+                        "{kind:?}, {world} ranks, {hosts} hosts"
+                    );
+                    assert_eq!(choose_across_hosts(kind, hosts, world, &off), None);
+                }
+            }
+        }
+        assert!(checks_everyone(Kind::Allreduce, Algorithm::Hierarchical));
     }
 
     /// The defaults are the measured ones (BENCHMARKS.md): 512 KiB, 8 ranks, 64 MiB.

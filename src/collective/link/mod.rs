@@ -8,10 +8,12 @@
 //! | `liveness.rs` | the [`StreamLink`]'s heartbeat: telling a stopped or cut-off peer from a busy one |
 //! | `framing.rs` | the stream wire format, as a pure encoder and decoder |
 //! | `pool.rs` | frame buffers for reuse |
+//! | `group.rs` | [`GroupLink`]: some of a link's ranks as a world of their own, for the phases of a hierarchical call |
 //! | `shm/` | the shared-memory pipe a [`StreamLink`] uses for a peer on this host, and its hand-over at setup |
 //! | `memory/` | [`MemoryLink`]: ranks in one process, taking turns on a deterministic schedule (`turn.rs`) |
 
 pub(crate) mod framing;
+mod group;
 mod liveness;
 // Only tests run over it: no program's communicator does.
 #[cfg(any(test, feature = "testing"))]
@@ -22,6 +24,7 @@ mod shm;
 mod socket;
 mod stream;
 
+pub(crate) use group::GroupLink;
 #[cfg(any(test, feature = "testing"))]
 pub use memory::{MemoryLink, MemorySchedule};
 pub(crate) use shm::host_identity;
@@ -166,6 +169,24 @@ pub trait Link: Send {
     /// a world gets the same answer, since it decides which algorithm a call runs.
     fn board_bytes(&self) -> usize {
         0
+    }
+
+    /// [`Link::board_bytes`] of the board shared by this rank's host only, in a world
+    /// spread over several hosts (see [`Link::host_groups`]): the ranks of
+    /// `host_groups()`'s group of this rank take [`Link::board_publish`] and
+    /// [`Link::board_take`] with their world ranks. 0 when this rank has no board; in a
+    /// world on one host, the same as `board_bytes`. Every rank of a host gets the
+    /// same answer (the host's first rank makes the board and tells the others).
+    fn host_board_bytes(&self) -> usize {
+        self.board_bytes()
+    }
+
+    /// The world's ranks grouped by host, each group in rank order and the groups in
+    /// order of their first rank, when the ranks announced their hosts at setup and
+    /// are on more than one; empty otherwise (the default). Every rank of a world
+    /// gets the same groups: they decide which algorithm a call runs.
+    fn host_groups(&self) -> &[Vec<usize>] {
+        &[]
     }
 
     /// Puts this rank's part of its next board call on the board: `data` (at most

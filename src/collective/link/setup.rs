@@ -53,8 +53,14 @@ pub(super) struct Opened {
     pub(super) connections: Vec<Option<Connection>>,
     /// The running heartbeat, when this rank has a deadline and some peer beats too.
     pub(super) liveness: Option<Liveness>,
-    /// The host board, when every rank is on this host.
-    pub(super) board: Option<Board>,
+    /// The host board of this rank's host, with the ranks that share it in board
+    /// order, when at least two ranks are on this host.
+    pub(super) board: Option<(Board, Vec<usize>)>,
+    /// The world's ranks grouped by host ([`Link::host_groups`]), when they span
+    /// several hosts and the ranks announced where they are; empty otherwise.
+    ///
+    /// [`Link::host_groups`]: crate::collective::link::Link::host_groups
+    pub(super) hosts: Vec<Vec<usize>>,
 }
 
 /// The error for a TCP connection to `rank` at `addr` that failed.
@@ -147,6 +153,8 @@ pub(super) fn open_connections_on(
     let mut addrs = vec![String::new(); size];
     let mut announces = vec![Announce::OFF; size];
     let mut same_host = vec![false; size];
+    let mut host_ids = vec![Bytes::new(); size];
+    host_ids[rank] = Bytes::copy_from_slice(host_id.as_bytes());
     for peer in (0..size).filter(|&p| p != rank) {
         let frames = control.recv(peer, SETUP_TAG, deadline)?;
         addrs[peer] = frames
@@ -156,7 +164,9 @@ pub(super) fn open_connections_on(
         announces[peer] = Announce::decode(frames.get(1).map(|f| &f[..]));
         same_host[peer] =
             !host_id.is_empty() && frames.get(2).is_some_and(|f| f == host_id.as_bytes());
+        host_ids[peer] = frames.get(2).cloned().unwrap_or_default();
     }
+    let hosts = host_groups(&host_ids);
     let liveness = match udp {
         Some(socket) => start_heartbeat(rank, socket, announce, &announces, &addrs)
             .map_err(|e| setup(format!("heartbeat: {e}")))?,
@@ -255,7 +265,30 @@ pub(super) fn open_connections_on(
         connections,
         liveness,
         board,
+        hosts,
     })
+}
+
+/// The ranks grouped by the host identity each announced (`host_ids[r]`, empty for a
+/// rank that announced none, which is then a host of its own), each group in rank
+/// order and the groups in order of their first rank; empty when there is only one
+/// group. Every rank computes this from the same announcements, so every rank of a
+/// world gets the same groups.
+pub(super) fn host_groups(host_ids: &[Bytes]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (rank, id) in host_ids.iter().enumerate() {
+        let same = (!id.is_empty())
+            .then(|| groups.iter_mut().find(|g| host_ids[g[0]] == *id))
+            .flatten();
+        match same {
+            Some(group) => group.push(rank),
+            None => groups.push(vec![rank]),
+        }
+    }
+    if groups.len() < 2 {
+        groups.clear();
+    }
+    groups
 }
 
 /// Starts this rank's heartbeat on `socket`, announced as `mine`, watching the peers
@@ -465,6 +498,7 @@ mod tests {
                     connections: Vec::new(),
                     liveness: None,
                     board: None,
+                    hosts: Vec::new(),
                 };
                 std::mem::replace(opened, Ok(empty)).unwrap().connections
             })
@@ -530,5 +564,26 @@ mod tests {
         assert_eq!(zero.silent(1, start, Instant::now()), None);
         assert_eq!(one.silent(0, start, Instant::now()), None);
         assert_eq!(zero.malformed() + zero.stray(), 0);
+    }
+
+    /// Ranks with the same identity share a group, in rank order; a rank that
+    /// announced none is a host of its own; one group is no grouping at all.
+    #[test]
+    fn host_groups_follow_the_announced_identities() {
+        let ids = |ids: &[&str]| -> Vec<Bytes> {
+            ids.iter()
+                .map(|id| Bytes::copy_from_slice(id.as_bytes()))
+                .collect()
+        };
+        assert_eq!(
+            host_groups(&ids(&["a", "b", "a", "b", "c"])),
+            [vec![0, 2], vec![1, 3], vec![4]]
+        );
+        assert_eq!(
+            host_groups(&ids(&["a", "", "", "a"])),
+            [vec![0, 3], vec![1], vec![2]]
+        );
+        assert!(host_groups(&ids(&["a", "a", "a"])).is_empty());
+        assert!(host_groups(&ids(&[""])).is_empty());
     }
 }

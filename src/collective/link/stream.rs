@@ -131,8 +131,14 @@ pub struct StreamLink {
     /// must yield its core (see `wait`): true unless every rank is known to share
     /// this host (all pipes are shared memory) and they fit its cores.
     oversubscribed: bool,
-    /// The host board, when every rank shares this host (`shm/board.rs`).
+    /// The host board of this rank's host (`shm/board.rs`), when at least two
+    /// ranks share it.
     board: Option<Board>,
+    /// The ranks that share `board`, in rank order: board slot `i` is rank
+    /// `board_ranks[i]`'s.
+    board_ranks: Vec<usize>,
+    /// [`Link::host_groups`]: the ranks grouped by host, when they span several.
+    hosts: Vec<Vec<usize>>,
 }
 
 impl std::fmt::Debug for StreamLink {
@@ -199,7 +205,12 @@ impl StreamLink {
             connections,
             liveness,
             board,
+            hosts,
         } = open_connections(&mut control, host, timeout, heartbeat, host_id)?;
+        let (board, board_ranks) = match board {
+            Some((board, ranks)) => (Some(board), ranks),
+            None => (None, Vec::new()),
+        };
         let oversubscribed = !fits_cores(&connections);
         let spin = spin.unwrap_or(if oversubscribed { SPIN } else { LOCAL_SPIN });
         let peers = connections
@@ -229,6 +240,8 @@ impl StreamLink {
             interrupt: None,
             oversubscribed,
             board,
+            board_ranks,
+            hosts,
         })
     }
 
@@ -470,7 +483,19 @@ impl Link for StreamLink {
     }
 
     fn board_bytes(&self) -> usize {
+        if self.board_ranks.len() == self.size {
+            self.board_slot_bytes()
+        } else {
+            0
+        }
+    }
+
+    fn host_board_bytes(&self) -> usize {
         self.board_slot_bytes()
+    }
+
+    fn host_groups(&self) -> &[Vec<usize>] {
+        &self.hosts
     }
 
     fn board_publish(&mut self, meta: &[u8], data: &[u8]) -> Result<(), LinkError> {

@@ -173,21 +173,27 @@ pub(in crate::collective::link) fn hand_over(
     Ok(pipes)
 }
 
-/// Gives every rank the host board (`board.rs`) when every rank of the world is on
-/// this host (every peer has a pipe in `pipes`): rank 0 makes it and sends its
-/// descriptor on each pipe's socket, the others take it from their pipe to rank 0,
-/// by `deadline`. `None` when some rank is elsewhere, or when rank 0 could not make
-/// one (it says so to every rank, so that all agree: the board changes which
+/// Gives the ranks of this host (this rank and every peer with a pipe in `pipes`)
+/// their host board (`board.rs`), when there are at least two: the lowest of them
+/// makes it and sends its descriptor on each pipe's socket, the others take it from
+/// their pipe to that rank, by `deadline`. Returns the board with the ranks that
+/// share it, in rank order (a rank's slot is its place in that list). `None` when
+/// this rank is alone on its host, or when the lowest rank could not make one (it
+/// says so to every rank of the host, so that all agree: the board changes which
 /// algorithm a call runs).
 pub(in crate::collective::link) fn share_board(
     rank: usize,
     pipes: &[Option<ShmPipe>],
     addrs: &[String],
     deadline: Instant,
-) -> Result<Option<Board>, LinkError> {
-    let size = pipes.len();
-    let everyone_here = size > 1 && (0..size).all(|p| p == rank || pipes[p].is_some());
-    if !everyone_here {
+) -> Result<Option<(Board, Vec<usize>)>, LinkError> {
+    let here: Vec<usize> = (0..pipes.len())
+        .filter(|&p| p == rank || pipes[p].is_some())
+        .collect();
+    let (Some(&first), Some(me)) = (here.first(), here.iter().position(|&p| p == rank)) else {
+        return Ok(None);
+    };
+    if here.len() < 2 {
         return Ok(None);
     }
     let lost = |peer: usize, reason: String| LinkError::Lost {
@@ -195,9 +201,9 @@ pub(in crate::collective::link) fn share_board(
         endpoint: format!("shm://{}", addrs[peer]),
         reason: format!("host board: {reason}"),
     };
-    if rank == 0 {
-        let made = Board::create(size, slot_bytes_for(size))
-            .inspect_err(|e| tracing::warn!("no host board for small calls: {e}"))
+    if rank == first {
+        let made = Board::create(here.len(), slot_bytes_for(here.len()))
+            .inspect_err(|e| tracing::warn!("no host board: {e}"))
             .ok();
         for (peer, pipe) in pipes.iter().enumerate() {
             if let Some(pipe) = pipe {
@@ -205,17 +211,17 @@ pub(in crate::collective::link) fn share_board(
                     .map_err(|e| lost(peer, e.to_string()))?;
             }
         }
-        return Ok(made.map(|(board, _)| board));
+        return Ok(made.map(|(board, _)| (board, here)));
     }
-    let Some(from_root) = &pipes[0] else {
+    let Some(from_first) = &pipes[first] else {
         return Ok(None);
     };
-    match from_root.recv_board(deadline) {
-        Ok(Some(fd)) => Board::open(fd, rank, size)
-            .map(Some)
-            .map_err(|e| lost(0, e.to_string())),
+    match from_first.recv_board(deadline) {
+        Ok(Some(fd)) => Board::open(fd, me, here.len())
+            .map(|board| Some((board, here)))
+            .map_err(|e| lost(first, e.to_string())),
         Ok(None) => Ok(None),
-        Err(e) => Err(lost(0, e.to_string())),
+        Err(e) => Err(lost(first, e.to_string())),
     }
 }
 

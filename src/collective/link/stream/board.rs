@@ -14,6 +14,17 @@ impl StreamLink {
         self.board.as_ref().map_or(0, |b| b.slot_bytes())
     }
 
+    /// Rank `rank`'s slot on the host board: its place among the ranks that share it.
+    fn slot_of(&self, rank: usize) -> Result<usize, LinkError> {
+        self.board_ranks
+            .iter()
+            .position(|&r| r == rank)
+            .ok_or_else(|| LinkError::Transport {
+                rank,
+                reason: format!("rank {rank} is not on this rank's host board"),
+            })
+    }
+
     fn no_board(&self) -> LinkError {
         LinkError::Transport {
             rank: self.rank,
@@ -29,9 +40,9 @@ impl StreamLink {
             return Err(self.no_board());
         };
         let seq = self.pending.expected().map_or(0, |(call, _)| call);
-        let peers = &self.peers;
-        board.publish(seq, meta, data, |rank| {
-            if let Some(Some(peer)) = peers.get(rank) {
+        let (peers, ranks) = (&self.peers, &self.board_ranks);
+        board.publish(seq, meta, data, |slot| {
+            if let Some(Some(peer)) = ranks.get(slot).and_then(|&rank| peers.get(rank)) {
                 if let Pipe::Shm(pipe) = &peer.pipe {
                     pipe.wake();
                 }
@@ -48,13 +59,16 @@ impl StreamLink {
     pub(super) fn board_refusal(&self) -> Option<LinkError> {
         let board = self.board.as_ref()?;
         let (call, stamp) = self.pending.expected()?;
-        (0..self.size).filter(|&r| r != self.rank).find_map(|from| {
-            let entry = board.ahead(from).ok()??;
-            (entry.seq == call && !entry.meta.starts_with(stamp)).then(|| LinkError::Refused {
-                rank: from,
-                first: Bytes::copy_from_slice(entry.meta),
+        let ranks = self.board_ranks.iter().enumerate();
+        ranks
+            .filter(|&(_, &r)| r != self.rank)
+            .find_map(|(slot, &from)| {
+                let entry = board.ahead(slot).ok()??;
+                (entry.seq == call && !entry.meta.starts_with(stamp)).then(|| LinkError::Refused {
+                    rank: from,
+                    first: Bytes::copy_from_slice(entry.meta),
+                })
             })
-        })
     }
 
     /// [`Link::board_take`](crate::collective::link::Link::board_take). While it
@@ -69,13 +83,14 @@ impl StreamLink {
         take: &mut dyn FnMut(&[u8]),
     ) -> Result<(), LinkError> {
         self.interrupted()?;
+        let slot = self.slot_of(from)?;
         // Read the clock only once the entry is not there at the first look: a small
         // call on ranks that keep pace finds every entry there, and two clock reads
         // per entry would be a good part of its time.
         let mut clock_started: Option<(Instant, Instant)> = None;
         loop {
             let board = self.board.as_ref().ok_or_else(|| self.no_board())?;
-            let entry = board.entry(from).map_err(|e| LinkError::Transport {
+            let entry = board.entry(slot).map_err(|e| LinkError::Transport {
                 rank: from,
                 reason: e.to_string(),
             })?;
@@ -104,7 +119,7 @@ impl StreamLink {
                 // now (the publish happened before the close, which we saw), and the
                 // call has what it needs.
                 let board = self.board.as_ref().ok_or_else(|| self.no_board())?;
-                if matches!(board.entry(from), Ok(Some(_))) {
+                if matches!(board.entry(slot), Ok(Some(_))) {
                     continue;
                 }
                 return Err(LinkError::Lost {
@@ -135,7 +150,7 @@ impl StreamLink {
             self.control.check_aborts()?;
             let board = self.board.as_ref().ok_or_else(|| self.no_board())?;
             board.set_sleeping(true);
-            let ready = !matches!(board.entry(from), Ok(None));
+            let ready = !matches!(board.entry(slot), Ok(None));
             if !ready {
                 self.sleep(self.watch_until(from, until));
             }
