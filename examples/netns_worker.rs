@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! netns_worker MODE [--iters N] [--timeout SECS] [--progress EVERY] [--ignore-sigterm 1]
-//!                    [--ifname NAME] [--rank R --world N [--id ID]]
+//!                    [--ifname NAME] [--rank R --world N [--id ID]] [--len ELEMENTS]
 //! ```
 //!
 //! `MODE` is how the communicator is formed:
@@ -54,6 +54,8 @@ struct Args {
     rank: Option<usize>,
     world: Option<usize>,
     id: Option<UniqueId>,
+    /// Elements of each allreduce (`--len`, default 1024).
+    len: usize,
 }
 
 fn parse() -> Result<Args, Error> {
@@ -70,6 +72,7 @@ fn parse() -> Result<Args, Error> {
         rank: None,
         world: None,
         id: None,
+        len: 1024,
     };
     while let Some(flag) = args.next() {
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -80,6 +83,7 @@ fn parse() -> Result<Args, Error> {
             "--ignore-sigterm" => parsed.ignore_sigterm = value == "1",
             "--rank" => parsed.rank = Some(value.parse()?),
             "--world" => parsed.world = Some(value.parse()?),
+            "--len" => parsed.len = value.parse()?,
             "--id" => parsed.id = Some(value.parse()?),
             // Before any thread starts: nothing reads the environment concurrently.
             // SAFETY: parsing runs before any thread starts, so nothing reads the environment concurrently.
@@ -183,7 +187,7 @@ fn run(args: &Args, rank: &mut Option<usize>) -> Result<(), Error> {
     let mut k: u64 = 0;
     while args.iters == 0 || k < args.iters {
         // Every rank contributes rank + k: the sum is n(n-1)/2 + n k everywhere.
-        let mut values = vec![(r as u64) + k; 1024];
+        let mut values = vec![(r as u64) + k; args.len];
         comm.allreduce(&mut values, ReduceOp::Sum)?;
         let expected = (n * (n - 1) / 2) as u64 + n as u64 * k;
         if let Some(bad) = values.iter().find(|&&v| v != expected) {

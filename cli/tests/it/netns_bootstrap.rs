@@ -248,29 +248,69 @@ fn switchyard_ifname_is_obeyed_even_when_it_names_a_dead_end() {
 /// must wait for rank 0 to bind the root), in mode `env`; checks that every rank
 /// finishes at its host's address.
 fn three_ranks_from_env(net: &Net, env: impl Fn(usize) -> Vec<(&'static str, String)>) {
+    ranks_from_env(net, &[0, 1, 2], &[], env);
+}
+
+/// Starts rank `r` on host `hosts[r]` with `env(r)` and the worker's `extra`
+/// arguments, highest rank first, in mode `env`; checks that every rank finishes its
+/// allreduces (checked against their closed form) at its host's address.
+fn ranks_from_env(
+    net: &Net,
+    hosts: &[usize],
+    extra: &[&str],
+    env: impl Fn(usize) -> Vec<(&'static str, String)>,
+) {
     ready();
     let by = Instant::now() + Duration::from_secs(60);
-    let args = ["env", "--iters", "20", "--timeout", "20"];
-    let mut workers: Vec<(usize, Worker)> = (0..3)
+    let mut args = vec!["env", "--iters", "20", "--timeout", "20"];
+    args.extend(extra);
+    let n = hosts.len();
+    let mut workers: Vec<(usize, Worker)> = (0..n)
         .rev()
         .map(|r| {
             let vars: Vec<(String, String)> = env(r)
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v))
                 .collect();
-            (r, Worker::start_with(net, r, &args, &vars))
+            (r, Worker::start_with(net, hosts[r], &args, &vars))
         })
         .collect();
     workers.sort_by_key(|w| w.0);
     for (rank, worker) in workers {
         let (status, lines) = worker.finish(by);
         assert!(status.success(), "rank {rank}: {lines:#?}");
-        let joined = format!("joined rank={rank} world=3 addr={} ", Net::addr(rank));
+        let joined = format!(
+            "joined rank={rank} world={n} addr={} ",
+            Net::addr(hosts[rank])
+        );
         assert!(
             lines.iter().any(|l| l.starts_with(&joined)),
             "{joined:?} not in {lines:#?}"
         );
         assert!(lines.iter().any(|l| l == "done iters=20"), "{lines:#?}");
+    }
+}
+
+/// Two hosts of two ranks, then one of three beside one of one: the ranks of a
+/// namespace share its host identity (boot id and network namespace), so they talk
+/// through shared memory and share a host board, the hosts over TCP, and allreduces
+/// run hierarchically (within the host, among leaders, back to the host). Each rank
+/// checks every sum, at 1024 elements (8 KiB, one board call a phase) and 262144
+/// (2 MiB: eight board pieces, the direct exchange between leaders).
+#[test]
+fn ranks_sharing_hosts_allreduce_within_and_across_them() {
+    let Some(net) = Net::new(2) else { return };
+    for (port, hosts) in [(29510, [0, 0, 1, 1]), (29511, [0, 0, 0, 1])] {
+        for len in ["1024", "262144"] {
+            ranks_from_env(&net, &hosts, &["--len", len], |r| {
+                vec![
+                    ("MASTER_ADDR", Net::addr(0).to_string()),
+                    ("MASTER_PORT", port.to_string()),
+                    ("RANK", r.to_string()),
+                    ("WORLD_SIZE", "4".into()),
+                ]
+            });
+        }
     }
 }
 
