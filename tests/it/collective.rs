@@ -604,6 +604,45 @@ fn an_allreduce_across_hosts_runs_within_hosts_then_among_leaders() {
     }
 }
 
+/// A mismatch found within a host's phase names world ranks, not places on the host:
+/// rank 3 (on the second host with rank 2) allreduces 2047 elements where the others
+/// allreduce 2048, and both ranks of that host say so with their own numbers.
+#[cfg(feature = "zmq")]
+#[test]
+fn a_mismatch_across_hosts_names_world_ranks() {
+    let options = options()
+        .with_timeout(Duration::from_secs(5))
+        .with_shared_memory(true);
+    let results = on_ranks_with(
+        "tcp",
+        4,
+        move |rank| options.clone().with_host_id(format!("host-{}", rank / 2)),
+        |comm| {
+            let len = if comm.rank() == 3 { 2047 } else { 2048 };
+            let mut buf = vec![1.0f32; len];
+            Ok(comm
+                .allreduce(&mut buf, ReduceOp::Sum)
+                .map_err(|e| e.to_string()))
+        },
+    );
+    for rank in [2, 3] {
+        let error = results[rank].as_ref().expect_err("a mismatch must fail");
+        assert!(
+            error.contains("f32 x 2047") && error.contains("f32 x 2048"),
+            "rank {rank}: {error}"
+        );
+        assert!(
+            error.contains("rank 2") && error.contains("rank 3"),
+            "rank {rank}: {error}"
+        );
+        assert!(
+            !error.contains("(rank 0)") && !error.contains("(rank 1)"),
+            "rank {rank}: {error}"
+        );
+    }
+    assert!(results.iter().all(Result::is_err), "{results:?}");
+}
+
 #[cfg(feature = "zmq")]
 fn a_peer_that_leaves_is_lost_at_once(shared_memory: bool, scheme: &str) {
     let timeout = Duration::from_secs(30);

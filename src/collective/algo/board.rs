@@ -225,7 +225,7 @@ fn take_all(round: &mut Round<'_>, each: &mut Take<'_>) -> Result<(), Collective
         if let Some(reason) = wrong {
             return Err(CollectiveError::Malformed {
                 call,
-                rank: from,
+                rank: round.world_rank(from),
                 reason,
             });
         }

@@ -65,15 +65,24 @@ impl Round<'_> {
         self.link.world_size()
     }
 
+    /// Rank `rank` of this round's link as errors name it: its rank in the whole
+    /// world (the phases of a hierarchical call run on a group of the world's ranks).
+    pub(crate) fn world_rank(&self, rank: usize) -> usize {
+        self.link.world_rank(rank)
+    }
+
     /// `e` as an error of this call; a timeout says which clock ran out and where in
     /// the call (the algorithm and step) this rank was waiting.
     pub(crate) fn link_error(&self, e: LinkError, step: u32) -> CollectiveError {
         if let LinkError::Refused { rank, first } = &e {
             if let Some(meta) = Meta::decode(first) {
-                if let Err(mismatch) =
-                    self.sig
-                        .agree(self.total, self.rank(), *rank, meta.sig, Some(meta.total))
-                {
+                if let Err(mismatch) = self.sig.agree(
+                    self.total,
+                    self.world_rank(self.rank()),
+                    *rank,
+                    meta.sig,
+                    Some(meta.total),
+                ) {
                     return mismatch;
                 }
             }
@@ -179,9 +188,10 @@ impl Round<'_> {
             .recv_within(from, tag, self.clock)
             .map_err(|e| self.link_error(e, step))?;
         let call = self.sig.call;
+        let (me, sender) = (self.world_rank(self.rank()), self.world_rank(from));
         let malformed = |reason: String| CollectiveError::Malformed {
             call,
-            rank: from,
+            rank: sender,
             reason,
         };
         let [meta, payload]: [Bytes; 2] = frames
@@ -190,7 +200,7 @@ impl Round<'_> {
         let meta = Meta::decode(&meta)
             .ok_or_else(|| malformed(format!("meta frame of {} bytes", meta.len())))?;
         self.sig
-            .agree(self.total, self.rank(), from, meta.sig, Some(meta.total))?;
+            .agree(self.total, me, sender, meta.sig, Some(meta.total))?;
         if let Some(offset) = offset {
             if meta.offset != offset {
                 return Err(malformed(format!(
@@ -214,9 +224,10 @@ impl Round<'_> {
     ) -> Result<(), CollectiveError> {
         let frame = self.recv(from, step, Some(offset))?;
         let call = self.sig.call;
+        let sender = self.world_rank(from);
         let wrong = |reason: String| CollectiveError::Malformed {
             call,
-            rank: from,
+            rank: sender,
             reason,
         };
         if frame.len() != expect * std::mem::size_of::<T>() {

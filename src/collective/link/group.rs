@@ -53,6 +53,10 @@ impl Link for GroupLink<'_> {
         self.ranks.len()
     }
 
+    fn world_rank(&self, rank: usize) -> usize {
+        self.inner.world_rank(self.world(rank))
+    }
+
     fn send(
         &mut self,
         to: usize,

@@ -181,6 +181,13 @@ pub trait Link: Send {
         self.board_bytes()
     }
 
+    /// The rank of the whole world that this link's rank `rank` is: itself, except on
+    /// a link over a group of a world's ranks (the phases of a hierarchical call),
+    /// whose errors must still name the ranks a user knows.
+    fn world_rank(&self, rank: usize) -> usize {
+        rank
+    }
+
     /// The world's ranks grouped by host, each group in rank order and the groups in
     /// order of their first rank, when the ranks announced their hosts at setup and
     /// are on more than one; empty otherwise (the default). Every rank of a world
