@@ -9,6 +9,11 @@
 //! their own, then the baseline; the figures are medians over repetitions. The baseline exchange has the same shape without the parameter server:
 //! each worker sends each server its half of the bytes, each server answers all four
 //! once it has heard from all four, with as many bytes back.
+//!
+//! A last row puts the fused push_pull beside the collective way to sum the same
+//! gradients: 4 ranks of a mesh (threads, as the workers are) allreducing each
+//! worker's values, over TCP loopback like the parameter server's sockets (shared
+//! memory off), each round on a fresh copy of the values as a worker's push gets.
 
 use super::report::header;
 use super::{Common, Row, median};
@@ -16,6 +21,8 @@ use bytes::Bytes;
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
+use switchyard::bootstrap::{Bootstrap, MemoryExchange};
+use switchyard::collective::{CommOptions, Communicator, ReduceOp};
 use switchyard::prelude::*;
 use switchyard::ps::{Group, KvServer, KvWorker, Mode, PsConfig, Scheduler, Sharding, Update};
 
@@ -210,6 +217,46 @@ fn bare_timings(shape: Shape, reps: usize) -> Result<Vec<f64>> {
     first.ok_or_else(|| "no worker".into())
 }
 
+/// Seconds for `shape.iters` allreduces of a worker's values among 4 mesh ranks over
+/// TCP loopback, per repetition (rank 0's).
+fn allreduce_timings(shape: Shape, reps: usize) -> Result<Vec<f64>> {
+    let n = WORKERS as usize;
+    let exchange = MemoryExchange::new(n);
+    let ranks: Vec<_> = (0..n)
+        .map(|rank| {
+            let exchange = exchange.clone();
+            thread::spawn(move || -> std::result::Result<Vec<f64>, String> {
+                let options = CommOptions::default()
+                    .with_shared_memory(false)
+                    .with_timeout(WAIT);
+                let bootstrap = Bootstrap::from_exchange(rank, n, exchange);
+                let mut comm =
+                    Communicator::join(&bootstrap, options).map_err(|e| e.to_string())?;
+                let template = vec![1.0f32; shape.floats() * shape.keys];
+                let mut out = Vec::with_capacity(reps);
+                for _ in 0..reps {
+                    comm.barrier().map_err(|e| e.to_string())?;
+                    let started = Instant::now();
+                    for _ in 0..shape.iters {
+                        let mut values = template.clone();
+                        comm.allreduce(&mut values, ReduceOp::Sum)
+                            .map_err(|e| e.to_string())?;
+                        std::hint::black_box(values);
+                    }
+                    out.push(started.elapsed().as_secs_f64());
+                }
+                Ok(out)
+            })
+        })
+        .collect();
+    let mut first = None;
+    for r in ranks {
+        let timings = r.join().map_err(|_| "a rank thread panicked")??;
+        first.get_or_insert(timings);
+    }
+    first.ok_or_else(|| "no rank".into())
+}
+
 pub(crate) fn run(common: Common) -> Result<()> {
     let reps = if common.quick { 3 } else { 7 };
     if !common.json {
@@ -226,14 +273,17 @@ pub(crate) fn run(common: Common) -> Result<()> {
         // One job and one bare exchange per repetition, alternately, so that a slow
         // spell on a shared machine hits both sides alike.
         let (mut separate, mut fused, mut bare) = (Vec::new(), Vec::new(), Vec::new());
+        let mut allreduce = Vec::new();
         for _ in 0..reps {
             for (s, f) in ps_timings(shape, 1)? {
                 separate.push(s);
                 fused.push(f);
             }
             bare.extend(bare_timings(shape, 1)?);
+            allreduce.extend(allreduce_timings(shape, 1)?);
         }
         let (separate, fused, bare) = (median(separate), median(fused), median(bare));
+        let allreduce = median(allreduce);
         let size = value_bytes as u64;
         let keys = |secs: f64| shape.keys_moved() / secs;
         let gbps = |secs: f64| shape.bytes_moved() / secs / 1e9;
@@ -273,6 +323,15 @@ pub(crate) fn run(common: Common) -> Result<()> {
                 gbps(separate),
                 gbps(bare),
                 "bare Dealer/Router exchange",
+            ),
+            Row::higher_better(
+                SUITE,
+                "push_pull/allreduce",
+                size,
+                "GB/s",
+                gbps(fused),
+                gbps(allreduce),
+                "mesh allreduce, 4 ranks, tcp",
             ),
         ];
         for row in rows {
