@@ -610,9 +610,18 @@ fn an_allreduce_across_hosts_runs_within_hosts_then_among_leaders() {
 #[cfg(feature = "zmq")]
 #[test]
 fn a_mismatch_across_hosts_names_world_ranks() {
+    for check in [false, true] {
+        mismatch_across_hosts(check);
+    }
+}
+
+/// [`a_mismatch_across_hosts_names_world_ranks`] in checked mode or not.
+#[cfg(feature = "zmq")]
+fn mismatch_across_hosts(check: bool) {
     let options = options()
         .with_timeout(Duration::from_secs(5))
-        .with_shared_memory(true);
+        .with_shared_memory(true)
+        .with_check(check);
     let results = on_ranks_with(
         "tcp",
         4,
