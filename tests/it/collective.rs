@@ -551,19 +551,14 @@ fn an_allreduce_across_hosts_runs_within_hosts_then_among_leaders() {
             .with_timeout(Duration::from_millis(300))
             .with_shared_memory(true)
             .with_hierarchical(hierarchical);
-        let results = on_ranks_with(
-            "tcp",
-            4,
-            move |rank| options.clone().with_host_id(format!("host-{}", rank / 2)),
-            move |comm| {
-                if comm.rank() == 3 {
-                    std::thread::sleep(Duration::from_millis(1500));
-                    return Ok(None);
-                }
-                let mut buf = vec![1u32; len];
-                Ok(Some(comm.allreduce(&mut buf, ReduceOp::Sum)))
-            },
-        );
+        let results = Hosts { per_host: 2 }.run(4, options, move |comm| {
+            if comm.rank() == 3 {
+                std::thread::sleep(Duration::from_millis(1500));
+                return Ok(None);
+            }
+            let mut buf = vec![1u32; len];
+            Ok(Some(comm.allreduce(&mut buf, ReduceOp::Sum)))
+        });
         let mut errors = results
             .into_iter()
             .enumerate()
@@ -622,18 +617,13 @@ fn mismatch_across_hosts(check: bool) {
         .with_timeout(Duration::from_secs(5))
         .with_shared_memory(true)
         .with_check(check);
-    let results = on_ranks_with(
-        "tcp",
-        4,
-        move |rank| options.clone().with_host_id(format!("host-{}", rank / 2)),
-        |comm| {
-            let len = if comm.rank() == 3 { 2047 } else { 2048 };
-            let mut buf = vec![1.0f32; len];
-            Ok(comm
-                .allreduce(&mut buf, ReduceOp::Sum)
-                .map_err(|e| e.to_string()))
-        },
-    );
+    let results = Hosts { per_host: 2 }.run(4, options, |comm| {
+        let len = if comm.rank() == 3 { 2047 } else { 2048 };
+        let mut buf = vec![1.0f32; len];
+        Ok(comm
+            .allreduce(&mut buf, ReduceOp::Sum)
+            .map_err(|e| e.to_string()))
+    });
     for rank in [2, 3] {
         let error = results[rank].as_ref().expect_err("a mismatch must fail");
         assert!(
