@@ -16,6 +16,7 @@ mod harness;
 use crate::support;
 
 use std::collections::HashMap;
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
@@ -330,10 +331,14 @@ fn xgboost3_signal_error_ends_every_worker_and_fails_the_job() {
             .unwrap()
             .1
     };
-    assert_eq!(
-        status("w0").code(),
-        Some(255),
-        "rank 0 was not stopped by the error notice\n{}",
+    // XGBoost 3's worker exits with 255 from its error listener's thread; now and
+    // then its process dies of a signal on the way out instead (CI saw it once), after
+    // it logged the notice: stopped by the notice all the same.
+    let w0 = status("w0");
+    let noticed = read(&dir.join("w0.err")).contains("Another worker is running into error");
+    assert!(
+        w0.code() == Some(255) || (w0.signal().is_some() && noticed),
+        "rank 0 was not stopped by the error notice ({w0})\n{}",
         logs(&dir)
     );
     assert!(
