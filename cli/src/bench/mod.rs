@@ -11,6 +11,7 @@ mod collective;
 mod instructions;
 #[cfg(feature = "mpi")]
 mod mpi;
+mod probe;
 #[cfg(feature = "zmq")]
 mod ps;
 mod report;

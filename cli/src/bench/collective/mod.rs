@@ -1,11 +1,16 @@
 //! `switchyard bench allreduce|broadcast|allgather -n N`: the mesh engine beside
 //! MPI's own collectives, nccl-tests style.
 //!
-//! The coordinating process starts the job three times: `N` copies of itself through
-//! `switchyard launch` (the mesh, ZeroMQ tcp on loopback), then under `mpirun -np N`
-//! with MPI's defaults (shared memory on one host), then under `mpirun` restricted to
-//! TCP (`btl tcp,self`). In each job every rank times the same sizes; rank 0 writes
-//! the slowest rank's median time per size to a file the coordinator reads. Then it
+//! The coordinating process starts `N` copies of itself through `switchyard launch`
+//! (the mesh) and under `mpirun -np N` with MPI's defaults (shared memory on one
+//! host), alternately, [`ALTERNATIONS`] times each, then the mesh with shared memory
+//! off and `mpirun` restricted to TCP (`btl tcp,self`) once each. In each job every
+//! rank times the same sizes; rank 0 writes the slowest rank's median time per size
+//! to a file the coordinator reads; a series of several launches keeps, per size, the
+//! median of its launches. Before every launch it measures how far apart two cores
+//! are (`probe.rs`) and prints it to stderr: on a virtual machine that moves between
+//! fast and slow from one second to the next, and the alternation puts both engines
+//! under both. Then it
 //! prints one table (size, time, algbw, busbw per engine), JSON rows with the mesh as
 //! `ours` and each MPI variant as `baseline`, and with `--svg PATH` an SVG chart of busbw
 //! by size (no file is written without it).
@@ -204,6 +209,22 @@ fn busbw(op: Op, n: usize, size: usize, secs: f64) -> f64 {
     size as f64 / secs / 1e9 * op.bus_factor(n)
 }
 
+/// Launches of the mesh and of MPI's shared memory, alternated, behind the main rows.
+const ALTERNATIONS: usize = 3;
+
+/// Runs `launch` after probing the machine's core-to-core round trip, which it
+/// notes in `probes` (stderr shows them all at the end).
+fn probed<T>(
+    probes: &mut Vec<String>,
+    name: &str,
+    launch: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    if let Some(ns) = super::probe::core_round_trip_ns() {
+        probes.push(format!("{name} {ns:.0}"));
+    }
+    launch()
+}
+
 pub(crate) fn run(op: Op, args: CollectiveArgs) -> Result<()> {
     if let Some(engine) = args.worker {
         let out = args.out.ok_or("--worker needs --out")?;
@@ -227,13 +248,27 @@ pub(crate) fn run(op: Op, args: CollectiveArgs) -> Result<()> {
     let scratch = std::env::temp_dir().join(format!("switchyard-bench-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
     let file = |name: &str| scratch.join(name);
+    let mut probes = Vec::new();
+    let (mut mesh, mut mpi) = (Vec::new(), Vec::new());
+    for _ in 0..if args.mesh_only { 1 } else { ALTERNATIONS } {
+        mesh.push(probed(&mut probes, "mesh", || {
+            run_mesh(op, n, &args.common, &file("mesh"), Mesh::Default)
+        })?);
+        if !args.mesh_only {
+            mpi.push(probed(&mut probes, "mpi", || {
+                run_mpi(op, n, &args.common, false, &file("mpi"))
+            })?);
+        }
+    }
     let mut series = vec![Series {
         name: "mesh",
-        times: run_mesh(op, n, &args.common, &file("mesh"), Mesh::Default)?,
+        times: medians(&mesh),
     }];
     let tcp = Series {
         name: "mesh tcp",
-        times: run_mesh(op, n, &args.common, &file("mesh-tcp"), Mesh::Tcp)?,
+        times: probed(&mut probes, "mesh-tcp", || {
+            run_mesh(op, n, &args.common, &file("mesh-tcp"), Mesh::Tcp)
+        })?,
     };
     let checked = if op == Op::Allreduce {
         Some(Series {
@@ -254,14 +289,22 @@ pub(crate) fn run(op: Op, args: CollectiveArgs) -> Result<()> {
     if !args.mesh_only {
         series.push(Series {
             name: "MPI shm",
-            times: run_mpi(op, n, &args.common, false, &file("mpi"))?,
+            times: medians(&mpi),
         });
         series.push(Series {
             name: "MPI tcp",
-            times: run_mpi(op, n, &args.common, true, &file("mpi-tcp"))?,
+            times: probed(&mut probes, "mpi-tcp", || {
+                run_mpi(op, n, &args.common, true, &file("mpi-tcp"))
+            })?,
         });
     }
     let _ = std::fs::remove_dir_all(&scratch);
+    if !probes.is_empty() {
+        eprintln!(
+            "core-to-core cache-line round trip (ns) before each launch: {}",
+            probes.join(", ")
+        );
+    }
     report(op, n, &args, &series, checked.as_ref(), &tcp, &python)?;
     Ok(())
 }
