@@ -7,7 +7,7 @@
 use crate::collective_suite::{self, World};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use switchyard::bootstrap::{Bootstrap, MemoryExchange};
 use switchyard::collective::testing::{self, MemoryLink, MemorySchedule};
 use switchyard::collective::{CollectiveError, CommOptions, Communicator, ReduceOp, RobustOptions};
@@ -480,7 +480,8 @@ fn over_shared_memory_a_peer_that_leaves_is_lost_at_once_not_at_the_deadline() {
 
 /// Ranks that share a host make small allreduces, broadcasts, allgathers and barriers
 /// on the host board, and only then: a rank that waits for a peer says where, and with
-/// shared memory off (or above the board's slot) it waits in another algorithm.
+/// shared memory off (or above the board's slot) it waits in another algorithm. The
+/// late rank is the broadcasts' root (a root on the board need not wait for anyone).
 #[cfg(feature = "zmq")]
 #[test]
 fn calls_of_ranks_on_one_host_take_the_host_board() {
@@ -506,18 +507,15 @@ fn calls_of_ranks_on_one_host_take_the_host_board() {
             let mut all = vec![0u32; 2 * len];
             Ok(Some(match op {
                 Op::Allreduce => comm.allreduce(&mut buf, ReduceOp::Sum),
-                Op::Broadcast => comm.broadcast(&mut buf, 0),
+                Op::Broadcast => comm.broadcast(&mut buf, 1),
                 Op::Allgather => comm.allgather(&buf, &mut all),
                 Op::Barrier => comm.barrier(),
             }))
         });
-        // A broadcast's root that has handed its data over need not wait (off the
-        // board): `None`.
         match &results[0] {
             Some(Err(CollectiveError::PeerTimeout {
                 rank: 1, during, ..
             })) => Some(during.clone()),
-            Some(Ok(())) if matches!(op, Op::Broadcast) => None,
             other => panic!("{op:?}, shared memory {shared_memory}, {len} elements: {other:?}"),
         }
     };
@@ -535,6 +533,36 @@ fn calls_of_ranks_on_one_host_take_the_host_board() {
         let limited = waiting_in(op, true, 1 << 20, 1 << 20).unwrap_or_default();
         assert!(!limited.contains("host board"), "{op:?}: {limited}");
     }
+}
+
+/// A broadcast's root on the host board returns once its data is written, before the
+/// others arrive, and runs at most one board call ahead of them: its next call waits
+/// for their parts of this one. The others still get every call's data.
+#[cfg(feature = "zmq")]
+#[test]
+fn a_broadcast_root_on_the_board_returns_before_the_others_arrive() {
+    let late = Duration::from_millis(1500);
+    let results = on_ranks_over("tcp", 2, options(), move |comm| {
+        let started = Instant::now();
+        if comm.rank() == 1 {
+            std::thread::sleep(late);
+        }
+        let mut first = vec![comm.rank() as u32 + 7; 4];
+        comm.broadcast(&mut first, 0)?;
+        let first_done = started.elapsed();
+        let mut second = vec![comm.rank() as u32 + 70; 4];
+        comm.broadcast(&mut second, 0)?;
+        Ok((first, second, first_done, started.elapsed()))
+    });
+    let (first, second, root_first, root_second) = results[0].clone();
+    assert!(root_first < late / 3, "the root waited {root_first:?}");
+    assert!(
+        root_second >= late / 2,
+        "a second call waits for the first's parts: {root_second:?}"
+    );
+    assert_eq!((first, second), (vec![7; 4], vec![70; 4]));
+    let (first, second, ..) = results[1].clone();
+    assert_eq!((first, second), (vec![7; 4], vec![70; 4]));
 }
 
 /// Two hosts of two ranks: an allreduce runs within each host, then between the

@@ -17,16 +17,20 @@
 //!   passes over the buffer, where the pipes' algorithms make four copies and the
 //!   reduction;
 //! - broadcast: the root's buffer piece by piece, and an empty part from every other
-//!   rank in each board call;
+//!   rank in each board call; the root reads nothing and returns once its last piece
+//!   is written, the others read only the root's part;
 //! - allgather: every rank's block, piece by piece, each copied to its place;
 //! - barrier: empty parts.
 //!
-//! Every board call reads every slot, which is what lets the board reuse a slot two
-//! calls later without acknowledgements, and what pipelines the pieces: a rank
-//! publishes piece `k + 1` while slower ranks still read piece `k`. It also means
-//! every rank reads every rank's meta frame straight from its slot, so a rank in
-//! another call (length, operation, type, root) is caught by every rank: checked mode
-//! needs no agreement before these calls.
+//! Every rank publishes a part in every board call, which is what lets the board reuse
+//! a slot two calls later without acknowledgements (a rank waits for every part of
+//! its last call before it publishes, `Link::board_publish`), and what pipelines the
+//! pieces: a rank publishes piece `k + 1` while slower ranks still read piece `k`, and
+//! a broadcast's root runs up to a call ahead of the others. In allreduce, allgather
+//! and the barrier every rank also reads every rank's meta frame straight from its
+//! slot, so a rank in another call (length, operation, type) is caught by every rank:
+//! checked mode needs no agreement before these calls. In a broadcast only the
+//! other ranks compare their call with the root's; checked mode agrees first.
 
 use super::{Round, split};
 use crate::collective::error::CollectiveError;
@@ -151,13 +155,14 @@ pub(crate) fn broadcast(
     let whole = 0..buf.len();
     for k in 0..buf.len().div_ceil(piece).max(1) {
         let range = part(&whole, k, piece);
-        publish(round, if me == root { &buf[range.clone()] } else { &[] })?;
-        take_all(round, &mut |from, data| {
-            let wanted = if from == root { range.len() } else { 0 };
-            wrong_length(data.len(), wanted)?;
-            if from == root && me != root {
-                buf[range.clone()].copy_from_slice(data);
-            }
+        if me == root {
+            publish(round, &buf[range])?;
+            continue;
+        }
+        publish(round, &[])?;
+        take_from(round, root..root + 1, &mut |_, data| {
+            wrong_length(data.len(), range.len())?;
+            buf[range.clone()].copy_from_slice(data);
             Ok(())
         })?;
     }
@@ -202,7 +207,7 @@ fn publish(round: &mut Round<'_>, mine: &[u8]) -> Result<(), CollectiveError> {
     let meta = round.meta(0);
     round
         .link
-        .board_publish(&meta, mine)
+        .board_publish(&meta, mine, round.clock)
         .map_err(|e| round.link_error(e, 0))
 }
 
@@ -212,9 +217,19 @@ type Take<'a> = dyn FnMut(usize, &[u8]) -> Result<(), String> + 'a;
 /// Hands every rank's part of the call (this rank's too, from its slot) to `each`, in
 /// rank order; an `Err` from `each` is a malformed part from that rank.
 fn take_all(round: &mut Round<'_>, each: &mut Take<'_>) -> Result<(), CollectiveError> {
+    let ranks = 0..round.size();
+    take_from(round, ranks, each)
+}
+
+/// [`take_all`] for the parts of `ranks` only.
+fn take_from(
+    round: &mut Round<'_>,
+    ranks: Range<usize>,
+    each: &mut Take<'_>,
+) -> Result<(), CollectiveError> {
     let stamp = round.stamp();
     let call = round.sig.call;
-    for from in 0..round.size() {
+    for from in ranks {
         let mut wrong = None;
         round
             .link

@@ -2,15 +2,20 @@
 //! slot per rank, for the calls where each rank's data must reach every other rank
 //! (allreduce, broadcast, allgather, the barrier; a call larger than a slot in
 //! pieces, see `algo/board.rs`). A rank writes its part once into its own slot;
-//! every rank then reads every slot, in rank order, straight from the shared memory:
-//! no message, no per-peer round trip, one copy per byte written and one to read.
+//! every rank then reads the slots it needs (every slot, but for a broadcast's),
+//! in rank order, straight from the shared memory: no message, no per-peer round
+//! trip, one copy per byte written and one to read.
 //!
 //! Each rank has two slots and uses them in turn (board call `k` in slot `k % 2`).
-//! Reuse needs no acknowledgement: a rank writes its slot for call `k + 2` only after
-//! it has read every rank's part of call `k + 1`, so every rank has begun call `k + 1`
-//! and therefore finished reading call `k`. This holds because every board call reads
-//! every rank's slot (allreduce and barrier); a call where some rank reads nothing
-//! (a broadcast's root) must not use the board.
+//! Reuse needs no acknowledgement beyond the parts themselves: every rank publishes
+//! its part of each board call, and only once it is done reading the call before, so
+//! a rank that sees every rank's part of call `k + 1` knows that every rank is done
+//! reading call `k`, and may write its slot of `k` again, for call `k + 2`
+//! ([`Board::published_last`], looked at before each publish). In a call where every
+//! rank reads every slot (allreduce, allgather, barrier) that was seen already; a
+//! broadcast's root reads nothing and the other ranks read only the root's slot, so
+//! the root returns as soon as its part is written, and a rank looks at the parts it
+//! did not read before it publishes again.
 //!
 //! A slot is published by storing its call number with release ordering after the
 //! data; a reader that loads that number with acquire ordering sees the data. A rank
@@ -277,6 +282,20 @@ impl Board {
         }
     }
 
+    /// Whether rank `from` has published its part of this rank's last board call
+    /// (true before the first): until then this rank must not publish again, since
+    /// its next call's slot may still be read by `from` (see the module
+    /// documentation).
+    pub(crate) fn published_last(&self, from: usize) -> bool {
+        if self.calls == 0 {
+            return true;
+        }
+        // `from` writes this slot next for the call after our next one, which needs
+        // our next part: the slot holds our last call or an earlier one.
+        let (control, _) = self.slot(from, self.calls);
+        control.call.load(Ordering::Acquire) >= self.calls
+    }
+
     /// Rank `from`'s part of the current board call (the one this rank published
     /// last), once `from` has published it.
     pub(crate) fn entry(&self, from: usize) -> Result<Option<Entry<'_>>, BoardError> {
@@ -402,6 +421,26 @@ mod tests {
         woken.clear();
         b[0].publish(1, &[], &[1], |r| woken.push(r));
         assert!(woken.is_empty());
+    }
+
+    /// A rank knows when every other rank has published its part of its last call:
+    /// before that it must not write the slot two calls back.
+    #[test]
+    fn a_rank_sees_who_has_published_its_last_call() {
+        let mut b = boards(3, 64);
+        assert!(
+            (0..3).all(|r| b[0].published_last(r)),
+            "nothing to wait for yet"
+        );
+        b[0].publish(1, b"m", b"x", |_| {});
+        assert!(!b[0].published_last(1) && !b[0].published_last(2));
+        b[1].publish(1, b"m", b"", |_| {});
+        assert!(b[0].published_last(1) && !b[0].published_last(2));
+        b[2].publish(1, b"m", b"", |_| {});
+        assert!(b[0].published_last(2));
+        // Rank 1 goes on to the next call: still past rank 0's last.
+        b[1].publish(2, b"m", b"", |_| {});
+        assert!(b[0].published_last(1));
     }
 
     #[test]

@@ -79,6 +79,10 @@ impl Board {
     pub(crate) fn set_sleeping(&self, _: bool) {
         match *self {}
     }
+
+    pub(crate) fn published_last(&self, _: usize) -> bool {
+        match *self {}
+    }
 }
 
 /// No board: `None`.

@@ -5,6 +5,7 @@
 use super::{Pipe, StreamLink};
 use crate::collective::error::LinkError;
 use crate::collective::link::Clock;
+use crate::collective::link::shm::Board;
 use bytes::Bytes;
 use std::time::Instant;
 
@@ -32,10 +33,23 @@ impl StreamLink {
         }
     }
 
-    /// [`Link::board_publish`](crate::collective::link::Link::board_publish): a
+    /// [`Link::board_publish`](crate::collective::link::Link::board_publish): waits
+    /// for every rank's part of this rank's last board call, then publishes; a
     /// sleeping peer is woken through its pipe.
-    pub(super) fn publish_on_board(&mut self, meta: &[u8], data: &[u8]) -> Result<(), LinkError> {
+    pub(super) fn publish_on_board(
+        &mut self,
+        meta: &[u8],
+        data: &[u8],
+        clock: Clock,
+    ) -> Result<(), LinkError> {
         self.interrupted()?;
+        for slot in 0..self.board_ranks.len() {
+            let from = self.board_ranks[slot];
+            let mut published = |board: &Board, slot| Ok(board.published_last(slot));
+            if from != self.rank && !self.board.as_ref().is_some_and(|b| b.published_last(slot)) {
+                self.wait_on_board(from, clock, &mut published)?;
+            }
+        }
         let Some(board) = self.board.as_mut() else {
             return Err(self.no_board());
         };
@@ -71,10 +85,7 @@ impl StreamLink {
             })
     }
 
-    /// [`Link::board_take`](crate::collective::link::Link::board_take). While it
-    /// waits it keeps every pipe moving (output still queued, heartbeats, a closed
-    /// pipe), spins for the link's spin time, then sleeps in `poll(2)` with its flag
-    /// up on the board, woken by the publishing peer.
+    /// [`Link::board_take`](crate::collective::link::Link::board_take).
     pub(super) fn take_from_board(
         &mut self,
         from: usize,
@@ -82,26 +93,47 @@ impl StreamLink {
         clock: Clock,
         take: &mut dyn FnMut(&[u8]),
     ) -> Result<(), LinkError> {
-        self.interrupted()?;
-        let slot = self.slot_of(from)?;
-        // Read the clock only once the entry is not there at the first look: a small
-        // call on ranks that keep pace finds every entry there, and two clock reads
-        // per entry would be a good part of its time.
-        let mut clock_started: Option<(Instant, Instant)> = None;
-        loop {
-            let board = self.board.as_ref().ok_or_else(|| self.no_board())?;
+        self.wait_on_board(from, clock, &mut |board, slot| {
             let entry = board.entry(slot).map_err(|e| LinkError::Transport {
                 rank: from,
                 reason: e.to_string(),
             })?;
-            if let Some(entry) = entry {
-                if !entry.meta.starts_with(stamp) {
-                    return Err(LinkError::Refused {
-                        rank: from,
-                        first: Bytes::copy_from_slice(entry.meta),
-                    });
-                }
-                take(entry.data);
+            let Some(entry) = entry else {
+                return Ok(false);
+            };
+            if !entry.meta.starts_with(stamp) {
+                return Err(LinkError::Refused {
+                    rank: from,
+                    first: Bytes::copy_from_slice(entry.meta),
+                });
+            }
+            take(entry.data);
+            Ok(true)
+        })
+    }
+
+    /// Waits under `clock` until `look`, given the board and rank `from`'s slot on
+    /// it, says that what this rank waits for from `from` is there (`Ok(true)`,
+    /// having taken it). While it waits it keeps every pipe moving (output still
+    /// queued, heartbeats, a closed pipe), spins for the link's spin time, then
+    /// sleeps in `poll(2)` with its flag up on the board, woken by `from`'s next
+    /// publish. Fails when `from` is gone, silent or aborted, as a wait for a message
+    /// does, or with `look`'s error.
+    fn wait_on_board(
+        &mut self,
+        from: usize,
+        clock: Clock,
+        look: &mut dyn FnMut(&Board, usize) -> Result<bool, LinkError>,
+    ) -> Result<(), LinkError> {
+        self.interrupted()?;
+        let slot = self.slot_of(from)?;
+        // Read the clock only once the wait is not over at the first look: a small
+        // call on ranks that keep pace finds every part there, and two clock reads
+        // per part would be a good part of its time.
+        let mut clock_started: Option<(Instant, Instant)> = None;
+        loop {
+            let board = self.board.as_ref().ok_or_else(|| self.no_board())?;
+            if look(board, slot)? {
                 return Ok(());
             }
             let (started, spin_until) =
@@ -114,13 +146,12 @@ impl StreamLink {
             let peer = self.peer(from)?;
             if let Some(reason) = peer.closed.clone() {
                 let endpoint = peer.endpoint();
-                // A peer publishes its last entry and then leaves: when its entry
-                // came between the look above and the close seen here, it is there
-                // now (the publish happened before the close, which we saw), and the
-                // call has what it needs.
+                // A peer publishes its last part and then leaves: when its part came
+                // between the look above and the close seen here, it is there now
+                // (the publish happened before the close, which we saw).
                 let board = self.board.as_ref().ok_or_else(|| self.no_board())?;
-                if matches!(board.entry(slot), Ok(Some(_))) {
-                    continue;
+                if look(board, slot)? {
+                    return Ok(());
                 }
                 return Err(LinkError::Lost {
                     rank: from,
@@ -132,8 +163,8 @@ impl StreamLink {
                 self.control.check_aborts()?;
                 return Err(silent);
             }
-            // A board entry arrives whole or not at all: the silence counts from the
-            // start of the wait.
+            // A part arrives whole or not at all: the silence counts from the start
+            // of the wait.
             let until = clock.until(started);
             let now = Instant::now();
             if now >= until {
@@ -150,10 +181,15 @@ impl StreamLink {
             self.control.check_aborts()?;
             let board = self.board.as_ref().ok_or_else(|| self.no_board())?;
             board.set_sleeping(true);
-            let ready = !matches!(board.entry(slot), Ok(None));
-            if !ready {
-                self.sleep(self.watch_until(from, until));
+            // Looked at once more with the flag up: a publish after this look wakes us.
+            match look(board, slot) {
+                Ok(false) => {}
+                done => {
+                    board.set_sleeping(false);
+                    return done.map(|_| ());
+                }
             }
+            self.sleep(self.watch_until(from, until));
             if let Some(board) = &self.board {
                 board.set_sleeping(false);
             }
