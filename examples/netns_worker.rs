@@ -1,7 +1,7 @@
 //! A worker for the multi-host tests (`cli/tests/it/netns_*.rs`), where each "host" is a
 //! network namespace: it forms a communicator, says who it is and where, runs a loop of
-//! allreduces checked against their closed form, and exits non-zero with the error on
-//! any failure.
+//! allreduces and broadcasts checked against their closed form, and exits non-zero
+//! with the error on any failure.
 //!
 //! ```text
 //! netns_worker MODE [--iters N] [--timeout SECS] [--progress EVERY] [--ignore-sigterm 1]
@@ -192,6 +192,15 @@ fn run(args: &Args, rank: &mut Option<usize>) -> Result<(), Error> {
         let expected = (n * (n - 1) / 2) as u64 + n as u64 * k;
         if let Some(bad) = values.iter().find(|&&v| v != expected) {
             return Err(format!("iteration {k}: sum {bad}, expected {expected}").into());
+        }
+        // A broadcast from a root that moves round the ranks (across hosts, one that
+        // leads its host in turn with one that does not).
+        let root = (k % n as u64) as usize;
+        let mut values = vec![(r as u64) * 1000 + k; args.len];
+        comm.broadcast(&mut values, root)?;
+        let expected = root as u64 * 1000 + k;
+        if let Some(bad) = values.iter().find(|&&v| v != expected) {
+            return Err(format!("iteration {k}: broadcast {bad}, expected {expected}").into());
         }
         k += 1;
         if k % args.progress == 0 {

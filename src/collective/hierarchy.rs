@@ -1,6 +1,6 @@
-//! Allreduce across hosts, in three phases over the same link (issue: most training
+//! Allreduce and broadcast across hosts, in phases over the same link (most training
 //! jobs run several ranks on each of a few hosts, where the ranks of a host share
-//! memory and the hosts share a network):
+//! memory and the hosts share a network). An allreduce runs in three:
 //!
 //! 1. within each host: an allreduce among the host's ranks, on its host board (or
 //!    its shared-memory pipes when it has none), so every rank of a host holds the
@@ -20,6 +20,11 @@
 //! them. It differs in floating point from a world on one host, as any change of
 //! grouping does; integer results, and sums of values exactly representable, are the
 //! same.
+//!
+//! A broadcast runs in two: among one rank per host (the root on its own host, the
+//! lowest rank on every other), from the root, over TCP; then on each host from that
+//! rank to the others, on the host board. The network carries the buffer once per
+//! host instead of once per rank; every rank gets the root's bytes.
 
 use super::algo::Round;
 use super::algo::choice::{Kind, choose};
@@ -39,7 +44,7 @@ const SPREAD_STEPS: u32 = 3 << 24;
 
 /// The phases as errors name them.
 const WITHIN: &str = "within the host";
-/// The phase among leaders.
+/// The phase among leaders (a broadcast's root leads its host).
 const AMONG: &str = "among the hosts' leaders";
 /// The broadcast within each host.
 const SPREAD: &str = "from the leader to its host";
@@ -95,6 +100,65 @@ pub(super) fn allreduce<T: Reducible>(
                 sub.link.board_bytes(),
             );
             broadcast_as(sub, 0, bytes, on, tuning.piece_bytes)
+        })?;
+    }
+    round.algo = "hierarchy of hosts";
+    Ok(())
+}
+
+/// Broadcasts `buf` from `root` across the hosts of `round`'s link
+/// ([`Link::host_groups`](super::link::Link::host_groups)).
+pub(super) fn broadcast(
+    round: &mut Round<'_>,
+    root: usize,
+    buf: &mut [u8],
+    tuning: &Tuning,
+) -> Result<(), CollectiveError> {
+    round.algo = "hierarchy of hosts";
+    let hosts = round.link.host_groups().to_vec();
+    let (me, call) = (round.rank(), round.sig.call);
+    let host_of = |rank: usize| {
+        hosts
+            .iter()
+            .find(|g| g.contains(&rank))
+            .cloned()
+            .ok_or_else(|| CollectiveError::InvalidArgument {
+                call,
+                reason: format!("rank {rank} is on none of the link's hosts {hosts:?}"),
+            })
+    };
+    let (host, _) = (host_of(me)?, host_of(root)?);
+    // Each host's part in the broadcast among hosts: the root on its host, the
+    // lowest rank elsewhere (which then passes it on within its host).
+    let sender_of = |group: &[usize]| {
+        if group.contains(&root) {
+            root
+        } else {
+            group[0]
+        }
+    };
+    let senders: Vec<usize> = hosts.iter().map(|g| sender_of(g)).collect();
+    let mine = sender_of(&host);
+    let len = buf.len();
+    if me == mine {
+        let from = senders.iter().position(|&r| r == root).unwrap_or(0);
+        in_group(round, &senders, false, (LEADER_STEPS, AMONG), |sub| {
+            let on = choose(Kind::Broadcast, len, len, senders.len(), tuning, 0);
+            broadcast_as(sub, from, buf, on, tuning.piece_bytes)
+        })?;
+    }
+    if host.len() > 1 {
+        let from = host.iter().position(|&r| r == mine).unwrap_or(0);
+        in_group(round, &host, true, (SPREAD_STEPS, SPREAD), |sub| {
+            let on = choose(
+                Kind::Broadcast,
+                len,
+                len,
+                host.len(),
+                tuning,
+                sub.link.board_bytes(),
+            );
+            broadcast_as(sub, from, buf, on, tuning.piece_bytes)
         })?;
     }
     round.algo = "hierarchy of hosts";

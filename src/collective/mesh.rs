@@ -239,9 +239,12 @@ impl MeshEngine {
         root: usize,
     ) -> Result<(), CollectiveError> {
         let algorithm = self.choose(Kind::Broadcast, buf.len(), total);
-        let piece_bytes = self.tuning.piece_bytes;
+        let tuning = self.tuning;
         self.round(sig, total, (Kind::Broadcast, algorithm), |round| {
-            broadcast_as(round, root, buf, algorithm, piece_bytes)
+            if algorithm == Algorithm::Hierarchical {
+                return hierarchy::broadcast(round, root, buf, &tuning);
+            }
+            broadcast_as(round, root, buf, algorithm, tuning.piece_bytes)
         })
     }
 

@@ -78,7 +78,8 @@ pub struct CommOptions {
     /// Whether an allreduce of a world spread over several hosts, some with several
     /// ranks, runs hierarchically: within each host first (on its host board, or its
     /// shared-memory pipes), then among one leader per host (the lowest rank) over
-    /// TCP, then from each leader to its host (default true; also
+    /// TCP, then from each leader to its host; and a broadcast: among one rank per
+    /// host (the root on its own), then from it to its host (default true; also
     /// `SWITCHYARD_HIERARCHICAL`). The hosts are the identities the ranks announce
     /// ([`CommOptions::host_id`]); without shared memory nobody announces one and
     /// every call runs flat. Off, every call runs on the whole world at once.

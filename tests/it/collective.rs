@@ -627,6 +627,48 @@ fn an_allreduce_across_hosts_runs_within_hosts_then_among_leaders() {
     }
 }
 
+/// A broadcast across hosts goes among one rank per host (the root on its own) and
+/// then within each host: with the root, rank 2 (second host, with rank 3), late,
+/// rank 0 waits for it among the hosts and rank 3 on its host's board, and each says
+/// so. With the hierarchy off both wait in a flat algorithm.
+#[cfg(feature = "zmq")]
+#[test]
+fn a_broadcast_across_hosts_runs_among_hosts_then_within_them() {
+    let errors = |hierarchical: bool, len: usize| {
+        let options = options()
+            .with_timeout(Duration::from_millis(300))
+            .with_shared_memory(true)
+            .with_hierarchical(hierarchical);
+        let results = Hosts { per_host: 2 }.run(4, options, move |comm| {
+            if comm.rank() == 2 {
+                std::thread::sleep(Duration::from_millis(1500));
+                return Ok(None);
+            }
+            let mut buf = vec![comm.rank() as u32; len];
+            Ok(Some(comm.broadcast(&mut buf, 2)))
+        });
+        let error_of = |rank: usize| match &results[rank] {
+            Some(Err(e @ CollectiveError::PeerTimeout { rank: 2, .. })) => e.to_string(),
+            other => panic!("hierarchical {hierarchical}, {len} elements, rank {rank}: {other:?}"),
+        };
+        (error_of(0), error_of(3))
+    };
+    for len in [2, 1 << 18] {
+        let (rank_0, rank_3) = errors(true, len);
+        assert!(
+            rank_0.contains("hierarchy of hosts, among the hosts' leaders"),
+            "{len}: {rank_0}"
+        );
+        assert!(
+            rank_3.contains("hierarchy of hosts, from the leader to its host: host board"),
+            "{len}: {rank_3}"
+        );
+        let (rank_0, rank_3) = errors(false, len);
+        assert!(!rank_0.contains("hierarchy"), "{len}: {rank_0}");
+        assert!(!rank_3.contains("hierarchy"), "{len}: {rank_3}");
+    }
+}
+
 /// A mismatch found within a host's phase names world ranks, not places on the host:
 /// rank 3 (on the second host with rank 2) allreduces 2047 elements where the others
 /// allreduce 2048, and both ranks of that host say so with their own numbers.

@@ -294,9 +294,10 @@ fn ranks_from_env(
 /// Two hosts of two ranks, then one of three beside one of one: the ranks of a
 /// namespace share its host identity (boot id and network namespace), so they talk
 /// through shared memory and share a host board, the hosts over TCP, and allreduces
-/// run hierarchically (within the host, among leaders, back to the host). Each rank
-/// checks every sum, at 1024 elements (8 KiB, one board call a phase) and 262144
-/// (2 MiB: eight board pieces, the direct exchange between leaders).
+/// run hierarchically (within the host, among leaders, back to the host), broadcasts
+/// too (among one rank per host, then within each host). Each rank checks every sum
+/// and every broadcast (roots in turn), at 1024 elements (8 KiB, one board call a
+/// phase) and 262144 (2 MiB: eight board pieces, the direct exchange between leaders).
 #[test]
 fn ranks_sharing_hosts_allreduce_within_and_across_them() {
     let Some(net) = Net::new(2) else { return };

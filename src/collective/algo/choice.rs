@@ -125,17 +125,18 @@ pub(crate) fn checks_everyone(kind: Kind, algorithm: Algorithm) -> bool {
 /// The algorithm for a call of `kind` in a world of `world` ranks on `hosts` hosts
 /// ([`Link::host_groups`](crate::collective::link::Link::host_groups); 0 when they are
 /// on one host or nobody knows), when it runs across hosts rather than by
-/// [`choose`]: an allreduce in a world on several hosts with more ranks than hosts
-/// (some host has several) runs hierarchically unless the tuning turns that off.
-/// Every size does: each phase picks its own algorithm by [`choose`], and the phase
-/// between hosts carries one rank's share per host instead of every rank's.
+/// [`choose`]: an allreduce or a broadcast in a world on several hosts with more ranks
+/// than hosts (some host has several) runs hierarchically unless the tuning turns
+/// that off. Every size does: each phase picks its own algorithm by [`choose`], and
+/// the phase between hosts carries one buffer per host instead of one per rank.
 pub(crate) fn choose_across_hosts(
     kind: Kind,
     hosts: usize,
     world: usize,
     tuning: &Tuning,
 ) -> Option<Algorithm> {
-    (kind == Kind::Allreduce && tuning.hierarchical && hosts > 1 && world > hosts)
+    let by_hosts = matches!(kind, Kind::Allreduce | Kind::Broadcast);
+    (by_hosts && tuning.hierarchical && hosts > 1 && world > hosts)
         .then_some(Algorithm::Hierarchical)
 }
 
@@ -383,7 +384,9 @@ mod tests {
         for kind in kinds {
             for world in 1..=6 {
                 for hosts in 0..=world {
-                    let expected = kind == Kind::Allreduce && hosts > 1 && world > hosts;
+                    let expected = matches!(kind, Kind::Allreduce | Kind::Broadcast)
+                        && hosts > 1
+                        && world > hosts;
                     let got = choose_across_hosts(kind, hosts, world, &on);
                     assert_eq!(
                         got.is_some(),
