@@ -404,6 +404,9 @@ pub(super) fn reduce_as<T: Reducible>(
     };
     match algorithm {
         Algorithm::Doubling => doubling::allreduce(round, buf, &reduce),
+        Algorithm::Board if phase == ring::Phase::ReduceScatter => {
+            board::reduce_scatter(round, buf, &reduce, tuning.piece_bytes)
+        }
         Algorithm::Board => board::allreduce(round, buf, &reduce, tuning.piece_bytes),
         Algorithm::Hierarchical => hierarchy::allreduce(round, buf, op, tuning),
         Algorithm::Direct => direct::allreduce(round, buf, &reduce, tuning.piece_bytes),

@@ -478,8 +478,8 @@ fn over_shared_memory_a_peer_that_leaves_is_lost_at_once_not_at_the_deadline() {
     a_peer_that_leaves_is_lost_at_once(true, "shm://127.0.0.1:");
 }
 
-/// Ranks that share a host make small allreduces, broadcasts, allgathers and barriers
-/// on the host board, and only then: a rank that waits for a peer says where, and with
+/// Ranks that share a host make allreduces, broadcasts, allgathers, reduce-scatters
+/// and barriers on the host board, and only then: a rank that waits for a peer says where, and with
 /// shared memory off (or above the board's slot) it waits in another algorithm. The
 /// late rank is the broadcasts' root (a root on the board need not wait for anyone).
 #[cfg(feature = "zmq")]
@@ -490,6 +490,7 @@ fn calls_of_ranks_on_one_host_take_the_host_board() {
         Allreduce,
         Broadcast,
         Allgather,
+        ReduceScatter,
         Barrier,
     }
     let waiting_in = |op: Op, shared_memory: bool, len: usize, board_max: usize| {
@@ -509,6 +510,7 @@ fn calls_of_ranks_on_one_host_take_the_host_board() {
                 Op::Allreduce => comm.allreduce(&mut buf, ReduceOp::Sum),
                 Op::Broadcast => comm.broadcast(&mut buf, 1),
                 Op::Allgather => comm.allgather(&buf, &mut all),
+                Op::ReduceScatter => comm.reduce_scatter(&mut buf, ReduceOp::Sum).map(|_| ()),
                 Op::Barrier => comm.barrier(),
             }))
         });
@@ -519,7 +521,14 @@ fn calls_of_ranks_on_one_host_take_the_host_board() {
             other => panic!("{op:?}, shared memory {shared_memory}, {len} elements: {other:?}"),
         }
     };
-    for op in [Op::Allreduce, Op::Broadcast, Op::Allgather, Op::Barrier] {
+    let ops = [
+        Op::Allreduce,
+        Op::Broadcast,
+        Op::Allgather,
+        Op::ReduceScatter,
+        Op::Barrier,
+    ];
+    for op in ops {
         let on_board = waiting_in(op, true, 2, usize::MAX).unwrap_or_default();
         assert!(on_board.contains("host board"), "{op:?}: {on_board}");
         let without = waiting_in(op, false, 2, usize::MAX).unwrap_or_default();
@@ -527,7 +536,12 @@ fn calls_of_ranks_on_one_host_take_the_host_board() {
     }
     // 4 MiB: past the board's slot and the large threshold alike, on the board in
     // pieces by default, off it past `board_max_bytes`.
-    for op in [Op::Allreduce, Op::Broadcast, Op::Allgather] {
+    for op in [
+        Op::Allreduce,
+        Op::Broadcast,
+        Op::Allgather,
+        Op::ReduceScatter,
+    ] {
         let large = waiting_in(op, true, 1 << 20, usize::MAX).unwrap_or_default();
         assert!(large.contains("host board"), "{op:?}: {large}");
         let limited = waiting_in(op, true, 1 << 20, 1 << 20).unwrap_or_default();

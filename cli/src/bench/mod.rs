@@ -97,6 +97,9 @@ pub(crate) enum Suite {
     Broadcast(collective::CollectiveArgs),
     /// Allgather (size = the gathered total), as `allreduce`.
     Allgather(collective::CollectiveArgs),
+    /// Reduce-scatter (size = the whole input; MPI_Reduce_scatter_block), as
+    /// `allreduce`.
+    ReduceScatter(collective::CollectiveArgs),
     /// Time for the tracker to admit and wire N classic-protocol workers beside
     /// XGBoost 1.7.6's tracker (SWITCHYARD_XGB17_PYTHON), and from `switchyard launch
     /// -n 4` to the first collective.
@@ -149,6 +152,7 @@ pub(crate) fn run(suite: Suite) -> Result<(), Box<dyn std::error::Error>> {
         Suite::Allreduce(args) => collective::run(collective::Op::Allreduce, args),
         Suite::Broadcast(args) => collective::run(collective::Op::Broadcast, args),
         Suite::Allgather(args) => collective::run(collective::Op::Allgather, args),
+        Suite::ReduceScatter(args) => collective::run(collective::Op::ReduceScatter, args),
         Suite::Tracker(args) => tracker::run(args),
         #[cfg(feature = "zmq")]
         Suite::Ps(common) => {

@@ -20,6 +20,11 @@
 //!   rank in each board call; the root reads nothing and returns once its last piece
 //!   is written, the others read only the root's part;
 //! - allgather: every rank's block, piece by piece, each copied to its place;
+//! - reduce-scatter: in board call `k` every rank publishes piece `k` of every rank's
+//!   block (the blocks of [`split`], pieces of a slot's `1 / n` each) and rank `r`
+//!   combines piece `k` of block `r` from every slot, in rank order, into its own
+//!   buffer: every rank combines in every call, and each block is combined with the
+//!   same expression as an allreduce's;
 //! - barrier: empty parts.
 //!
 //! Every rank publishes a part in every board call, which is what lets the board reuse
@@ -103,6 +108,50 @@ pub(crate) fn allreduce<T: Element>(
             wrong_length(data.len(), std::mem::size_of_val(&piece[block.clone()]))?;
             if from != me {
                 piece[block].copy_from_slice(elements::<T>(data)?);
+            }
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// Reduces `buf` over every rank and leaves block `rank` of the result (of
+/// [`split`]) in place on this rank; the rest of `buf` is left as it was.
+/// `reduce(acc, other)` combines in rank order; `tuning_piece` caps a board call's
+/// part, as for the other calls.
+pub(crate) fn reduce_scatter<T: Element>(
+    round: &mut Round<'_>,
+    buf: &mut [T],
+    reduce: &dyn Fn(&mut [T], &[T]),
+    tuning_piece: usize,
+) -> Result<(), CollectiveError> {
+    let (n, me) = (round.size(), round.rank());
+    let blocks: Vec<Range<usize>> = (0..n).map(|r| split(buf.len(), n, r)).collect();
+    // Elements of each block that go in one board call: the part holds one such
+    // piece of every block.
+    let per_block = (piece_bytes(round, tuning_piece) / n / std::mem::size_of::<T>().max(1)).max(1);
+    let longest = blocks.iter().map(|b| b.len()).max().unwrap_or(0);
+    for k in 0..longest.div_ceil(per_block).max(1) {
+        let pieces: Vec<Range<usize>> = blocks.iter().map(|b| part(b, k, per_block)).collect();
+        let parts: Vec<&[u8]> = pieces
+            .iter()
+            .map(|p| bytemuck::cast_slice(&buf[p.clone()]))
+            .collect();
+        let expected: usize = parts.iter().map(|p| p.len()).sum();
+        publish_parts(round, &parts)?;
+        // Where this rank's piece lies in every rank's part.
+        let at: usize = pieces[..me].iter().map(|p| p.len()).sum();
+        let mine = pieces[me].clone();
+        let in_part = bytes_of::<T>(&(at..at + mine.len()));
+        // This rank's own piece is read back from its slot like any other: it is
+        // overwritten with rank 0's before anything is combined into it.
+        take_all(round, &mut |from, data| {
+            wrong_length(data.len(), expected)?;
+            let theirs = elements::<T>(&data[in_part.clone()])?;
+            if from == 0 {
+                buf[mine.clone()].copy_from_slice(theirs);
+            } else {
+                reduce(&mut buf[mine.clone()], theirs);
             }
             Ok(())
         })?;
@@ -203,11 +252,16 @@ pub(crate) fn barrier(round: &mut Round<'_>) -> Result<(), CollectiveError> {
 
 /// Puts this rank's part of the call, `mine`, on the board.
 fn publish(round: &mut Round<'_>, mine: &[u8]) -> Result<(), CollectiveError> {
+    publish_parts(round, &[mine])
+}
+
+/// [`publish`] of a part made of `parts`, one after the other.
+fn publish_parts(round: &mut Round<'_>, parts: &[&[u8]]) -> Result<(), CollectiveError> {
     round.algo = "host board";
     let meta = round.meta(0);
     round
         .link
-        .board_publish(&meta, mine, round.clock)
+        .board_publish(&meta, parts, round.clock)
         .map_err(|e| round.link_error(e, 0))
 }
 

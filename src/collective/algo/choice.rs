@@ -104,7 +104,8 @@ impl Algorithm {
 /// barrier; a broadcast's root receives nothing, and allgather, reduce-scatter and
 /// ordered reduce may give a rank nothing to receive from some peer, except
 /// allgather on the host board, where every rank reads every rank's slot and its
-/// signature (a broadcast's root reads nothing there either). A
+/// signature, and reduce-scatter there, where every rank reads its piece of every
+/// rank's slot (a broadcast's root reads nothing there either). A
 /// hierarchical allreduce qualifies too: a leader's result depends on its host's
 /// ranks (phase 1) and on the other leaders (phase 2), each of which checked its own
 /// host first, and every other rank takes its leader's result.
@@ -116,7 +117,7 @@ pub(crate) fn checks_everyone(kind: Kind, algorithm: Algorithm) -> bool {
             Algorithm::Doubling | Algorithm::Direct | Algorithm::Ring | Algorithm::Hierarchical
         ) | (Kind::Barrier, Algorithm::Doubling)
             | (
-                Kind::Allreduce | Kind::Allgather | Kind::Barrier,
+                Kind::Allreduce | Kind::Allgather | Kind::ReduceScatter | Kind::Barrier,
                 Algorithm::Board
             )
     )
@@ -152,8 +153,8 @@ pub(crate) fn choose_across_hosts(
 /// - broadcast: the binomial tree below `large_threshold` bytes; above, scatter and
 ///   direct allgather up to `direct_max_ranks` ranks, the chain beyond;
 /// - allgather: direct below `gather_threshold` bytes, the ring from there;
-/// - reduce-scatter: always the ring; barrier: the host board if there is one,
-///   else recursive doubling on nothing;
+/// - reduce-scatter: the host board as above, else the ring; barrier: the host board
+///   if there is one, else recursive doubling on nothing;
 ///   ordered reduce: the binomial tree (its order is the point).
 pub(crate) fn choose(
     kind: Kind,
@@ -166,7 +167,7 @@ pub(crate) fn choose(
     let large = bytes >= tuning.large_threshold;
     let few_ranks = world <= tuning.direct_max_ranks;
     match kind {
-        Kind::Allreduce | Kind::Broadcast | Kind::Allgather
+        Kind::Allreduce | Kind::Broadcast | Kind::Allgather | Kind::ReduceScatter
             if board > 0 && bytes <= tuning.board_max_bytes =>
         {
             Algorithm::Board
@@ -312,10 +313,16 @@ mod tests {
         }
         for a in Algorithm::ALL {
             assert!(!checks_everyone(Kind::Broadcast, a));
-            assert!(!checks_everyone(Kind::ReduceScatter, a));
             assert!(!checks_everyone(Kind::OrderedReduce, a));
         }
+        for a in Algorithm::ALL
+            .into_iter()
+            .filter(|&a| a != Algorithm::Board)
+        {
+            assert!(!checks_everyone(Kind::ReduceScatter, a));
+        }
         assert!(checks_everyone(Kind::Allgather, Algorithm::Board));
+        assert!(checks_everyone(Kind::ReduceScatter, Algorithm::Board));
     }
 
     /// With a host board, the allreduces, broadcasts and allgathers of at most
@@ -336,7 +343,13 @@ mod tests {
                         let case = format!("{bytes} B on {world} ranks, board {board}");
                         let on_board = board > 0 && bytes <= limit;
                         for count in [0, 1, bytes] {
-                            for kind in [Kind::Allreduce, Kind::Broadcast, Kind::Allgather] {
+                            let kinds = [
+                                Kind::Allreduce,
+                                Kind::Broadcast,
+                                Kind::Allgather,
+                                Kind::ReduceScatter,
+                            ];
+                            for kind in kinds {
                                 let got = choose(kind, bytes, count, world, &t, board);
                                 assert_eq!(
                                     got == Algorithm::Board,
@@ -354,13 +367,11 @@ mod tests {
                         }
                         let barrier = choose(Kind::Barrier, 0, 0, world, &t, board);
                         assert_eq!(barrier == Algorithm::Board, board > 0, "{case}");
-                        for kind in [Kind::ReduceScatter, Kind::OrderedReduce] {
-                            assert_ne!(
-                                choose(kind, bytes, bytes, world, &t, board),
-                                Algorithm::Board,
-                                "{case}: {kind:?}"
-                            );
-                        }
+                        assert_ne!(
+                            choose(Kind::OrderedReduce, bytes, bytes, world, &t, board),
+                            Algorithm::Board,
+                            "{case}"
+                        );
                     }
                 }
             }

@@ -136,8 +136,13 @@ impl Link for GroupLink<'_> {
         }
     }
 
-    fn board_publish(&mut self, meta: &[u8], data: &[u8], clock: Clock) -> Result<(), LinkError> {
-        self.inner.board_publish(meta, data, clock)
+    fn board_publish(
+        &mut self,
+        meta: &[u8],
+        parts: &[&[u8]],
+        clock: Clock,
+    ) -> Result<(), LinkError> {
+        self.inner.board_publish(meta, parts, clock)
     }
 
     fn board_take(

@@ -196,8 +196,9 @@ pub trait Link: Send {
         &[]
     }
 
-    /// Puts this rank's part of its next board call on the board: `data` (at most
-    /// [`Link::board_bytes`]) after the call's `meta` frame (at most 40 bytes), and
+    /// Puts this rank's part of its next board call on the board: `parts`, one after
+    /// the other (at most [`Link::board_bytes`] in all), after the call's `meta` frame
+    /// (at most 40 bytes), and
     /// wakes the ranks asleep waiting for it. Every rank publishes a part in every
     /// board call, once it has taken what it reads of the call before
     /// ([`Link::board_take`]: all parts, or only some, as a broadcast does). First it
@@ -205,8 +206,13 @@ pub trait Link: Send {
     /// this rank's previous board call: a slot is reused two board calls later, and
     /// that part says its rank is done reading the slot. Fails as
     /// [`Link::board_take`] does when such a rank is gone, silent or aborted.
-    fn board_publish(&mut self, meta: &[u8], data: &[u8], clock: Clock) -> Result<(), LinkError> {
-        let _ = (meta, data, clock);
+    fn board_publish(
+        &mut self,
+        meta: &[u8],
+        parts: &[&[u8]],
+        clock: Clock,
+    ) -> Result<(), LinkError> {
+        let _ = (meta, parts, clock);
         Err(LinkError::Transport {
             rank: self.rank(),
             reason: "this link has no host board".into(),

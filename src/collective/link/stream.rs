@@ -498,8 +498,13 @@ impl Link for StreamLink {
         &self.hosts
     }
 
-    fn board_publish(&mut self, meta: &[u8], data: &[u8], clock: Clock) -> Result<(), LinkError> {
-        self.publish_on_board(meta, data, clock)
+    fn board_publish(
+        &mut self,
+        meta: &[u8],
+        parts: &[&[u8]],
+        clock: Clock,
+    ) -> Result<(), LinkError> {
+        self.publish_on_board(meta, parts, clock)
     }
 
     fn board_take(

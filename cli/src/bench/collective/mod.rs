@@ -1,5 +1,6 @@
-//! `switchyard bench allreduce|broadcast|allgather -n N`: the mesh engine beside
-//! MPI's own collectives, nccl-tests style.
+//! `switchyard bench allreduce|broadcast|allgather|reduce-scatter -n N`: the mesh
+//! engine beside MPI's own collectives (`MPI_Reduce_scatter_block` for
+//! reduce-scatter, size = the whole input), nccl-tests style.
 //!
 //! The coordinating process starts `N` copies of itself through `switchyard launch`
 //! (the mesh) and under `mpirun -np N` with MPI's defaults (shared memory on one
@@ -48,6 +49,7 @@ pub(crate) enum Op {
     Allreduce,
     Broadcast,
     Allgather,
+    ReduceScatter,
 }
 
 impl Op {
@@ -56,6 +58,7 @@ impl Op {
             Op::Allreduce => "allreduce",
             Op::Broadcast => "broadcast",
             Op::Allgather => "allgather",
+            Op::ReduceScatter => "reduce-scatter",
         }
     }
 
@@ -65,7 +68,7 @@ impl Op {
         match self {
             Op::Allreduce => 2.0 * (n - 1.0) / n,
             Op::Broadcast => 1.0,
-            Op::Allgather => (n - 1.0) / n,
+            Op::Allgather | Op::ReduceScatter => (n - 1.0) / n,
         }
     }
 }

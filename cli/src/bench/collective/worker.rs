@@ -61,6 +61,9 @@ fn call(comm: &mut Communicator, op: Op, buf: &mut [f32], out: &mut [f32]) -> Re
             let part = buf.len() / n;
             comm.allgather(&buf[..part], &mut out[..part * n])?
         }
+        Op::ReduceScatter => {
+            comm.reduce_scatter(buf, ReduceOp::Sum)?;
+        }
     }
     Ok(())
 }
@@ -196,6 +199,14 @@ mod raw_mpi {
                         Op::Allgather => {
                             let part = buf.len() / n;
                             comm.all_gather_into(&buf[..part], &mut out_buf[..part * n]);
+                        }
+                        Op::ReduceScatter => {
+                            let part = buf.len() / n;
+                            comm.reduce_scatter_block_into(
+                                &buf[..],
+                                &mut out_buf[..part],
+                                SystemOperation::sum(),
+                            );
                         }
                     },
                 }

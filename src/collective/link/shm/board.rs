@@ -247,31 +247,36 @@ impl Board {
         }
     }
 
-    /// Writes this rank's part of its next board call, `data` (at most
-    /// [`Board::slot_bytes`]) with the call's `meta` (at most [`META_BYTES`]) and the
+    /// Writes this rank's part of its next board call, `parts` one after the other (at
+    /// most [`Board::slot_bytes`] in all) with the call's `meta` (at most [`META_BYTES`]) and the
     /// communicator's call number `seq`, and calls `wake` for every other rank that may
     /// be asleep waiting for it.
     pub(crate) fn publish(
         &mut self,
         seq: u64,
         meta: &[u8],
-        data: &[u8],
+        parts: &[&[u8]],
         mut wake: impl FnMut(usize),
     ) {
-        assert!(data.len() <= self.slot_bytes && meta.len() <= META_BYTES);
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        assert!(len <= self.slot_bytes && meta.len() <= META_BYTES);
         self.calls += 1;
         let (control, slot) = self.slot(self.me, self.calls);
-        // SAFETY: `slot` has `slot_bytes` bytes; nobody reads this slot until the
-        // call number below says it holds this call (readers of the call two back
-        // are done, see the module documentation).
+        // SAFETY: `slot` has `slot_bytes` bytes, `len` of them written here; nobody
+        // reads this slot until the call number below says it holds this call
+        // (readers of the call two back are done, see the module documentation).
         unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), slot, data.len());
+            let mut at = slot;
+            for part in parts {
+                std::ptr::copy_nonoverlapping(part.as_ptr(), at, part.len());
+                at = at.add(part.len());
+            }
             let meta_at = std::ptr::addr_of!(control.meta).cast::<u8>().cast_mut();
             std::ptr::copy_nonoverlapping(meta.as_ptr(), meta_at, meta.len());
         }
         // Both fit: at most a slot (below 4 GiB, checked at open) and META_BYTES.
         control.seq.store(seq, Ordering::Relaxed);
-        control.len.store(data.len() as u32, Ordering::Relaxed);
+        control.len.store(len as u32, Ordering::Relaxed);
         control.meta_len.store(meta.len() as u32, Ordering::Relaxed);
         control.call.store(self.calls, Ordering::Release);
         fence(Ordering::SeqCst);
@@ -382,7 +387,7 @@ mod tests {
         let mut b = boards(3, 64);
         for call in 1..=5u8 {
             for (me, board) in b.iter_mut().enumerate() {
-                board.publish(u64::from(call), &[call], &[call, me as u8], |_| {});
+                board.publish(u64::from(call), &[call], &[&[call, me as u8]], |_| {});
             }
             for board in &b {
                 for from in 0..3 {
@@ -400,11 +405,11 @@ mod tests {
     fn a_rank_ahead_on_the_board_is_seen() {
         let mut b = boards(2, 64);
         assert!(b[1].ahead(0).unwrap().is_none());
-        b[0].publish(7, &[1], &[], |_| {});
+        b[0].publish(7, &[1], &[&[]], |_| {});
         let ahead = b[1].ahead(0).unwrap().expect("ahead");
         assert_eq!((ahead.seq, ahead.meta), (7, &[1][..]));
         assert!(b[1].entry(0).unwrap().is_none());
-        b[1].publish(7, &[1], &[], |_| {});
+        b[1].publish(7, &[1], &[&[]], |_| {});
         assert_eq!(b[1].entry(0).unwrap().expect("current").seq, 7);
         assert!(b[1].ahead(0).unwrap().is_none());
     }
@@ -414,12 +419,12 @@ mod tests {
         let mut b = boards(2, 64);
         b[1].set_sleeping(true);
         let mut woken = Vec::new();
-        b[0].publish(1, &[], &[1], |r| woken.push(r));
+        b[0].publish(1, &[], &[&[1]], |r| woken.push(r));
         assert_eq!(woken, [1]);
         b[1].set_sleeping(false);
         b[0].calls = 0;
         woken.clear();
-        b[0].publish(1, &[], &[1], |r| woken.push(r));
+        b[0].publish(1, &[], &[&[1]], |r| woken.push(r));
         assert!(woken.is_empty());
     }
 
@@ -432,21 +437,21 @@ mod tests {
             (0..3).all(|r| b[0].published_last(r)),
             "nothing to wait for yet"
         );
-        b[0].publish(1, b"m", b"x", |_| {});
+        b[0].publish(1, b"m", &[&b"x"[..]], |_| {});
         assert!(!b[0].published_last(1) && !b[0].published_last(2));
-        b[1].publish(1, b"m", b"", |_| {});
+        b[1].publish(1, b"m", &[&b""[..]], |_| {});
         assert!(b[0].published_last(1) && !b[0].published_last(2));
-        b[2].publish(1, b"m", b"", |_| {});
+        b[2].publish(1, b"m", &[&b""[..]], |_| {});
         assert!(b[0].published_last(2));
         // Rank 1 goes on to the next call: still past rank 0's last.
-        b[1].publish(2, b"m", b"", |_| {});
+        b[1].publish(2, b"m", &[&b""[..]], |_| {});
         assert!(b[0].published_last(1));
     }
 
     #[test]
     fn a_corrupt_length_is_an_error_not_a_read() {
         let mut b = boards(2, 64);
-        b[0].publish(1, &[], &[1, 2, 3], |_| {});
+        b[0].publish(1, &[], &[&[1, 2, 3]], |_| {});
         b[1].calls = 1;
         let (control, _) = b[0].slot(0, 1);
         control.len.store(1 << 30, Ordering::Relaxed);

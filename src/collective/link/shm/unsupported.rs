@@ -64,7 +64,7 @@ impl Board {
         match *self {}
     }
 
-    pub(crate) fn publish(&mut self, _: u64, _: &[u8], _: &[u8], _: impl FnMut(usize)) {
+    pub(crate) fn publish(&mut self, _: u64, _: &[u8], _: &[&[u8]], _: impl FnMut(usize)) {
         match *self {}
     }
 

@@ -39,7 +39,7 @@ impl StreamLink {
     pub(super) fn publish_on_board(
         &mut self,
         meta: &[u8],
-        data: &[u8],
+        parts: &[&[u8]],
         clock: Clock,
     ) -> Result<(), LinkError> {
         self.interrupted()?;
@@ -55,7 +55,7 @@ impl StreamLink {
         };
         let seq = self.pending.expected().map_or(0, |(call, _)| call);
         let (peers, ranks) = (&self.peers, &self.board_ranks);
-        board.publish(seq, meta, data, |slot| {
+        board.publish(seq, meta, parts, |slot| {
             if let Some(Some(peer)) = ranks.get(slot).and_then(|&rank| peers.get(rank)) {
                 if let Pipe::Shm(pipe) = &peer.pipe {
                     pipe.wake();
