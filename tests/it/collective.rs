@@ -579,6 +579,27 @@ fn a_broadcast_root_on_the_board_returns_before_the_others_arrive() {
     assert_eq!((first, second), (vec![7; 4], vec![70; 4]));
 }
 
+/// Two hosts of two ranks with a 300 ms silence timeout, the hierarchy on or off,
+/// where rank `late` sleeps past everyone's timeout (its result `None`) and every
+/// other rank runs `call` once.
+fn two_hosts_with_a_late_rank(
+    late: usize,
+    hierarchical: bool,
+    call: impl Fn(&mut Communicator) -> Result<(), CollectiveError> + Send + Sync + 'static,
+) -> Vec<Option<Result<(), CollectiveError>>> {
+    let options = options()
+        .with_timeout(Duration::from_millis(300))
+        .with_shared_memory(true)
+        .with_hierarchical(hierarchical);
+    Hosts { per_host: 2 }.run(4, options, move |comm| {
+        if comm.rank() == late {
+            std::thread::sleep(Duration::from_millis(1500));
+            return Ok(None);
+        }
+        Ok(Some(call(comm)))
+    })
+}
+
 /// Two hosts of two ranks: an allreduce runs within each host, then between the
 /// leaders (ranks 0 and 2), then from each leader to its host. With rank 3 late,
 /// rank 2 times out within its host, and rank 0, which finished its own host's phase
@@ -589,17 +610,8 @@ fn a_broadcast_root_on_the_board_returns_before_the_others_arrive() {
 #[test]
 fn an_allreduce_across_hosts_runs_within_hosts_then_among_leaders() {
     let errors = |hierarchical: bool, len: usize| {
-        let options = options()
-            .with_timeout(Duration::from_millis(300))
-            .with_shared_memory(true)
-            .with_hierarchical(hierarchical);
-        let results = Hosts { per_host: 2 }.run(4, options, move |comm| {
-            if comm.rank() == 3 {
-                std::thread::sleep(Duration::from_millis(1500));
-                return Ok(None);
-            }
-            let mut buf = vec![1u32; len];
-            Ok(Some(comm.allreduce(&mut buf, ReduceOp::Sum)))
+        let results = two_hosts_with_a_late_rank(3, hierarchical, move |comm| {
+            comm.allreduce(&mut vec![1u32; len], ReduceOp::Sum)
         });
         let mut errors = results
             .into_iter()
@@ -649,17 +661,8 @@ fn an_allreduce_across_hosts_runs_within_hosts_then_among_leaders() {
 #[test]
 fn a_broadcast_across_hosts_runs_among_hosts_then_within_them() {
     let errors = |hierarchical: bool, len: usize| {
-        let options = options()
-            .with_timeout(Duration::from_millis(300))
-            .with_shared_memory(true)
-            .with_hierarchical(hierarchical);
-        let results = Hosts { per_host: 2 }.run(4, options, move |comm| {
-            if comm.rank() == 2 {
-                std::thread::sleep(Duration::from_millis(1500));
-                return Ok(None);
-            }
-            let mut buf = vec![comm.rank() as u32; len];
-            Ok(Some(comm.broadcast(&mut buf, 2)))
+        let results = two_hosts_with_a_late_rank(2, hierarchical, move |comm| {
+            comm.broadcast(&mut vec![comm.rank() as u32; len], 2)
         });
         let error_of = |rank: usize| match &results[rank] {
             Some(Err(e @ CollectiveError::PeerTimeout { rank: 2, .. })) => e.to_string(),

@@ -95,11 +95,7 @@ pub(crate) fn allreduce<T: Element>(
         take_all(round, &mut |from, data| {
             wrong_length(data.len(), expected)?;
             let theirs = elements::<T>(&data[mine_bytes.clone()])?;
-            if from == 0 {
-                piece[mine.clone()].copy_from_slice(theirs);
-            } else {
-                reduce(&mut piece[mine.clone()], theirs);
-            }
+            combine(&mut piece[mine.clone()], from, theirs, reduce);
             Ok(())
         })?;
         publish(round, bytemuck::cast_slice(&piece[mine.clone()]))?;
@@ -148,15 +144,22 @@ pub(crate) fn reduce_scatter<T: Element>(
         take_all(round, &mut |from, data| {
             wrong_length(data.len(), expected)?;
             let theirs = elements::<T>(&data[in_part.clone()])?;
-            if from == 0 {
-                buf[mine.clone()].copy_from_slice(theirs);
-            } else {
-                reduce(&mut buf[mine.clone()], theirs);
-            }
+            combine(&mut buf[mine.clone()], from, theirs, reduce);
             Ok(())
         })?;
     }
     Ok(())
+}
+
+/// Combines rank `from`'s part `theirs` into `acc`, in rank order: rank 0's part
+/// replaces what `acc` held (this rank's own part is safe in its slot), every later
+/// rank's is reduced into it: `((x0 + x1) + x2) + ...` on every rank alike.
+fn combine<T: Element>(acc: &mut [T], from: usize, theirs: &[T], reduce: &dyn Fn(&mut [T], &[T])) {
+    if from == 0 {
+        acc.copy_from_slice(theirs);
+    } else {
+        reduce(acc, theirs);
+    }
 }
 
 /// `range` of elements of `T` as a range of bytes.
@@ -182,12 +185,7 @@ fn allreduce_whole<T: Element>(
     // overwritten with rank 0's part before anything is combined into it.
     take_all(round, &mut |from, data| {
         wrong_length(data.len(), expected)?;
-        let theirs = elements::<T>(data)?;
-        if from == 0 {
-            buf.copy_from_slice(theirs);
-        } else {
-            reduce(buf, theirs);
-        }
+        combine(buf, from, elements::<T>(data)?, reduce);
         Ok(())
     })
 }
