@@ -28,8 +28,8 @@
 //!
 //! `allreduce --python PYTHON` adds rows of case `nN-python`: the Python package's
 //! allreduce on numpy arrays (`python -m switchyard._bench`, the same loop) against
-//! the Rust worker, the two launched alternately three times each, and against
-//! mpi4py's `Allreduce` under `mpirun` when PYTHON has mpi4py.
+//! the Rust worker and against mpi4py's `Allreduce` under `mpirun` when PYTHON has
+//! mpi4py, the three launched in turn three times each.
 
 mod worker;
 
@@ -325,9 +325,10 @@ const ONE_BLAS_THREAD: [(&str, &str); 2] =
     [("OPENBLAS_NUM_THREADS", "1"), ("OMP_NUM_THREADS", "1")];
 
 /// The Python rows: the switchyard package's allreduce under `switchyard launch`,
-/// alternated with the Rust worker's ([`PYTHON_PAIRS`] launches each; the first
-/// series returned is the Rust one), then mpi4py's under `mpirun` when `python` has
-/// mpi4py (skipped with a note otherwise).
+/// alternated with the Rust worker's and, when `python` has mpi4py, with mpi4py's
+/// `Allreduce` under `mpirun` ([`PYTHON_PAIRS`] launches each, each side first in
+/// turn; a series per side, the Rust one first, each the medians of its launches).
+/// Without mpi4py a note says there is no mpi4py row.
 fn run_python(
     python: &Path,
     n: usize,
@@ -345,43 +346,6 @@ fn run_python(
             plan.clone(),
         ]
     };
-    let (mut rust, mut py) = (Vec::new(), Vec::new());
-    for pair in 0..PYTHON_PAIRS {
-        let run_rust = || {
-            let out = scratch.join(format!("rust{pair}"));
-            run_mesh(Op::Allreduce, n, common, &out, Mesh::Default)
-        };
-        let run_py = || {
-            let out = scratch.join(format!("python{pair}"));
-            let mut options = LaunchOptions::new(n as u32, python.display().to_string())
-                .with_args(worker_args(&out))
-                .with_timeout(Duration::from_secs(1800));
-            for (key, value) in ONE_BLAS_THREAD {
-                options = options.with_env(key, value);
-            }
-            run_local(&options)?;
-            read_times(&out)
-        };
-        // Each goes first in every other pair: whichever runs second would otherwise
-        // always meet the machine as the first left it.
-        if pair % 2 == 0 {
-            rust.push(run_rust()?);
-            py.push(run_py()?);
-        } else {
-            py.push(run_py()?);
-            rust.push(run_rust()?);
-        }
-    }
-    let mut series = vec![
-        Series {
-            name: "rust paired",
-            times: medians(&rust),
-        },
-        Series {
-            name: "python switchyard",
-            times: medians(&py),
-        },
-    ];
     let has_mpi4py = std::process::Command::new(python)
         .args(["-c", "import mpi4py.MPI"])
         .status()
@@ -391,24 +355,60 @@ fn run_python(
             "bench allreduce: {} has no mpi4py: no mpi4py row",
             python.display()
         );
-        return Ok(series);
     }
-    let out = scratch.join("mpi4py");
-    let status = switchyard_mpirun::command(n)
-        .envs(ONE_BLAS_THREAD)
-        .arg(python)
-        .args(worker_args(&out))
-        .arg("--mpi4py")
-        .status()
-        .map_err(|e| format!("cannot start mpirun for mpi4py ({e})"))?;
-    if !status.success() {
-        return Err(format!("mpirun -np {n} (mpi4py) exited with {status}").into());
+    let run_rust = |launch: usize| {
+        let out = scratch.join(format!("rust{launch}"));
+        run_mesh(Op::Allreduce, n, common, &out, Mesh::Default)
+    };
+    let run_py = |launch: usize| {
+        let out = scratch.join(format!("python{launch}"));
+        let mut options = LaunchOptions::new(n as u32, python.display().to_string())
+            .with_args(worker_args(&out))
+            .with_timeout(Duration::from_secs(1800));
+        for (key, value) in ONE_BLAS_THREAD {
+            options = options.with_env(key, value);
+        }
+        run_local(&options)?;
+        read_times(&out)
+    };
+    let run_mpi4py = |launch: usize| -> Result<BTreeMap<usize, f64>> {
+        let out = scratch.join(format!("mpi4py{launch}"));
+        let status = switchyard_mpirun::command(n)
+            .envs(ONE_BLAS_THREAD)
+            .arg(python)
+            .args(worker_args(&out))
+            .arg("--mpi4py")
+            .status()
+            .map_err(|e| format!("cannot start mpirun for mpi4py ({e})"))?;
+        if !status.success() {
+            return Err(format!("mpirun -np {n} (mpi4py) exited with {status}").into());
+        }
+        read_times(&out)
+    };
+    let sides = if has_mpi4py { 3 } else { 2 };
+    let mut launches: Vec<Vec<BTreeMap<usize, f64>>> = vec![Vec::new(); sides];
+    for launch in 0..PYTHON_PAIRS {
+        // Each side goes first in turn: whichever runs later would otherwise always
+        // meet the machine as the one before left it.
+        for k in 0..sides {
+            let side = (launch + k) % sides;
+            let times = match side {
+                0 => run_rust(launch)?,
+                1 => run_py(launch)?,
+                _ => run_mpi4py(launch)?,
+            };
+            launches[side].push(times);
+        }
     }
-    series.push(Series {
-        name: "mpi4py shm",
-        times: read_times(&out)?,
-    });
-    Ok(series)
+    let names = ["rust paired", "python switchyard", "mpi4py shm"];
+    Ok(names
+        .into_iter()
+        .zip(&launches)
+        .map(|(name, side)| Series {
+            name,
+            times: medians(side),
+        })
+        .collect())
 }
 
 /// Per size, the median of the launches that measured it.
