@@ -127,7 +127,9 @@ pub(super) fn broadcast(
                 reason: format!("rank {rank} is on none of the link's hosts {hosts:?}"),
             })
     };
-    let (host, _) = (host_of(me)?, host_of(root)?);
+    let host = host_of(me)?;
+    // A root on none of the hosts would leave every rank waiting for it.
+    host_of(root)?;
     // Each host's part in the broadcast among hosts: the root on its host, the
     // lowest rank elsewhere (which then passes it on within its host).
     let sender_of = |group: &[usize]| {

@@ -43,9 +43,11 @@ impl StreamLink {
         clock: Clock,
     ) -> Result<(), LinkError> {
         self.interrupted()?;
+        let mut published = |board: &Board, slot| Ok(board.published_last(slot));
         for slot in 0..self.board_ranks.len() {
             let from = self.board_ranks[slot];
-            let mut published = |board: &Board, slot| Ok(board.published_last(slot));
+            // Most calls find every part there at the first look: only a missing one
+            // enters the wait, with its clock and liveness checks.
             if from != self.rank && !self.board.as_ref().is_some_and(|b| b.published_last(slot)) {
                 self.wait_on_board(from, clock, &mut published)?;
             }
