@@ -70,6 +70,17 @@ const RANK_OUTPUT_VAR: &str = "SWITCHYARD_RANK_OUTPUT";
 /// Runs `mpirun -np N <this test binary> --ignored --test-threads=1 FILTER` and waits
 /// at most `timeout`; on timeout mpirun is terminated (which ends its ranks).
 pub fn run_ranks(np: usize, filter: &str, timeout: Duration) -> JobOutput {
+    run_ranks_with(np, filter, timeout, &[])
+}
+
+/// [`run_ranks`] with extra environment variables for every rank (mpirun's ranks on
+/// this host inherit its environment).
+pub fn run_ranks_with(
+    np: usize,
+    filter: &str,
+    timeout: Duration,
+    env: &[(&str, &str)],
+) -> JobOutput {
     let exe = std::env::current_exe().expect("test binary path");
     // Dropped (and removed) when this function returns or unwinds.
     let session = SessionBase::create();
@@ -82,6 +93,7 @@ pub fn run_ranks(np: usize, filter: &str, timeout: Duration) -> JobOutput {
         .args(["--ignored", "--test-threads=1", "--nocapture", filter])
         .env("RUST_BACKTRACE", "0")
         .env(RANK_OUTPUT_VAR, &rank_output)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -147,7 +159,12 @@ pub fn run_ranks(np: usize, filter: &str, timeout: Duration) -> JobOutput {
 /// Runs the filter under mpirun and fails the test with every rank's output if the
 /// job failed or ran no test.
 pub fn expect_ranks_pass(np: usize, filter: &str, timeout: Duration) {
-    let job = run_ranks(np, filter, timeout);
+    expect_ranks_pass_with(np, filter, timeout, &[]);
+}
+
+/// [`expect_ranks_pass`] with extra environment variables for every rank.
+pub fn expect_ranks_pass_with(np: usize, filter: &str, timeout: Duration, env: &[(&str, &str)]) {
+    let job = run_ranks_with(np, filter, timeout, env);
     assert!(
         job.success,
         "mpirun -np {np} {filter} failed ({:?}):\n{}",

@@ -12,7 +12,7 @@
 
 mod job;
 
-pub use job::{JobOutput, expect_ranks_pass, run_ranks};
+pub use job::{JobOutput, expect_ranks_pass, expect_ranks_pass_with, run_ranks, run_ranks_with};
 
 use std::process::Command;
 

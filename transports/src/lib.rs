@@ -52,7 +52,8 @@ pub use dispatch::{DealerSocket, RouterSocket};
 pub mod mpi {
     pub use crate::backend::mpi::{CallError, Collectives, Datatype, Operation, with_collectives};
     pub use crate::backend::mpi::{
-        ENV_FINALIZE_TIMEOUT, MpiWorld, ThreadLevel, error_string, run_on_progress_thread, world,
+        ENV_FINALIZE_TIMEOUT, ENV_MPI_DIRECT, MpiWorld, ThreadLevel, error_string,
+        run_on_progress_thread, world,
     };
 }
 pub use endpoint::Endpoint;
@@ -70,7 +71,7 @@ pub mod fuzzing {
     /// Decodes one MPI data message as a receiving rank does: the sender's tag and
     /// the message, or why it would be dropped as malformed.
     pub fn decode_mpi_message(buffer: Vec<u8>, limits: &Limits) -> Result<(i32, Msg), String> {
-        wire::decode(buffer, limits).map_err(|e| e.to_string())
+        wire::decode(buffer.into(), limits).map_err(|e| e.to_string())
     }
 
     /// Lays out `msg` as the MPI backend sends it from the socket with tag

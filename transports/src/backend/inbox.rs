@@ -21,11 +21,39 @@ pub(crate) enum Inbound<R> {
     Disconnect { peer: PeerId },
 }
 
+/// What a backend's receive on the router's own thread found.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+pub(crate) enum Fetched {
+    /// A message, received on this thread.
+    Data(PeerId, Msg),
+    /// The channel has events: they come first.
+    Queued,
+    /// Nothing arrived in the time the backend polls: wait on the channel.
+    Nothing,
+}
+
 /// What a backend adds to an [`InboxRouter`]: how to reach a peer. Dropping it
 /// unbinds the router's endpoint.
 pub(crate) trait Delivery: std::fmt::Debug {
     /// How to reach one peer; a `Connect` event carries it.
     type Route: Clone + 'static;
+
+    /// Whether [`fetch`](Delivery::fetch) may receive on the router's thread; `false`
+    /// keeps the call out of a channel-only backend's receive.
+    const MAY_FETCH: bool = false;
+
+    /// Receives the next message on the calling thread, if the backend can, polling
+    /// until something arrives or its own short window (or `deadline`) passes. Called
+    /// with `events` found empty; a backend whose background side also feeds `events`
+    /// must check again, while it keeps that side out, that `events` is still empty
+    /// (and answer [`Fetched::Queued`] if not), so that messages keep their order.
+    fn fetch(
+        &self,
+        _events: &Receiver<Inbound<Self::Route>>,
+        _deadline: Deadline,
+    ) -> Result<Fetched, RecvError> {
+        Ok(Fetched::Nothing)
+    }
 
     /// Sends `msg` on `route` within `deadline`, or hands it back with why not.
     /// `Disconnected` makes the router forget the peer.
@@ -160,6 +188,28 @@ impl<D: Delivery> BackendRouter for InboxRouter<D> {
     fn recv_from(&mut self, deadline: Deadline) -> Result<(PeerId, Msg), RecvError> {
         if let Some(data) = self.pending.pop_front() {
             return Ok(data);
+        }
+        if D::MAY_FETCH {
+            loop {
+                if let Ok(event) = self.inbound.try_recv() {
+                    match self.absorb(event) {
+                        Some(data) => return Ok(data),
+                        None => continue,
+                    }
+                }
+                match self.delivery.fetch(&self.inbound, deadline)? {
+                    Fetched::Data(peer, msg) => {
+                        if !self.peers.contains_key(&peer) {
+                            // Its connect event is queued (sent before the peer could
+                            // send): apply it, parking newer data behind this message.
+                            self.drain_control();
+                        }
+                        return Ok((peer, msg));
+                    }
+                    Fetched::Queued => continue,
+                    Fetched::Nothing => break,
+                }
+            }
         }
         loop {
             let event = match deadline.recv(&self.inbound, &self.endpoint) {

@@ -42,6 +42,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use switchyard_msg::Msg;
 
+#[cfg(feature = "mpi")]
+pub(crate) use inbox::Fetched;
 pub(crate) use inbox::{Delivery, Inbound, InboxRouter};
 
 /// How long a backend call may wait: the one deadline type of every backend call.

@@ -398,7 +398,7 @@ conformance_suite!(
 /// The suite above in every rank of a 2-rank and a 3-rank job.
 #[cfg(feature = "mpi")]
 mod mpi_conformance {
-    use super::support::mpirun::expect_ranks_pass;
+    use super::support::mpirun::{expect_ranks_pass, expect_ranks_pass_with};
     use std::time::Duration;
 
     #[test]
@@ -409,5 +409,17 @@ mod mpi_conformance {
     #[test]
     fn mpi_conformance_on_3_ranks() {
         expect_ranks_pass(3, "conformance::in_mpi_job::", Duration::from_secs(240));
+    }
+
+    /// With sockets leaving every MPI call to the progress thread, as at an MPI
+    /// thread level below `MPI_THREAD_MULTIPLE`.
+    #[test]
+    fn mpi_conformance_through_the_progress_thread_on_2_ranks() {
+        expect_ranks_pass_with(
+            2,
+            "conformance::in_mpi_job::",
+            Duration::from_secs(240),
+            &[(switchyard_transports::mpi::ENV_MPI_DIRECT, "0")],
+        );
     }
 }

@@ -7,7 +7,7 @@
 use crate::support;
 
 use std::time::Duration;
-use support::mpirun::{expect_ranks_pass, run_ranks};
+use support::mpirun::{expect_ranks_pass, expect_ranks_pass_with, run_ranks};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -96,6 +96,76 @@ mod in_mpi_job {
                 .collect();
             for t in threads {
                 t.join().unwrap();
+            }
+        }
+    }
+
+    /// Messages taken by the progress thread (into the socket's inbox, while its
+    /// thread is away) and messages the socket's thread receives itself keep one
+    /// order: each side pauses now and then, long enough for the progress thread to
+    /// step in, and reads with waits and with tries in turn.
+    #[test]
+    #[ignore = "runs inside mpirun"]
+    fn order_across_the_hand_over() {
+        let world = mpi::world().unwrap();
+        let dealers = world.size as u64 - 1;
+        let pause = || std::thread::sleep(Duration::from_millis(3));
+        // A try, or a wait, by the message's number: both paths get their turns.
+        fn next<T, E: std::fmt::Debug>(n: u64, mut attempt: impl FnMut(bool) -> Result<T, E>) -> T {
+            if n % 3 == 0 {
+                let give_up = std::time::Instant::now() + WAIT;
+                loop {
+                    if let Ok(found) = attempt(true) {
+                        return found;
+                    }
+                    assert!(std::time::Instant::now() < give_up, "nothing arrived");
+                    std::thread::yield_now();
+                }
+            }
+            attempt(false).unwrap()
+        }
+        if world.rank == 0 {
+            let mut router = RouterSocket::bind("mpi://0", SocketOptions::default()).unwrap();
+            router.await_peers(dealers as usize, WAIT).unwrap();
+            let mut next_seq: HashMap<_, u64> = HashMap::new();
+            for n in 0..dealers * messages() {
+                if n % 10 == 0 {
+                    pause();
+                }
+                let (peer, got) = next(n, |try_only| {
+                    if try_only {
+                        router.try_recv_from()
+                    } else {
+                        router.recv_from_timeout(WAIT)
+                    }
+                });
+                let seq = next_seq.entry(peer.clone()).or_default();
+                assert_eq!(got.header.seq, *seq, "out of order from {peer}");
+                *seq += 1;
+                let from = got.header.src;
+                assert_eq!(got, message(from.group, from.id as u64, got.header.seq));
+                router
+                    .send_to(&peer, got.reply(Kind::Put).with_seq(got.header.seq))
+                    .unwrap();
+            }
+            assert_eq!(router.dropped_malformed(), 0);
+        } else {
+            let mut dealer = DealerSocket::connect("mpi://0", SocketOptions::default()).unwrap();
+            for seq in 0..messages() {
+                dealer.send(message(world.rank, 0, seq)).unwrap();
+            }
+            for seq in 0..messages() {
+                if seq % 7 == 0 {
+                    pause();
+                }
+                let reply = next(seq, |try_only| {
+                    if try_only {
+                        dealer.try_recv()
+                    } else {
+                        dealer.recv_timeout(WAIT)
+                    }
+                });
+                assert_eq!(reply.header.seq, seq);
             }
         }
     }
@@ -279,6 +349,25 @@ fn order_and_frames_on_2_ranks() {
         2,
         "mpi_job::in_mpi_job::order_and_frames_between_ranks",
         Duration::from_secs(180),
+    );
+}
+
+#[test]
+fn order_across_the_hand_over_on_3_ranks() {
+    expect_ranks_pass(
+        3,
+        "mpi_job::in_mpi_job::order_across_the_hand_over",
+        Duration::from_secs(180),
+    );
+}
+
+#[test]
+fn order_and_frames_through_the_progress_thread_on_2_ranks() {
+    expect_ranks_pass_with(
+        2,
+        "mpi_job::in_mpi_job::order_and_frames_between_ranks",
+        Duration::from_secs(180),
+        &[(switchyard_transports::mpi::ENV_MPI_DIRECT, "0")],
     );
 }
 

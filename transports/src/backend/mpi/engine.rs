@@ -1,17 +1,21 @@
-//! The progress thread: the one thread of a process that calls MPI.
+//! The engine: MPI, the progress thread that owns it, and the handle sockets hold.
 //!
-//! Sockets never call MPI. A send encodes its message on the caller's thread, takes a
-//! credit (the high-water mark), and queues a command; the progress thread posts it
-//! with `MPI_Isend`, tests it until MPI is done with the buffers, and returns the
-//! credit. Receives are `MPI_Improbe` + `MPI_Mrecv` on the tag of a local socket that
-//! has room, so a socket at its high-water mark leaves messages in MPI (where large
-//! ones stay on the sender: rendezvous) instead of in an unbounded queue here.
+//! When MPI grants `MPI_THREAD_MULTIPLE` (and [`ENV_MPI_DIRECT`] does not say
+//! otherwise), a socket makes its own data calls on its own thread (`here`): a send
+//! takes a credit (the high-water mark), posts `MPI_Isend` and tests it once; a send
+//! MPI has not finished goes to the progress thread, which completes it and returns
+//! the credit. A receive that finds its inbox empty probes MPI for the socket's tag
+//! itself, for up to [`RECEIVE_SPIN`](super::here::RECEIVE_SPIN), before it blocks.
+//! No message then crosses a thread on its way, as with a raw `MPI_Send`/`MPI_Recv`.
 //!
-//! Why one thread even when MPI grants `MPI_THREAD_MULTIPLE`: it is correct at every
-//! thread level (MPI is initialised on this thread, so even `FUNNELED` suffices);
-//! OpenMPI serialises concurrent calls behind one lock anyway, so parallel callers
-//! would only contend; and one owner keeps each peer's messages in posting order and
-//! puts the idle policy in one place. The cost is one thread hand-off per message.
+//! The progress thread does the rest: the control notes between ranks (hello, ready,
+//! bye), the completion of sends, the collectives, and the receives for every socket
+//! nobody is waiting in (so that a poller sees its inbox fill). Its receives are
+//! `MPI_Improbe` + `MPI_Mrecv` on the tag of a socket that has room, so a socket at
+//! its high-water mark leaves messages in MPI (where large ones stay on the sender:
+//! rendezvous) instead of in an unbounded queue here. At a lower thread level it
+//! makes every MPI call, and sockets only queue commands (one hand-off per message
+//! each way); MPI is initialised on this thread, so even `FUNNELED` suffices.
 //!
 //! Collectives run here too: [`run_on_progress_thread`](super::run_on_progress_thread)
 //! hands this thread a closure ([`Command::Run`]), which gets a second duplicate of
@@ -35,12 +39,14 @@
 use super::credits::{Credits, MpiInbound};
 use super::exit::register_exit_hook;
 use super::ffi::{self, ThreadLevel};
+use super::here::{Comm, Posted, Turn};
 use super::progress::Progress;
+use super::shared::Shared;
 use super::wire::Encoded;
 use crate::{PeerId, TransportError};
 use crossbeam_channel::{Sender, unbounded};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::thread::{self, Thread};
 use std::time::Duration;
 use switchyard_msg::{Limits, Msg};
@@ -52,6 +58,13 @@ pub(crate) const ROUTER_TAG: i32 = 1;
 const FIRST_DEALER_TAG: i32 = 2;
 /// The largest tag every MPI implementation accepts (`MPI_TAG_UB` is at least this).
 const LAST_DEALER_TAG: i32 = 32767;
+
+/// Environment variable: `0` (or `false`) makes the progress thread post and receive
+/// every socket message even when MPI grants `MPI_THREAD_MULTIPLE`, as before sockets
+/// made their own calls (for comparison, and for an MPI whose multi-threaded mode
+/// misbehaves); `1` (or `true`, the default) lets sockets call MPI themselves when
+/// MPI grants it.
+pub const ENV_MPI_DIRECT: &str = "SWITCHYARD_MPI_DIRECT";
 
 /// The MPI job as this process sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +91,13 @@ pub(crate) enum Command {
         encoded: Encoded,
         credits: Arc<Credits>,
     },
+    /// A send a socket posted on its own thread and MPI has not finished: the
+    /// progress thread completes it, then frees the buffers and returns the credit.
+    Track {
+        posted: Posted,
+        encoded: Encoded,
+        credits: Arc<Credits>,
+    },
     OpenDealer {
         tag: i32,
         router: i32,
@@ -86,6 +106,7 @@ pub(crate) enum Command {
         hwm: usize,
         limits: Limits,
         connected: Sender<()>,
+        turn: Arc<Turn>,
     },
     CloseDealer {
         tag: i32,
@@ -96,6 +117,7 @@ pub(crate) enum Command {
         events: Sender<MpiInbound>,
         hwm: usize,
         limits: Limits,
+        turn: Arc<Turn>,
     },
     UnbindRouter {
         generation: u64,
@@ -113,13 +135,13 @@ pub(crate) struct Engine {
     pub(crate) world: MpiWorld,
     commands: Sender<Command>,
     pub(crate) thread: Thread,
-    sleeping: Arc<AtomicBool>,
-    failure: Arc<Mutex<Option<String>>>,
+    pub(crate) shared: Arc<Shared>,
+    /// The sockets' communicator, when sockets make their own MPI calls.
+    pub(crate) here: Option<Comm>,
     next_tag: AtomicI32,
     router_bound: AtomicBool,
     router_generation: AtomicU64,
     pub(super) linger_ms: AtomicU64,
-    pub(crate) malformed: Arc<AtomicU64>,
 }
 
 static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
@@ -144,23 +166,33 @@ impl Engine {
 
     /// Why the progress thread stopped, if it did.
     pub(crate) fn failure(&self) -> Option<String> {
-        self.failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.shared.failure()
     }
 
     pub(crate) fn submit(&self, command: Command) -> Result<(), String> {
+        self.submit_or_return(command).map_err(|(reason, _)| reason)
+    }
+
+    /// Queues `command`, or hands it back with why it cannot run.
+    pub(crate) fn submit_or_return(&self, command: Command) -> Result<(), (String, Command)> {
         if let Some(reason) = self.failure() {
-            return Err(reason);
+            return Err((reason, command));
         }
-        self.commands
-            .send(command)
-            .map_err(|_| "the MPI progress thread has stopped".to_string())?;
-        if self.sleeping.load(Ordering::SeqCst) {
+        if let Err(refused) = self.commands.send(command) {
+            return Err((
+                "the MPI progress thread has stopped".into(),
+                refused.into_inner(),
+            ));
+        }
+        self.wake();
+        Ok(())
+    }
+
+    /// Wakes the progress thread if it naps, so that it polls at once.
+    pub(crate) fn wake(&self) {
+        if self.shared.sleeping.load(Ordering::SeqCst) {
             self.thread.unpark();
         }
-        Ok(())
     }
 
     pub(crate) fn allocate_tag(&self) -> Result<i32, String> {
@@ -195,13 +227,26 @@ impl Engine {
     }
 }
 
+/// Whether sockets may make their own MPI calls, by [`ENV_MPI_DIRECT`].
+fn direct_allowed() -> Result<bool, String> {
+    match std::env::var(ENV_MPI_DIRECT) {
+        Err(_) => Ok(true),
+        Ok(v) => match v.trim() {
+            "" | "1" | "true" => Ok(true),
+            "0" | "false" => Ok(false),
+            other => Err(format!(
+                "{ENV_MPI_DIRECT}={other:?}: expected 1, 0, true or false"
+            )),
+        },
+    }
+}
+
 fn start() -> Result<Engine, String> {
+    let direct = direct_allowed()?;
     let (commands, inbox) = unbounded();
     let (started_tx, started_rx) = crossbeam_channel::bounded(1);
-    let sleeping = Arc::new(AtomicBool::new(false));
-    let failure = Arc::new(Mutex::new(None));
-    let malformed = Arc::new(AtomicU64::new(0));
-    let shared = (sleeping.clone(), failure.clone(), malformed.clone());
+    let shared = Arc::new(Shared::new());
+    let for_progress = shared.clone();
     let handle = thread::Builder::new()
         .name("switchyard-mpi".into())
         .spawn(move || {
@@ -218,25 +263,32 @@ fn start() -> Result<Engine, String> {
                 thread_level: started.level,
                 processor_name: started.processor.clone(),
             };
-            let _ = started_tx.send(Ok(world));
-            Progress::new(started, inbox, shared).run();
+            let comm = Comm(started.comm);
+            let _ = started_tx.send(Ok((world, comm)));
+            Progress::new(started, inbox, for_progress).run();
         })
         .map_err(|e| format!("cannot start the MPI progress thread: {e}"))?;
-    let world = started_rx
+    let (world, comm) = started_rx
         .recv()
         .map_err(|_| "the MPI progress thread died while initialising MPI".to_string())??;
+    let here = (direct && world.thread_level == ThreadLevel::Multiple).then_some(comm);
     register_exit_hook();
-    tracing::debug!(rank = world.rank, size = world.size, level = ?world.thread_level, "mpi started");
+    tracing::debug!(
+        rank = world.rank,
+        size = world.size,
+        level = ?world.thread_level,
+        sockets_call_mpi = here.is_some(),
+        "mpi started"
+    );
     Ok(Engine {
         world,
         commands,
         thread: handle.thread().clone(),
-        sleeping,
-        failure,
+        shared,
+        here,
         next_tag: AtomicI32::new(FIRST_DEALER_TAG),
         router_bound: AtomicBool::new(false),
         router_generation: AtomicU64::new(0),
         linger_ms: AtomicU64::new(0),
-        malformed,
     })
 }

@@ -4,9 +4,12 @@
 //! rsmpi's safe request API ties a request's lifetime to a scope, which does not fit a
 //! progress loop that keeps hundreds of sends in flight across iterations; so the loop
 //! uses the bindings rsmpi re-exports (`mpi::ffi`) and keeps every buffer alive in the
-//! same slot as its request until MPI reports it complete. Every function here must be
-//! called on the thread that initialised MPI (the progress thread).
+//! same slot as its request until MPI reports it complete. Every function here is
+//! called on the thread that initialised MPI (the progress thread), or, when MPI
+//! granted `MPI_THREAD_MULTIPLE`, on a socket's thread inside the engine's open gate
+//! (`here`).
 
+use super::wire::Encoded;
 use mpi::ffi as sys;
 use std::ffi::{c_char, c_int, c_void};
 use std::mem::MaybeUninit;
@@ -192,9 +195,17 @@ pub(crate) unsafe fn isend(
 ) -> Result<Request, MpiError> {
     unsafe {
         let mut request = MaybeUninit::<sys::MPI_Request>::uninit();
-        let blocks: Vec<&[u8]> = blocks.iter().copied().filter(|b| !b.is_empty()).collect();
+        // One block (a packed message) needs no list of the non-empty ones.
+        let filtered: Vec<&[u8]>;
+        let blocks = match blocks {
+            [one] if !one.is_empty() => blocks,
+            _ => {
+                filtered = blocks.iter().copied().filter(|b| !b.is_empty()).collect();
+                &filtered
+            }
+        };
         let byte = sys::RSMPI_UINT8_T;
-        match blocks.as_slice() {
+        match blocks {
             [] => check(
                 "MPI_Isend",
                 sys::MPI_Isend(
@@ -259,6 +270,42 @@ pub(crate) unsafe fn isend(
         }
         Ok(request.assume_init())
     }
+}
+
+/// Posts `encoded` as one message: its head alone when the frames were packed into
+/// it, head and frames as blocks otherwise.
+///
+/// # Safety
+///
+/// As [`isend`]: `encoded`'s buffers must stay alive and unmoved until the returned
+/// request completes.
+pub(crate) unsafe fn isend_encoded(
+    comm: sys::MPI_Comm,
+    encoded: &Encoded,
+    dest: c_int,
+    tag: c_int,
+) -> Result<Request, MpiError> {
+    // SAFETY: passed on to the caller.
+    unsafe {
+        if encoded.frames.is_empty() {
+            isend(comm, &[encoded.head.as_slice()], dest, tag)
+        } else {
+            isend(comm, &encoded.blocks(), dest, tag)
+        }
+    }
+}
+
+/// Tests one request: `true` once complete (MPI then sets it to `MPI_REQUEST_NULL`).
+pub(crate) fn test(request: &mut Request) -> Result<bool, MpiError> {
+    let mut done: c_int = 0;
+    // SAFETY: a valid request and out-pointer; the status is ignored.
+    unsafe {
+        check(
+            "MPI_Test",
+            sys::MPI_Test(request, &mut done, sys::RSMPI_STATUS_IGNORE),
+        )?;
+    }
+    Ok(done != 0)
 }
 
 /// Tests every request in `requests`, returning the indices of those that completed
@@ -335,8 +382,17 @@ pub(crate) fn probe(
 }
 
 /// Receives a matched message into a new buffer of exactly its length.
-pub(crate) fn receive(mut matched: Matched) -> Result<Vec<u8>, MpiError> {
-    let mut buffer: Vec<u8> = Vec::with_capacity(matched.len);
+pub(crate) fn receive(matched: Matched) -> Result<Vec<u8>, MpiError> {
+    let mut buffer: Vec<u8> = Vec::new();
+    receive_into(matched, &mut buffer)?;
+    Ok(buffer)
+}
+
+/// Receives a matched message into `buffer`, replacing what it held (it grows if it
+/// is too small).
+pub(crate) fn receive_into(mut matched: Matched, buffer: &mut Vec<u8>) -> Result<(), MpiError> {
+    buffer.clear();
+    buffer.reserve(matched.len);
     // SAFETY: MPI writes exactly `len` bytes (the matched message's size) into the
     // buffer's capacity before `set_len` exposes them.
     unsafe {
@@ -352,5 +408,5 @@ pub(crate) fn receive(mut matched: Matched) -> Result<Vec<u8>, MpiError> {
         )?;
         buffer.set_len(matched.len);
     }
-    Ok(buffer)
+    Ok(())
 }

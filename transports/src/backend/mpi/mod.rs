@@ -8,8 +8,9 @@
 //! itself); an `mpi://` dealer of a rank's own router works too, through MPI's
 //! self-loopback.
 //!
-//! How it works and why is in the `engine` module's documentation: one progress thread
-//! per process makes every MPI call.
+//! How it works and why is in the `engine` module's documentation: sockets post and
+//! receive their own messages when MPI grants `MPI_THREAD_MULTIPLE`; one progress
+//! thread per process does the rest (and everything at a lower thread level).
 //!
 //! The wire codec ([`wire`]) is pure Rust and built without the `mpi` feature too, so
 //! that it can be fuzzed (`crate::fuzzing`) where no MPI is installed.
@@ -27,9 +28,15 @@ mod exit;
 #[cfg(feature = "mpi")]
 mod ffi;
 #[cfg(feature = "mpi")]
+mod here;
+#[cfg(feature = "mpi")]
+mod pool;
+#[cfg(feature = "mpi")]
 mod progress;
 #[cfg(feature = "mpi")]
 mod run;
+#[cfg(feature = "mpi")]
+mod shared;
 #[cfg(feature = "mpi")]
 mod sockets;
 #[cfg(all(test, feature = "mpi"))]
@@ -38,7 +45,7 @@ mod tests;
 #[cfg(feature = "mpi")]
 pub use collective::{CallError, Collectives, Datatype, Operation, with_collectives};
 #[cfg(feature = "mpi")]
-pub use engine::MpiWorld;
+pub use engine::{ENV_MPI_DIRECT, MpiWorld};
 #[cfg(feature = "mpi")]
 pub use exit::ENV_FINALIZE_TIMEOUT;
 #[cfg(feature = "mpi")]

@@ -6,13 +6,14 @@ mod receive;
 use super::credits::{Credits, MpiInbound};
 use super::engine::{CONTROL_TAG, Command};
 use super::ffi::{self, MpiError, Request};
+use super::here::Turn;
+use super::shared::Shared;
 use super::wire::{Control, Encoded};
 use crate::PeerId;
-use crate::backend::warn_limit::PeerWarnings;
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 use switchyard_msg::{Limits, Msg};
@@ -41,6 +42,7 @@ struct DealerEnd {
     hwm: usize,
     limits: Limits,
     connected: Option<Sender<()>>,
+    turn: Arc<Turn>,
 }
 
 struct RouterEnd {
@@ -48,6 +50,7 @@ struct RouterEnd {
     events: Sender<MpiInbound>,
     hwm: usize,
     limits: Limits,
+    turn: Arc<Turn>,
 }
 
 struct PeerState {
@@ -63,11 +66,7 @@ pub(super) struct Progress {
     rank: i32,
     owns_mpi: bool,
     commands: Receiver<Command>,
-    sleeping: Arc<AtomicBool>,
-    failure: Arc<Mutex<Option<String>>>,
-    malformed: Arc<AtomicU64>,
-    /// Limits the malformed-message warnings per source rank (`malformed` stays exact).
-    warnings: PeerWarnings<i32>,
+    shared: Arc<Shared>,
     requests: Vec<Request>,
     in_flight: Vec<InFlight>,
     dealers: HashMap<i32, DealerEnd>,
@@ -80,24 +79,18 @@ pub(super) struct Progress {
     collective: Option<Result<mpi::ffi::MPI_Comm, String>>,
 }
 
-type Shared = (Arc<AtomicBool>, Arc<Mutex<Option<String>>>, Arc<AtomicU64>);
-
 impl Progress {
     pub(super) fn new(
         started: ffi::Started,
         commands: Receiver<Command>,
-        shared: Shared,
+        shared: Arc<Shared>,
     ) -> Progress {
-        let (sleeping, failure, malformed) = shared;
         Progress {
             comm: started.comm,
             rank: started.rank,
             owns_mpi: started.owns_mpi,
             commands,
-            sleeping,
-            failure,
-            malformed,
-            warnings: PeerWarnings::new("mpi"),
+            shared,
             requests: Vec::new(),
             in_flight: Vec::new(),
             dealers: HashMap::new(),
@@ -117,7 +110,7 @@ impl Progress {
                 Ok(worked) => worked,
                 Err(e) => {
                     tracing::error!("mpi progress thread stops: {e}");
-                    *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                    self.shared.fail(e.to_string());
                     return;
                 }
             };
@@ -144,23 +137,24 @@ impl Progress {
                 thread::yield_now();
                 continue;
             }
-            self.sleeping.store(true, Ordering::SeqCst);
+            self.shared.sleeping.store(true, Ordering::SeqCst);
             if self.commands.is_empty() {
                 thread::park_timeout(nap);
             }
-            self.sleeping.store(false, Ordering::SeqCst);
+            self.shared.sleeping.store(false, Ordering::SeqCst);
             nap = (nap * 2).min(MAX_NAP);
         }
     }
 
     fn finish(&mut self, finalize: bool) {
+        // No socket thread is inside MPI past this point, and none enters it.
+        let _closed = self.shared.close();
+        self.shared.fail("MPI was finalized at exit".into());
         if finalize {
             if let Err(e) = ffi::finalize() {
                 eprintln!("switchyard: {e}");
             }
         }
-        *self.failure.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some("MPI was finalized at exit".into());
         if let Some((_, done)) = self.shutdown.take() {
             let _ = done.send(());
         }
@@ -185,14 +179,10 @@ impl Progress {
     ) -> Result<(), MpiError> {
         // SAFETY: `encoded` moves into `in_flight` next to its request and stays there
         // (its heap buffers unmoved) until MPI_Testsome reports the send complete.
-        let request = unsafe { ffi::isend(self.comm, &encoded.blocks(), dest, tag) };
+        let request = unsafe { ffi::isend_encoded(self.comm, &encoded, dest, tag) };
         match request {
             Ok(request) => {
-                self.requests.push(request);
-                self.in_flight.push(InFlight {
-                    _encoded: encoded,
-                    credits,
-                });
+                self.track(request, encoded, credits);
                 Ok(())
             }
             Err(e) => {
@@ -202,6 +192,15 @@ impl Progress {
                 Err(e)
             }
         }
+    }
+
+    /// Keeps a posted send's buffers next to its request until it completes.
+    fn track(&mut self, request: Request, encoded: Encoded, credits: Option<Arc<Credits>>) {
+        self.requests.push(request);
+        self.in_flight.push(InFlight {
+            _encoded: encoded,
+            credits,
+        });
     }
 
     fn send_control(&mut self, dest: i32, note: &Control) -> Result<(), MpiError> {
@@ -223,6 +222,11 @@ impl Progress {
                     encoded,
                     credits,
                 } => self.post(dest, tag, encoded, Some(credits))?,
+                Command::Track {
+                    posted,
+                    encoded,
+                    credits,
+                } => self.track(posted.0, encoded, Some(credits)),
                 Command::OpenDealer {
                     tag,
                     router,
@@ -231,7 +235,9 @@ impl Progress {
                     hwm,
                     limits,
                     connected,
+                    turn,
                 } => {
+                    turn.serve();
                     self.dealers.insert(
                         tag,
                         DealerEnd {
@@ -240,6 +246,7 @@ impl Progress {
                             hwm,
                             limits,
                             connected: Some(connected),
+                            turn,
                         },
                     );
                     self.send_control(
@@ -268,11 +275,13 @@ impl Progress {
                     events,
                     hwm,
                     limits,
+                    turn,
                 } => self.bind_router(RouterEnd {
                     generation,
                     events,
                     hwm,
                     limits,
+                    turn,
                 })?,
                 Command::UnbindRouter { generation } => {
                     if self.router.as_ref().map(|r| r.generation) == Some(generation) {

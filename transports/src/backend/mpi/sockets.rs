@@ -1,17 +1,20 @@
 //! The mpi backend's sockets: a dealer talking to one rank's router, and this rank's
-//! router. Both only queue commands for the progress thread ([`super::engine`]).
+//! router. They post and receive their own messages when MPI allows it (`here`) and
+//! queue commands for the progress thread otherwise ([`super::engine`]).
 
-use super::credits::{Credits, MpiRoute};
+use super::credits::{Credits, MpiInbound, MpiRoute};
 use super::engine::{Command, Engine, ROUTER_TAG};
+use super::here::{self, Comm, Turn};
 use super::wire;
-use crate::backend::{BackendDealer, BackendSocket, Deadline, Delivery, InboxRouter, send_error};
+use crate::backend::{
+    BackendDealer, BackendSocket, Deadline, Delivery, Fetched, InboxRouter, send_error,
+};
 use crate::poller::Watch;
 use crate::{PeerId, RecvError, SendError, SendErrorKind, SocketOptions, TransportError};
 use crossbeam_channel::{Receiver, unbounded};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
-use switchyard_msg::Msg;
+use switchyard_msg::{Limits, Msg};
 
 /// Where a send goes: the destination rank and socket tag, and the sender's own tag.
 struct Hop {
@@ -20,8 +23,8 @@ struct Hop {
     source_tag: i32,
 }
 
-/// Encodes, takes a credit (waiting until `deadline`), and queues; or hands `msg`
-/// back with why not.
+/// Encodes, takes a credit (waiting until `deadline`), and posts on this thread or
+/// queues for the progress thread; or hands `msg` back with why not.
 fn queue_send(
     engine: &Engine,
     msg: Msg,
@@ -35,6 +38,10 @@ fn queue_send(
     };
     if !credits.acquire(deadline) {
         return Err((msg, deadline.no_room()));
+    }
+    if let Some(comm) = engine.here {
+        return here::send(engine, comm, hop.rank, hop.tag, encoded, credits.clone())
+            .map_err(|reason| (msg, SendErrorKind::Backend(reason)));
     }
     let command = Command::Send {
         dest: hop.rank,
@@ -70,6 +77,8 @@ pub(crate) struct MpiDealer {
     tag: i32,
     credits: Arc<Credits>,
     inbox: Receiver<Msg>,
+    /// Shared with the progress thread: who receives for this dealer.
+    turn: Arc<Turn>,
 }
 
 impl std::fmt::Debug for MpiDealer {
@@ -99,6 +108,7 @@ impl MpiDealer {
             .unwrap_or_else(crate::backend::fresh_identity);
         let (inbox_tx, inbox) = unbounded();
         let (connected_tx, connected) = crossbeam_channel::bounded(1);
+        let turn = Turn::new();
         let started = Instant::now();
         engine
             .submit(Command::OpenDealer {
@@ -109,6 +119,7 @@ impl MpiDealer {
                 hwm: options.hwm,
                 limits: options.limits,
                 connected: connected_tx,
+                turn: turn.clone(),
             })
             .map_err(backend)?;
         engine.note_linger(options.linger);
@@ -120,6 +131,7 @@ impl MpiDealer {
             router,
             tag,
             inbox,
+            turn,
             options,
         };
         if connected
@@ -148,6 +160,52 @@ impl MpiDealer {
                 endpoint: self.endpoint.clone(),
             },
         }
+    }
+
+    /// Receives on this thread within the spin window: from the inbox, where the
+    /// progress thread may have put messages, then from MPI.
+    fn receive_here(&self, comm: Comm, deadline: Deadline) -> Result<Option<Msg>, RecvError> {
+        let fetch = || {
+            let _turn = self.turn.take();
+            if let Ok(msg) = self.inbox.try_recv() {
+                return Ok(Some(msg));
+            }
+            loop {
+                let received = here::receive(self.engine, comm, Some(self.router), self.tag)
+                    .map_err(|reason| RecvError::Backend {
+                        endpoint: self.endpoint.clone(),
+                        reason,
+                    })?;
+                let Some((source, buffer)) = received else {
+                    return Ok(None);
+                };
+                match wire::decode(buffer, &self.options.limits) {
+                    Ok((_, msg)) => return Ok(Some(msg)),
+                    Err(reason) => self.engine.shared.drop_malformed(source, &reason),
+                }
+            }
+        };
+        let waiting = self.turn.wait_here();
+        let found = spin_within(deadline, fetch);
+        drop(waiting);
+        let found = found?;
+        if found.is_none() {
+            // The progress thread receives for this dealer from now on.
+            self.engine.wake();
+        }
+        Ok(found)
+    }
+}
+
+/// Runs `fetch` once for a try, or polls it within the spin window.
+fn spin_within<T>(
+    deadline: Deadline,
+    mut fetch: impl FnMut() -> Result<Option<T>, RecvError>,
+) -> Result<Option<T>, RecvError> {
+    match deadline {
+        Deadline::Now => fetch(),
+        Deadline::At(at) => here::spin(Some(at), fetch),
+        Deadline::Forever => here::spin(None, fetch),
     }
 }
 
@@ -181,6 +239,11 @@ impl BackendDealer for MpiDealer {
     }
 
     fn recv(&mut self, deadline: Deadline) -> Result<Msg, RecvError> {
+        if let Some(comm) = self.engine.here {
+            if let Some(msg) = self.receive_here(comm, deadline)? {
+                return Ok(msg);
+            }
+        }
         match deadline.recv(&self.inbox, &self.endpoint) {
             Err(RecvError::Disconnected { .. }) => Err(self.closed()),
             // A dead progress thread never fills the inbox again: say why, not "timeout".
@@ -210,11 +273,15 @@ impl Drop for MpiDealer {
 /// This rank's router.
 pub(crate) type MpiRouter = InboxRouter<MpiDelivery>;
 
-/// How this rank's router reaches its dealers: through the progress thread, with each
-/// dealer's own credits. It holds the rank's router slot, and frees it when dropped.
+/// How this rank's router reaches its dealers, with each dealer's own credits, and
+/// receives on its own thread when MPI allows. It holds the rank's router slot, and
+/// frees it when dropped.
 pub(crate) struct MpiDelivery {
     engine: &'static Engine,
     generation: u64,
+    limits: Limits,
+    /// Shared with the progress thread: who receives for this router.
+    turn: Arc<Turn>,
 }
 
 impl std::fmt::Debug for MpiDelivery {
@@ -246,11 +313,13 @@ impl MpiRouter {
             });
         };
         let (events, inbound) = unbounded();
+        let turn = Turn::new();
         if let Err(reason) = engine.submit(Command::BindRouter {
             generation,
             events,
             hwm: options.hwm,
             limits: options.limits,
+            turn: turn.clone(),
         }) {
             engine.release_router(generation);
             return Err(TransportError::Backend {
@@ -260,13 +329,79 @@ impl MpiRouter {
             });
         }
         engine.note_linger(options.linger);
-        let delivery = MpiDelivery { engine, generation };
+        let delivery = MpiDelivery {
+            engine,
+            generation,
+            limits: options.limits,
+            turn,
+        };
         Ok(InboxRouter::new(endpoint, options, inbound, delivery))
+    }
+}
+
+impl MpiDelivery {
+    /// One look at the router's tag, under the turn: events first, then MPI.
+    fn fetch_once(
+        &self,
+        comm: Comm,
+        events: &Receiver<MpiInbound>,
+    ) -> Result<Option<Fetched>, RecvError> {
+        let _turn = self.turn.take();
+        if !events.is_empty() {
+            return Ok(Some(Fetched::Queued));
+        }
+        loop {
+            let received =
+                here::receive(self.engine, comm, None, ROUTER_TAG).map_err(|reason| {
+                    RecvError::Backend {
+                        endpoint: format!("mpi://{}", self.engine.world.rank),
+                        reason,
+                    }
+                })?;
+            let Some((source, buffer)) = received else {
+                return Ok(None);
+            };
+            let (dealer, msg) = match wire::decode(buffer, &self.limits) {
+                Ok(decoded) => decoded,
+                Err(reason) => {
+                    self.engine.shared.drop_malformed(source, &reason);
+                    continue;
+                }
+            };
+            match self.engine.shared.dealer_named(source, dealer) {
+                Some(peer) => return Ok(Some(Fetched::Data(peer, msg))),
+                None => self.engine.shared.drop_malformed(
+                    source,
+                    &format_args!("data from dealer tag {dealer}, which never said hello"),
+                ),
+            }
+        }
     }
 }
 
 impl Delivery for MpiDelivery {
     type Route = MpiRoute;
+
+    const MAY_FETCH: bool = true;
+
+    fn fetch(
+        &self,
+        events: &Receiver<MpiInbound>,
+        deadline: Deadline,
+    ) -> Result<Fetched, RecvError> {
+        let Some(comm) = self.engine.here.filter(|_| self.turn.served()) else {
+            return Ok(Fetched::Nothing);
+        };
+        let waiting = self.turn.wait_here();
+        let found = spin_within(deadline, || self.fetch_once(comm, events));
+        drop(waiting);
+        let found = found?;
+        Ok(found.unwrap_or_else(|| {
+            // The progress thread receives for this router from now on.
+            self.engine.wake();
+            Fetched::Nothing
+        }))
+    }
 
     fn deliver(
         &self,
@@ -288,7 +423,7 @@ impl Delivery for MpiDelivery {
 
     /// Malformed messages this process's progress thread dropped (all mpi sockets).
     fn dropped_malformed(&self) -> u64 {
-        self.engine.malformed.load(Ordering::Relaxed)
+        self.engine.shared.malformed()
     }
 }
 

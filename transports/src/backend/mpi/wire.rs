@@ -109,7 +109,7 @@ fn read_u64(buf: &[u8], at: usize) -> u64 {
 
 /// Reads a data message, checking its layout and every limit; frames are slices of
 /// `buffer`, not copies.
-pub(crate) fn decode(buffer: Vec<u8>, limits: &Limits) -> Result<(i32, Msg), Malformed> {
+pub(crate) fn decode(buffer: Bytes, limits: &Limits) -> Result<(i32, Msg), Malformed> {
     let layout = |reason: String| Malformed::Layout(reason);
     if buffer.len() < FIXED {
         return Err(layout(format!(
@@ -160,7 +160,7 @@ pub(crate) fn decode(buffer: Vec<u8>, limits: &Limits) -> Result<(i32, Msg), Mal
             buffer.len() - at
         )));
     }
-    let whole = Bytes::from(buffer);
+    let whole = buffer;
     let frames = spans.iter().map(|&(a, b)| whole.slice(a..b)).collect();
     let msg = Msg::from_header_frame(&whole[lengths_end..header_end], frames, limits)
         .map_err(Malformed::Decode)?;
@@ -232,7 +232,7 @@ mod tests {
             let e = encode(&msg, 17).unwrap();
             let large = sizes.iter().sum::<usize>() > PACK_BELOW;
             assert_eq!(e.frames.is_empty(), !large);
-            let (tag, back) = decode(joined(&e), &Limits::default()).unwrap();
+            let (tag, back) = decode(joined(&e).into(), &Limits::default()).unwrap();
             assert_eq!(tag, 17);
             assert_eq!(back, msg);
         }
@@ -245,16 +245,16 @@ mod tests {
         let bytes = joined(&encode(&msg, 2).unwrap());
         for cut in [0, 5, 12, 20, bytes.len() - 1] {
             assert!(
-                decode(bytes[..cut].to_vec(), &Limits::default()).is_err(),
+                decode(bytes[..cut].to_vec().into(), &Limits::default()).is_err(),
                 "cut {cut}"
             );
         }
         let mut padded = bytes.clone();
         padded.push(0);
-        assert!(decode(padded, &Limits::default()).is_err());
+        assert!(decode(padded.into(), &Limits::default()).is_err());
         let mut lying = bytes;
         lying[12..20].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert!(decode(lying, &Limits::default()).is_err());
+        assert!(decode(lying.into(), &Limits::default()).is_err());
     }
 
     #[test]

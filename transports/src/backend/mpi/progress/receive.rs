@@ -7,8 +7,8 @@ use crate::backend::Inbound;
 use crate::backend::mpi::credits::{Credits, MpiRoute};
 use crate::backend::mpi::engine::{CONTROL_TAG, ROUTER_TAG};
 use crate::backend::mpi::ffi::{self, MpiError};
+use crate::backend::mpi::here::receive_pooled;
 use crate::backend::mpi::wire::{self, Control};
-use std::sync::atomic::Ordering;
 
 impl Progress {
     /// A new router inherits every dealer that said hello and has not said goodbye,
@@ -35,6 +35,7 @@ impl Progress {
                 });
             }
         }
+        router.turn.serve();
         self.router = Some(router);
         for (rank, tag) in ready {
             self.send_control(rank, &Control::Ready { dealer: tag })?;
@@ -42,11 +43,8 @@ impl Progress {
         Ok(())
     }
 
-    fn drop_malformed(&mut self, source: i32, reason: &dyn std::fmt::Display) {
-        self.malformed.fetch_add(1, Ordering::Relaxed);
-        if self.warnings.admit(&source) {
-            tracing::warn!(source_rank = source, %reason, "mpi: dropped a malformed message");
-        }
+    fn drop_malformed(&self, source: i32, reason: &dyn std::fmt::Display) {
+        self.shared.drop_malformed(source, reason);
     }
 
     pub(super) fn receive_control(&mut self) -> Result<bool, MpiError> {
@@ -77,6 +75,7 @@ impl Progress {
                     self.drop_malformed(source, &"hello with an invalid identity");
                     return Ok(());
                 };
+                self.shared.name_dealer(source, dealer, identity.clone());
                 let hwm = self.router.as_ref().map_or(1000, |r| r.hwm);
                 let credits = Credits::new(hwm);
                 let readied = self.router.is_some();
@@ -138,13 +137,21 @@ impl Progress {
         }
     }
 
+    /// Receives for this rank's router, unless its own thread is receiving.
     pub(super) fn receive_for_router(&mut self) -> Result<bool, MpiError> {
+        let Some(router) = &self.router else {
+            return Ok(false);
+        };
+        let turn = router.turn.clone();
+        let Some(_turn) = turn.try_take() else {
+            return Ok(false);
+        };
         let mut worked = false;
         for _ in 0..BATCH {
             let Some(router) = &self.router else {
                 break;
             };
-            if router.events.len() >= router.hwm {
+            if router.events.len() >= router.hwm || turn.wanted() {
                 break;
             }
             let Some(matched) = ffi::probe(self.comm, None, Some(ROUTER_TAG))? else {
@@ -152,7 +159,7 @@ impl Progress {
             };
             worked = true;
             let source = matched.source;
-            let buffer = ffi::receive(matched)?;
+            let buffer = receive_pooled(matched)?;
             let Some(router) = &self.router else {
                 break;
             };
@@ -179,15 +186,19 @@ impl Progress {
         let mut worked = false;
         let mut malformed = Vec::new();
         for (&tag, end) in &self.dealers {
+            // A dealer whose thread is receiving takes its own messages.
+            let Some(_turn) = end.turn.try_take() else {
+                continue;
+            };
             for _ in 0..BATCH {
-                if end.inbox.len() >= end.hwm {
+                if end.inbox.len() >= end.hwm || end.turn.wanted() {
                     break;
                 }
                 let Some(matched) = ffi::probe(self.comm, Some(end.router), Some(tag))? else {
                     break;
                 };
                 worked = true;
-                match wire::decode(ffi::receive(matched)?, &end.limits) {
+                match wire::decode(receive_pooled(matched)?, &end.limits) {
                     Ok((_, msg)) => {
                         let _ = end.inbox.send(msg);
                     }
