@@ -74,10 +74,11 @@ pub mod fuzzing {
         wire::decode(buffer.into(), limits).map_err(|e| e.to_string())
     }
 
-    /// Lays out `msg` as the MPI backend sends it from the socket with tag
-    /// `source_tag`, joined into one buffer (what the receiver gets).
+    /// Lays out `msg` as the MPI backend sends a message of up to 16 KiB from the
+    /// socket with tag `source_tag`: one buffer, the frames packed after the head,
+    /// whatever its size here (larger ones go as a head and a message per frame).
     pub fn encode_mpi_message(msg: &Msg, source_tag: i32) -> Result<Vec<u8>, String> {
-        wire::encode(msg, source_tag).map(|encoded| encoded.blocks().concat())
+        wire::encode_packing_below(msg, source_tag, usize::MAX).map(|encoded| encoded.head)
     }
 
     /// Decodes one MPI control note (HELLO, READY, BYE) and encodes it again, so that

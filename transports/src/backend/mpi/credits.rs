@@ -4,14 +4,22 @@
 //! dealer's credits.
 
 use crate::backend::{Deadline, Inbound};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 /// A socket's sends in flight, bounded by its high-water mark.
+///
+/// Taking and returning a credit are one atomic operation each; the lock and the
+/// condition variable are touched only when a sender waits, so that a send that
+/// completes at once costs no system call (a condition variable's notify is one).
 #[derive(Debug)]
 pub(crate) struct Credits {
     limit: usize,
-    used: Mutex<usize>,
+    used: AtomicUsize,
+    /// Senders waiting for a credit.
+    waiters: AtomicUsize,
+    lock: Mutex<()>,
     freed: Condvar,
 }
 
@@ -19,40 +27,66 @@ impl Credits {
     pub(crate) fn new(limit: usize) -> Arc<Credits> {
         Arc::new(Credits {
             limit: limit.max(1),
-            used: Mutex::new(0),
+            used: AtomicUsize::new(0),
+            waiters: AtomicUsize::new(0),
+            lock: Mutex::new(()),
             freed: Condvar::new(),
         })
     }
 
+    fn try_take(&self) -> bool {
+        self.used
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
+                (used < self.limit).then_some(used + 1)
+            })
+            .is_ok()
+    }
+
     /// Takes a credit, waiting until `deadline` for one to be freed.
     pub(crate) fn acquire(&self, deadline: Deadline) -> bool {
-        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            if *used < self.limit {
-                *used += 1;
-                return true;
+        if self.try_take() {
+            return true;
+        }
+        if deadline == Deadline::Now {
+            return false;
+        }
+        let mut guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        // Counted before the next look, so that a release after that look sees a
+        // waiter and notifies (under the lock, which this thread holds until it waits).
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let taken = loop {
+            if self.try_take() {
+                break true;
             }
-            used = match deadline {
-                Deadline::Now => return false,
-                Deadline::Forever => self.freed.wait(used).unwrap_or_else(|p| p.into_inner()),
+            guard = match deadline {
+                Deadline::Now => break false,
+                Deadline::Forever => self.freed.wait(guard).unwrap_or_else(|p| p.into_inner()),
                 Deadline::At(deadline) => {
                     let now = Instant::now();
                     if now >= deadline {
-                        return false;
+                        break false;
                     }
                     self.freed
-                        .wait_timeout(used, deadline - now)
+                        .wait_timeout(guard, deadline - now)
                         .unwrap_or_else(|p| p.into_inner())
                         .0
                 }
             };
-        }
+        };
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        taken
     }
 
     pub(crate) fn release(&self) {
-        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
-        *used = used.saturating_sub(1);
-        self.freed.notify_all();
+        let _ = self
+            .used
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
+                used.checked_sub(1)
+            });
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.freed.notify_all();
+        }
     }
 }
 

@@ -36,11 +36,12 @@
 //! `credits` bounds each socket's sends in flight; `exit` flushes and finalizes (or
 //! deliberately does not) when the process exits.
 
+use super::comms::Comms;
 use super::credits::{Credits, MpiInbound};
 use super::exit::register_exit_hook;
 use super::ffi::{self, ThreadLevel};
-use super::here::{Comm, Posted, Turn};
-use super::progress::Progress;
+use super::here::{Posted, Turn};
+use super::progress::{Progress, Sending};
 use super::shared::Shared;
 use super::wire::Encoded;
 use crate::{PeerId, TransportError};
@@ -88,15 +89,15 @@ pub(crate) enum Command {
     Send {
         dest: i32,
         tag: i32,
+        source_tag: i32,
         encoded: Encoded,
         credits: Arc<Credits>,
     },
-    /// A send a socket posted on its own thread and MPI has not finished: the
-    /// progress thread completes it, then frees the buffers and returns the credit.
+    /// Sends a socket posted on its own thread and MPI has not finished: the
+    /// progress thread completes them, then frees the buffers and returns the credit.
     Track {
         posted: Posted,
-        encoded: Encoded,
-        credits: Arc<Credits>,
+        sending: Arc<Sending>,
     },
     OpenDealer {
         tag: i32,
@@ -136,8 +137,8 @@ pub(crate) struct Engine {
     commands: Sender<Command>,
     pub(crate) thread: Thread,
     pub(crate) shared: Arc<Shared>,
-    /// The sockets' communicator, when sockets make their own MPI calls.
-    pub(crate) here: Option<Comm>,
+    /// The sockets' communicators, when sockets make their own MPI calls.
+    pub(crate) here: Option<Comms>,
     next_tag: AtomicI32,
     router_bound: AtomicBool,
     router_generation: AtomicU64,
@@ -263,15 +264,21 @@ fn start() -> Result<Engine, String> {
                 thread_level: started.level,
                 processor_name: started.processor.clone(),
             };
-            let comm = Comm(started.comm);
-            let _ = started_tx.send(Ok((world, comm)));
-            Progress::new(started, inbox, for_progress).run();
+            let comms = match Comms::with_data(started.comm) {
+                Ok(comms) => comms,
+                Err(e) => {
+                    let _ = started_tx.send(Err(e.to_string()));
+                    return;
+                }
+            };
+            let _ = started_tx.send(Ok((world, comms)));
+            Progress::new(started, comms, inbox, for_progress).run();
         })
         .map_err(|e| format!("cannot start the MPI progress thread: {e}"))?;
-    let (world, comm) = started_rx
+    let (world, comms) = started_rx
         .recv()
         .map_err(|_| "the MPI progress thread died while initialising MPI".to_string())??;
-    let here = (direct && world.thread_level == ThreadLevel::Multiple).then_some(comm);
+    let here = (direct && world.thread_level == ThreadLevel::Multiple).then_some(comms);
     register_exit_hook();
     tracing::debug!(
         rank = world.rank,

@@ -9,7 +9,6 @@
 //! granted `MPI_THREAD_MULTIPLE`, on a socket's thread inside the engine's open gate
 //! (`here`).
 
-use super::wire::Encoded;
 use mpi::ffi as sys;
 use std::ffi::{c_char, c_int, c_void};
 use std::mem::MaybeUninit;
@@ -180,118 +179,44 @@ pub(crate) fn finalize() -> Result<(), MpiError> {
 /// reports it complete.
 pub(crate) type Request = sys::MPI_Request;
 
-/// Posts a send of `blocks` laid end to end as one message, without copying them:
-/// one block is a plain byte send; several become an `hindexed` datatype whose
-/// displacements are measured from the first block.
+/// Posts a send of `bytes` as one message, without copying them.
 ///
 /// # Safety
 ///
-/// Every block must stay alive and unmoved until the returned request completes.
+/// `bytes` must stay alive and unmoved until the returned request completes.
 pub(crate) unsafe fn isend(
     comm: sys::MPI_Comm,
-    blocks: &[&[u8]],
+    bytes: &[u8],
     dest: c_int,
     tag: c_int,
 ) -> Result<Request, MpiError> {
+    let count = c_int::try_from(bytes.len()).map_err(|_| MpiError {
+        call: "MPI_Isend",
+        reason: format!("{} bytes do not fit MPI's C int count", bytes.len()),
+    })?;
+    // MPI may not accept a null buffer even for an empty message.
+    let buffer = if bytes.is_empty() {
+        ptr::NonNull::<u8>::dangling().as_ptr() as *const c_void
+    } else {
+        bytes.as_ptr() as *const c_void
+    };
+    let mut request = MaybeUninit::<sys::MPI_Request>::uninit();
+    // SAFETY: a valid buffer of `count` bytes (the caller keeps it alive) and
+    // out-pointer.
     unsafe {
-        let mut request = MaybeUninit::<sys::MPI_Request>::uninit();
-        // One block (a packed message) needs no list of the non-empty ones.
-        let filtered: Vec<&[u8]>;
-        let blocks = match blocks {
-            [one] if !one.is_empty() => blocks,
-            _ => {
-                filtered = blocks.iter().copied().filter(|b| !b.is_empty()).collect();
-                &filtered
-            }
-        };
-        let byte = sys::RSMPI_UINT8_T;
-        match blocks {
-            [] => check(
-                "MPI_Isend",
-                sys::MPI_Isend(
-                    ptr::NonNull::<u8>::dangling().as_ptr() as *const c_void,
-                    0,
-                    byte,
-                    dest,
-                    tag,
-                    comm,
-                    request.as_mut_ptr(),
-                ),
-            )?,
-            [one] => check(
-                "MPI_Isend",
-                sys::MPI_Isend(
-                    one.as_ptr() as *const c_void,
-                    one.len() as c_int,
-                    byte,
-                    dest,
-                    tag,
-                    comm,
-                    request.as_mut_ptr(),
-                ),
-            )?,
-            many => {
-                let base = many[0].as_ptr();
-                let lengths: Vec<c_int> = many.iter().map(|b| b.len() as c_int).collect();
-                let displacements: Vec<sys::MPI_Aint> = many
-                    .iter()
-                    .map(|b| (b.as_ptr() as isize).wrapping_sub(base as isize) as sys::MPI_Aint)
-                    .collect();
-                let mut datatype = MaybeUninit::<sys::MPI_Datatype>::uninit();
-                check(
-                    "MPI_Type_create_hindexed",
-                    sys::MPI_Type_create_hindexed(
-                        many.len() as c_int,
-                        lengths.as_ptr(),
-                        displacements.as_ptr(),
-                        byte,
-                        datatype.as_mut_ptr(),
-                    ),
-                )?;
-                let mut datatype = datatype.assume_init();
-                check("MPI_Type_commit", sys::MPI_Type_commit(&mut datatype))?;
-                let posted = check(
-                    "MPI_Isend",
-                    sys::MPI_Isend(
-                        base as *const c_void,
-                        1,
-                        datatype,
-                        dest,
-                        tag,
-                        comm,
-                        request.as_mut_ptr(),
-                    ),
-                );
-                // Freeing a datatype only marks it: a pending send keeps using it.
-                let freed = check("MPI_Type_free", sys::MPI_Type_free(&mut datatype));
-                posted?;
-                freed?;
-            }
-        }
+        check(
+            "MPI_Isend",
+            sys::MPI_Isend(
+                buffer,
+                count,
+                sys::RSMPI_UINT8_T,
+                dest,
+                tag,
+                comm,
+                request.as_mut_ptr(),
+            ),
+        )?;
         Ok(request.assume_init())
-    }
-}
-
-/// Posts `encoded` as one message: its head alone when the frames were packed into
-/// it, head and frames as blocks otherwise.
-///
-/// # Safety
-///
-/// As [`isend`]: `encoded`'s buffers must stay alive and unmoved until the returned
-/// request completes.
-pub(crate) unsafe fn isend_encoded(
-    comm: sys::MPI_Comm,
-    encoded: &Encoded,
-    dest: c_int,
-    tag: c_int,
-) -> Result<Request, MpiError> {
-    // SAFETY: passed on to the caller.
-    unsafe {
-        if encoded.frames.is_empty() {
-            isend(comm, &[encoded.head.as_slice()], dest, tag)
-        } else {
-            isend(comm, &encoded.blocks(), dest, tag)
-        }
     }
 }
 

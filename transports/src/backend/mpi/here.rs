@@ -13,34 +13,25 @@
 //! that takes it looks at the inbox before it probes MPI, which keeps every socket's
 //! messages in order.
 
+use super::comms::Comms;
 use super::credits::Credits;
 use super::engine::{Command, Engine};
 use super::ffi::{self, Request};
-use super::pool;
-use super::wire::Encoded;
-use bytes::Bytes;
+use super::progress::Sending;
+use super::wire::{Encoded, Malformed};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
+use switchyard_msg::{Limits, Msg};
 
 /// How long a receiving thread polls MPI itself before it blocks on the socket's
 /// inbox (and leaves the polling to the progress thread's naps). A reply within this
 /// window costs no wake-up; a longer wait costs at most this much CPU.
 pub(crate) const RECEIVE_SPIN: Duration = Duration::from_micros(200);
 
-/// The communicator the sockets use. Under `MPI_THREAD_MULTIPLE` an MPI handle may be
-/// used from any thread.
-#[derive(Clone, Copy)]
-pub(crate) struct Comm(pub(crate) mpi::ffi::MPI_Comm);
-
-// SAFETY: see the type's documentation: the handle is only used on other threads
-// when MPI granted MPI_THREAD_MULTIPLE (`Engine::here` is `None` otherwise).
-unsafe impl Send for Comm {}
-// SAFETY: as above; MPI serialises what it must inside the calls.
-unsafe impl Sync for Comm {}
-
-/// A send posted on a socket's thread, for the progress thread to complete.
-pub(crate) struct Posted(pub(crate) Request);
+/// Sends a socket's thread posted and MPI has not finished, for the progress
+/// thread to complete.
+pub(crate) struct Posted(pub(crate) Vec<Request>);
 
 // SAFETY: under MPI_THREAD_MULTIPLE a request may be completed on any thread, and
 // only one thread holds it at a time (it moves with this value).
@@ -139,74 +130,70 @@ impl Drop for Waiting<'_> {
     }
 }
 
-/// Posts `encoded` to `dest`'s socket `tag` on this thread; the credit is released
-/// when MPI is done with the buffers.
+/// Posts `encoded` from the socket with tag `source_tag` to `dest`'s socket `tag`
+/// on this thread; the credit is released when MPI is done with every buffer.
 pub(crate) fn send(
     engine: &Engine,
-    comm: Comm,
-    dest: i32,
-    tag: i32,
+    comms: &Comms,
+    (dest, tag, source_tag): (i32, i32, i32),
     encoded: Encoded,
     credits: Arc<Credits>,
 ) -> Result<(), String> {
+    let mut requests = Vec::new();
     let posted = engine.shared.while_open(|| {
         // SAFETY: `encoded` stays alive and unmoved (its heap buffers) until the
-        // request completes: freed below only once `test` says so, otherwise moved
-        // into the progress thread's table with the request, or leaked.
-        let mut request = unsafe { ffi::isend_encoded(comm.0, &encoded, dest, tag)? };
-        if ffi::test(&mut request)? {
-            return Ok(None);
-        }
-        Ok(Some(request))
-    });
-    match posted {
-        Ok(None) => {
-            credits.release();
-            Ok(())
-        }
-        Ok(Some(request)) => {
-            let track = Command::Track {
-                posted: Posted(request),
-                encoded,
-                credits,
-            };
-            if let Err((reason, command)) = engine.submit_or_return(track) {
-                // Nobody will complete the send: its buffers must outlive any read
-                // MPI might still make of them.
-                std::mem::forget(command);
-                return Err(reason);
+        // requests complete: dropped below only once `test` says every one is,
+        // otherwise moved into the progress thread's table with them, or leaked.
+        let posted = unsafe { comms.post(&encoded, dest, tag, source_tag, &mut requests) };
+        // A completed request is MPI_REQUEST_NULL, which MPI_Testsome never reports:
+        // only the unfinished ones go to the progress thread.
+        let mut unfinished = Vec::with_capacity(requests.len());
+        for mut request in requests.drain(..) {
+            if !ffi::test(&mut request)? {
+                unfinished.push(request);
             }
-            Ok(())
         }
-        Err(reason) => {
-            credits.release();
-            Err(reason)
+        requests = unfinished;
+        posted.map(|()| requests.is_empty())
+    });
+    let sending = Sending::new(encoded, Some(credits));
+    let reason = match posted {
+        Ok(true) => return Ok(()),
+        Ok(false) => None,
+        Err(reason) => Some(reason),
+    };
+    if !requests.is_empty() {
+        let track = Command::Track {
+            posted: Posted(requests),
+            sending,
+        };
+        if let Err((refused, command)) = engine.submit_or_return(track) {
+            // Nobody will complete the sends: their buffers must outlive any read
+            // MPI might still make of them.
+            std::mem::forget(command);
+            return Err(reason.unwrap_or(refused));
         }
     }
+    reason.map_or(Ok(()), Err)
 }
 
-/// The next message on `tag` (from `source`, or any rank) if one has arrived, received
-/// into a pooled buffer, with the rank that sent it.
+/// The next message on socket `tag` (from `source`, or any rank) if one has arrived,
+/// received whole into buffers of the pool, with the rank that sent it; `Err(_)`
+/// inside for one dropped as malformed.
 pub(crate) fn receive(
     engine: &Engine,
-    comm: Comm,
+    comms: &Comms,
     source: Option<i32>,
     tag: i32,
-) -> Result<Option<(i32, Bytes)>, String> {
+    limits: &Limits,
+) -> Result<Option<(i32, Result<(i32, Msg), Malformed>)>, String> {
     engine.shared.while_open(|| {
-        let Some(matched) = ffi::probe(comm.0, source, Some(tag))? else {
+        let Some(matched) = ffi::probe(comms.data, source, Some(tag))? else {
             return Ok(None);
         };
         let from = matched.source;
-        Ok(Some((from, receive_pooled(matched)?)))
+        Ok(Some((from, comms.receive_data(matched, tag, limits)?)))
     })
-}
-
-/// Receives a matched message into a buffer of the pool.
-pub(crate) fn receive_pooled(matched: ffi::Matched) -> Result<Bytes, ffi::MpiError> {
-    let mut buffer = pool::take(matched.len);
-    ffi::receive_into(matched, &mut buffer)?;
-    Ok(pool::share(buffer))
 }
 
 /// How long of [`RECEIVE_SPIN`] a receiving thread polls without giving up its core

@@ -20,6 +20,8 @@ pub(crate) mod wire;
 #[cfg(feature = "mpi")]
 mod collective;
 #[cfg(feature = "mpi")]
+mod comms;
+#[cfg(feature = "mpi")]
 mod credits;
 #[cfg(feature = "mpi")]
 mod engine;

@@ -3,6 +3,7 @@
 
 mod receive;
 
+use super::comms::Comms;
 use super::credits::{Credits, MpiInbound};
 use super::engine::{CONTROL_TAG, Command};
 use super::ffi::{self, MpiError, Request};
@@ -30,10 +31,29 @@ pub(crate) const MAX_NAP: Duration = Duration::from_millis(1);
 /// starve the others.
 const BATCH: usize = 64;
 
-struct InFlight {
-    /// Keeps the buffers MPI reads alive until the send completes.
+/// A message being sent: its buffers, kept alive until MPI has finished every send
+/// of it (the head, and each frame of a split message), and the credit it holds,
+/// returned then.
+pub(crate) struct Sending {
     _encoded: Encoded,
     credits: Option<Arc<Credits>>,
+}
+
+impl Sending {
+    pub(crate) fn new(encoded: Encoded, credits: Option<Arc<Credits>>) -> Arc<Sending> {
+        Arc::new(Sending {
+            _encoded: encoded,
+            credits,
+        })
+    }
+}
+
+impl Drop for Sending {
+    fn drop(&mut self) {
+        if let Some(credits) = &self.credits {
+            credits.release();
+        }
+    }
 }
 
 struct DealerEnd {
@@ -61,14 +81,15 @@ struct PeerState {
 }
 
 pub(super) struct Progress {
-    comm: mpi::ffi::MPI_Comm,
+    comms: Comms,
     /// This process's rank: its own dealers' hellos and byes need no MPI round trip.
     rank: i32,
     owns_mpi: bool,
     commands: Receiver<Command>,
     shared: Arc<Shared>,
     requests: Vec<Request>,
-    in_flight: Vec<InFlight>,
+    /// The message each request of `requests` (same index) sends.
+    in_flight: Vec<Arc<Sending>>,
     dealers: HashMap<i32, DealerEnd>,
     router: Option<RouterEnd>,
     peers: HashMap<(i32, i32), PeerState>,
@@ -82,11 +103,12 @@ pub(super) struct Progress {
 impl Progress {
     pub(super) fn new(
         started: ffi::Started,
+        comms: Comms,
         commands: Receiver<Command>,
         shared: Arc<Shared>,
     ) -> Progress {
         Progress {
-            comm: started.comm,
+            comms,
             rank: started.rank,
             owns_mpi: started.owns_mpi,
             commands,
@@ -172,35 +194,28 @@ impl Progress {
 
     fn post(
         &mut self,
-        dest: i32,
-        tag: i32,
+        (dest, tag, source_tag): (i32, i32, i32),
         encoded: Encoded,
         credits: Option<Arc<Credits>>,
     ) -> Result<(), MpiError> {
-        // SAFETY: `encoded` moves into `in_flight` next to its request and stays there
-        // (its heap buffers unmoved) until MPI_Testsome reports the send complete.
-        let request = unsafe { ffi::isend_encoded(self.comm, &encoded, dest, tag) };
-        match request {
-            Ok(request) => {
-                self.track(request, encoded, credits);
-                Ok(())
-            }
-            Err(e) => {
-                if let Some(c) = credits {
-                    c.release();
-                }
-                Err(e)
-            }
-        }
+        let mut requests = Vec::new();
+        // SAFETY: `encoded` moves into `in_flight` next to its requests, also when a
+        // later post failed, and stays there (its heap buffers unmoved) until
+        // MPI_Testsome reports every one of them complete.
+        let posted = unsafe {
+            self.comms
+                .post(&encoded, dest, tag, source_tag, &mut requests)
+        };
+        self.track(requests, Sending::new(encoded, credits));
+        posted
     }
 
-    /// Keeps a posted send's buffers next to its request until it completes.
-    fn track(&mut self, request: Request, encoded: Encoded, credits: Option<Arc<Credits>>) {
-        self.requests.push(request);
-        self.in_flight.push(InFlight {
-            _encoded: encoded,
-            credits,
-        });
+    /// Keeps a message's buffers next to each of its requests until they complete.
+    fn track(&mut self, requests: Vec<Request>, sending: Arc<Sending>) {
+        for request in requests {
+            self.requests.push(request);
+            self.in_flight.push(sending.clone());
+        }
     }
 
     fn send_control(&mut self, dest: i32, note: &Control) -> Result<(), MpiError> {
@@ -208,7 +223,7 @@ impl Progress {
             head: note.encode(),
             frames: Vec::new(),
         };
-        self.post(dest, CONTROL_TAG, encoded, None)
+        self.post((dest, CONTROL_TAG, CONTROL_TAG), encoded, None)
     }
 
     fn take_commands(&mut self) -> Result<bool, MpiError> {
@@ -219,14 +234,11 @@ impl Progress {
                 Command::Send {
                     dest,
                     tag,
+                    source_tag,
                     encoded,
                     credits,
-                } => self.post(dest, tag, encoded, Some(credits))?,
-                Command::Track {
-                    posted,
-                    encoded,
-                    credits,
-                } => self.track(posted.0, encoded, Some(credits)),
+                } => self.post((dest, tag, source_tag), encoded, Some(credits))?,
+                Command::Track { posted, sending } => self.track(posted.0, sending),
                 Command::OpenDealer {
                     tag,
                     router,
@@ -313,9 +325,8 @@ impl Progress {
         done.sort_unstable_by(|a, b| b.cmp(a));
         for i in done {
             self.requests.swap_remove(i);
-            if let Some(credits) = self.in_flight.swap_remove(i).credits {
-                credits.release();
-            }
+            // The message's credit returns with its last request.
+            self.in_flight.swap_remove(i);
         }
         Ok(true)
     }

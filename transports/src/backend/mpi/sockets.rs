@@ -2,9 +2,10 @@
 //! router. They post and receive their own messages when MPI allows it (`here`) and
 //! queue commands for the progress thread otherwise ([`super::engine`]).
 
+use super::comms::Comms;
 use super::credits::{Credits, MpiInbound, MpiRoute};
 use super::engine::{Command, Engine, ROUTER_TAG};
-use super::here::{self, Comm, Turn};
+use super::here::{self, Turn};
 use super::wire;
 use crate::backend::{
     BackendDealer, BackendSocket, Deadline, Delivery, Fetched, InboxRouter, send_error,
@@ -39,13 +40,15 @@ fn queue_send(
     if !credits.acquire(deadline) {
         return Err((msg, deadline.no_room()));
     }
-    if let Some(comm) = engine.here {
-        return here::send(engine, comm, hop.rank, hop.tag, encoded, credits.clone())
+    if let Some(comms) = &engine.here {
+        let route = (hop.rank, hop.tag, hop.source_tag);
+        return here::send(engine, comms, route, encoded, credits.clone())
             .map_err(|reason| (msg, SendErrorKind::Backend(reason)));
     }
     let command = Command::Send {
         dest: hop.rank,
         tag: hop.tag,
+        source_tag: hop.source_tag,
         encoded,
         credits: credits.clone(),
     };
@@ -164,22 +167,24 @@ impl MpiDealer {
 
     /// Receives on this thread within the spin window: from the inbox, where the
     /// progress thread may have put messages, then from MPI.
-    fn receive_here(&self, comm: Comm, deadline: Deadline) -> Result<Option<Msg>, RecvError> {
+    fn receive_here(&self, comms: &Comms, deadline: Deadline) -> Result<Option<Msg>, RecvError> {
         let fetch = || {
             let _turn = self.turn.take();
             if let Ok(msg) = self.inbox.try_recv() {
                 return Ok(Some(msg));
             }
             loop {
-                let received = here::receive(self.engine, comm, Some(self.router), self.tag)
-                    .map_err(|reason| RecvError::Backend {
-                        endpoint: self.endpoint.clone(),
-                        reason,
-                    })?;
-                let Some((source, buffer)) = received else {
+                let limits = &self.options.limits;
+                let received =
+                    here::receive(self.engine, comms, Some(self.router), self.tag, limits)
+                        .map_err(|reason| RecvError::Backend {
+                            endpoint: self.endpoint.clone(),
+                            reason,
+                        })?;
+                let Some((source, decoded)) = received else {
                     return Ok(None);
                 };
-                match wire::decode(buffer, &self.options.limits) {
+                match decoded {
                     Ok((_, msg)) => return Ok(Some(msg)),
                     Err(reason) => self.engine.shared.drop_malformed(source, &reason),
                 }
@@ -239,8 +244,8 @@ impl BackendDealer for MpiDealer {
     }
 
     fn recv(&mut self, deadline: Deadline) -> Result<Msg, RecvError> {
-        if let Some(comm) = self.engine.here {
-            if let Some(msg) = self.receive_here(comm, deadline)? {
+        if let Some(comms) = &self.engine.here {
+            if let Some(msg) = self.receive_here(comms, deadline)? {
                 return Ok(msg);
             }
         }
@@ -343,7 +348,7 @@ impl MpiDelivery {
     /// One look at the router's tag, under the turn: events first, then MPI.
     fn fetch_once(
         &self,
-        comm: Comm,
+        comms: &Comms,
         events: &Receiver<MpiInbound>,
     ) -> Result<Option<Fetched>, RecvError> {
         let _turn = self.turn.take();
@@ -351,17 +356,15 @@ impl MpiDelivery {
             return Ok(Some(Fetched::Queued));
         }
         loop {
-            let received =
-                here::receive(self.engine, comm, None, ROUTER_TAG).map_err(|reason| {
-                    RecvError::Backend {
-                        endpoint: format!("mpi://{}", self.engine.world.rank),
-                        reason,
-                    }
+            let received = here::receive(self.engine, comms, None, ROUTER_TAG, &self.limits)
+                .map_err(|reason| RecvError::Backend {
+                    endpoint: format!("mpi://{}", self.engine.world.rank),
+                    reason,
                 })?;
-            let Some((source, buffer)) = received else {
+            let Some((source, decoded)) = received else {
                 return Ok(None);
             };
-            let (dealer, msg) = match wire::decode(buffer, &self.limits) {
+            let (dealer, msg) = match decoded {
                 Ok(decoded) => decoded,
                 Err(reason) => {
                     self.engine.shared.drop_malformed(source, &reason);
@@ -389,11 +392,11 @@ impl Delivery for MpiDelivery {
         events: &Receiver<MpiInbound>,
         deadline: Deadline,
     ) -> Result<Fetched, RecvError> {
-        let Some(comm) = self.engine.here.filter(|_| self.turn.served()) else {
+        let Some(comms) = self.engine.here.as_ref().filter(|_| self.turn.served()) else {
             return Ok(Fetched::Nothing);
         };
         let waiting = self.turn.wait_here();
-        let found = spin_within(deadline, || self.fetch_once(comm, events));
+        let found = spin_within(deadline, || self.fetch_once(comms, events));
         drop(waiting);
         let found = found?;
         Ok(found.unwrap_or_else(|| {

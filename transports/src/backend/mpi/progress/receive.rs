@@ -7,8 +7,7 @@ use crate::backend::Inbound;
 use crate::backend::mpi::credits::{Credits, MpiRoute};
 use crate::backend::mpi::engine::{CONTROL_TAG, ROUTER_TAG};
 use crate::backend::mpi::ffi::{self, MpiError};
-use crate::backend::mpi::here::receive_pooled;
-use crate::backend::mpi::wire::{self, Control};
+use crate::backend::mpi::wire::Control;
 
 impl Progress {
     /// A new router inherits every dealer that said hello and has not said goodbye,
@@ -49,7 +48,7 @@ impl Progress {
 
     pub(super) fn receive_control(&mut self) -> Result<bool, MpiError> {
         let mut worked = false;
-        while let Some(matched) = ffi::probe(self.comm, None, Some(CONTROL_TAG))? {
+        while let Some(matched) = ffi::probe(self.comms.data, None, Some(CONTROL_TAG))? {
             worked = true;
             let source = matched.source;
             let buffer = ffi::receive(matched)?;
@@ -154,16 +153,15 @@ impl Progress {
             if router.events.len() >= router.hwm || turn.wanted() {
                 break;
             }
-            let Some(matched) = ffi::probe(self.comm, None, Some(ROUTER_TAG))? else {
+            let Some(matched) = ffi::probe(self.comms.data, None, Some(ROUTER_TAG))? else {
                 break;
             };
             worked = true;
             let source = matched.source;
-            let buffer = receive_pooled(matched)?;
-            let Some(router) = &self.router else {
-                break;
-            };
-            match wire::decode(buffer, &router.limits) {
+            match self
+                .comms
+                .receive_data(matched, ROUTER_TAG, &router.limits)?
+            {
                 Ok((dealer, msg)) => match self.peers.get(&(source, dealer)) {
                     Some(peer) => {
                         let _ = router.events.send(Inbound::Data {
@@ -194,11 +192,12 @@ impl Progress {
                 if end.inbox.len() >= end.hwm || end.turn.wanted() {
                     break;
                 }
-                let Some(matched) = ffi::probe(self.comm, Some(end.router), Some(tag))? else {
+                let Some(matched) = ffi::probe(self.comms.data, Some(end.router), Some(tag))?
+                else {
                     break;
                 };
                 worked = true;
-                match wire::decode(receive_pooled(matched)?, &end.limits) {
+                match self.comms.receive_data(matched, tag, &end.limits)? {
                     Ok((_, msg)) => {
                         let _ = end.inbox.send(msg);
                     }
