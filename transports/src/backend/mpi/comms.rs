@@ -6,11 +6,11 @@
 use super::engine::ROUTER_TAG;
 use super::ffi::{self, Matched, MpiError, Request};
 use super::pool;
-use super::wire::{self, Encoded, Malformed};
+use super::wire::{self, Decoded, Encoded, Malformed};
 use bytes::Bytes;
 use mpi::ffi::MPI_Comm;
 use std::time::{Duration, Instant};
-use switchyard_msg::{Limits, Msg};
+use switchyard_msg::Limits;
 
 /// How long a receiver waits for the frames of a message whose head it has: the
 /// sender posts them right after the head, so only a rank that died in between
@@ -93,7 +93,7 @@ impl Comms {
         matched: Matched,
         tag: i32,
         limits: &Limits,
-    ) -> Result<Result<(i32, Msg), Malformed>, MpiError> {
+    ) -> Result<Decoded, MpiError> {
         let source = matched.source;
         let head = receive_pooled(matched)?;
         let Some((count, dealer)) = wire::frames_to_follow(&head) else {

@@ -18,11 +18,11 @@ use super::credits::Credits;
 use super::engine::{Command, Engine};
 use super::ffi::{self, Request};
 use super::progress::Sending;
-use super::wire::{Encoded, Malformed};
+use super::wire::{Decoded, Encoded};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
-use switchyard_msg::{Limits, Msg};
+use switchyard_msg::Limits;
 
 /// How long a receiving thread polls MPI itself before it blocks on the socket's
 /// inbox (and leaves the polling to the progress thread's naps). A reply within this
@@ -186,7 +186,7 @@ pub(crate) fn receive(
     source: Option<i32>,
     tag: i32,
     limits: &Limits,
-) -> Result<Option<(i32, Result<(i32, Msg), Malformed>)>, String> {
+) -> Result<Option<(i32, Decoded)>, String> {
     engine.shared.while_open(|| {
         let Some(matched) = ffi::probe(comms.data, source, Some(tag))? else {
             return Ok(None);

@@ -24,7 +24,9 @@
 use bytes::Bytes;
 use switchyard_msg::{DecodeError, Limits, Msg};
 
-/// Messages at most this long are packed into one buffer rather than sent as blocks.
+/// Messages at most this long are packed into one buffer rather than sent as a head
+/// and frames.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
 pub(crate) const PACK_BELOW: usize = 16 * 1024;
 
 /// The largest MPI message this backend sends: MPI counts bytes in a C `int`.
@@ -40,10 +42,12 @@ pub(crate) struct Encoded {
     /// Prefix and header, and for small messages the frames too.
     pub(crate) head: Vec<u8>,
     /// Frames sent as messages of their own after the head (empty when packed).
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
     pub(crate) frames: Vec<Bytes>,
 }
 
 /// Lays out `msg` from the socket with tag `source_tag`, or says why it cannot go.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
 pub(crate) fn encode(msg: &Msg, source_tag: i32) -> Result<Encoded, String> {
     encode_packing_below(msg, source_tag, PACK_BELOW)
 }
@@ -94,6 +98,11 @@ pub(crate) fn encode_packing_below(
         frames: frames.to_vec(),
     })
 }
+
+/// A received data message: the sending socket's tag and the message, or why it is
+/// dropped.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+pub(crate) type Decoded = Result<(i32, Msg), Malformed>;
 
 /// Why a received data message was dropped.
 #[derive(Debug)]
@@ -222,6 +231,7 @@ pub(crate) fn decode(buffer: Bytes, limits: &Limits) -> Result<(i32, Msg), Malfo
 
 /// Reads a message sent as a head and its frames, each checked against the length
 /// the head gives it.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
 pub(crate) fn decode_split(
     head: Bytes,
     frames: Vec<Bytes>,
