@@ -116,6 +116,21 @@ impl Msg {
     /// transport can reuse one buffer for every message it sends.
     pub fn encode_header_into(&self, out: &mut Vec<u8>) {
         out.clear();
+        self.append_header_to(out);
+    }
+
+    /// Appends frame 0 of the wire form to `out`, after what it holds: for a
+    /// transport that lays a prefix of its own and the header in one buffer.
+    ///
+    /// ```
+    /// use switchyard_msg::{Addr, Kind, Msg};
+    /// let msg = Msg::new(Addr::worker(0, 1), Addr::server(0, 0), Kind::Put);
+    /// let mut out = b"prefix".to_vec();
+    /// msg.append_header_to(&mut out);
+    /// assert_eq!(&out[..6], b"prefix");
+    /// assert_eq!(&out[6..], &msg.encode_header()[..]);
+    /// ```
+    pub fn append_header_to(&self, out: &mut Vec<u8>) {
         encode_header_into(&self.header, self.frames.len(), out);
     }
 

@@ -18,6 +18,7 @@ use super::credits::Credits;
 use super::engine::{Command, Engine};
 use super::ffi::{self, Request};
 use super::progress::Sending;
+use super::shared::Open;
 use super::wire::{Decoded, Encoded};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
@@ -139,7 +140,7 @@ pub(crate) fn send(
     encoded: Encoded,
     credits: Arc<Credits>,
 ) -> Result<(), String> {
-    let mut requests = Vec::new();
+    let mut requests = Vec::with_capacity(1 + encoded.frames.len());
     let posted = engine.shared.while_open(|| {
         // SAFETY: `encoded` stays alive and unmoved (its heap buffers) until the
         // requests complete: dropped below only once `test` says every one is,
@@ -147,21 +148,25 @@ pub(crate) fn send(
         let posted = unsafe { comms.post(&encoded, dest, tag, source_tag, &mut requests) };
         // A completed request is MPI_REQUEST_NULL, which MPI_Testsome never reports:
         // only the unfinished ones go to the progress thread.
-        let mut unfinished = Vec::with_capacity(requests.len());
-        for mut request in requests.drain(..) {
-            if !ffi::test(&mut request)? {
-                unfinished.push(request);
+        let mut i = 0;
+        while i < requests.len() {
+            if ffi::test(&mut requests[i])? {
+                requests.swap_remove(i);
+            } else {
+                i += 1;
             }
         }
-        requests = unfinished;
         posted.map(|()| requests.is_empty())
     });
-    let sending = Sending::new(encoded, Some(credits));
     let reason = match posted {
-        Ok(true) => return Ok(()),
+        Ok(true) => {
+            credits.release();
+            return Ok(());
+        }
         Ok(false) => None,
         Err(reason) => Some(reason),
     };
+    let sending = Sending::new(encoded, Some(credits));
     if !requests.is_empty() {
         let track = Command::Track {
             posted: Posted(requests),
@@ -179,21 +184,23 @@ pub(crate) fn send(
 
 /// The next message on socket `tag` (from `source`, or any rank) if one has arrived,
 /// received whole into buffers of the pool, with the rank that sent it; `Err(_)`
-/// inside for one dropped as malformed.
+/// inside for one dropped as malformed. The caller holds its leave to call MPI
+/// across its polls (one lock for the whole spin, not one per poll).
 pub(crate) fn receive(
-    engine: &Engine,
+    _open: &Open<'_>,
     comms: &Comms,
     source: Option<i32>,
     tag: i32,
     limits: &Limits,
 ) -> Result<Option<(i32, Decoded)>, String> {
-    engine.shared.while_open(|| {
+    let received = || {
         let Some(matched) = ffi::probe(comms.data, source, Some(tag))? else {
             return Ok(None);
         };
         let from = matched.source;
         Ok(Some((from, comms.receive_data(matched, tag, limits)?)))
-    })
+    };
+    received().map_err(|e: ffi::MpiError| e.to_string())
 }
 
 /// How long of [`RECEIVE_SPIN`] a receiving thread polls without giving up its core
@@ -209,18 +216,24 @@ pub(crate) fn spin<T, E>(
 ) -> Result<Option<T>, E> {
     let started = Instant::now();
     let until = deadline.map_or(started + RECEIVE_SPIN, |d| d.min(started + RECEIVE_SPIN));
-    loop {
+    let mut busy = true;
+    for polls in 1u32.. {
         if let Some(found) = fetch()? {
             return Ok(Some(found));
         }
-        let now = Instant::now();
-        if now >= until {
-            return Ok(None);
+        // The clock is read every few polls: a poll is far shorter than the window.
+        if polls % 8 == 0 {
+            let now = Instant::now();
+            if now >= until {
+                return Ok(None);
+            }
+            busy = now - started < BUSY_SPIN;
         }
-        if now - started < BUSY_SPIN {
+        if busy {
             std::hint::spin_loop();
         } else {
             std::thread::yield_now();
         }
     }
+    Ok(None)
 }

@@ -7,7 +7,11 @@ use crate::PeerId;
 use crate::backend::warn_limit::PeerWarnings;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, RwLock, RwLockWriteGuard};
+use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// A thread's leave to call MPI (see [`Shared::enter`]): MPI is not finalized while
+/// one is held.
+pub(crate) struct Open<'a>(#[allow(dead_code)] RwLockReadGuard<'a, bool>);
 
 pub(crate) struct Shared {
     /// The progress thread is napping: a command must wake it.
@@ -82,17 +86,24 @@ impl Shared {
             .cloned()
     }
 
-    /// Runs MPI calls on the calling thread, unless MPI is finalized (then says why).
-    pub(crate) fn while_open<R>(
-        &self,
-        calls: impl FnOnce() -> Result<R, MpiError>,
-    ) -> Result<R, String> {
+    /// Lets the calling thread make MPI calls until the guard is dropped, unless MPI
+    /// is finalized (then says why).
+    pub(crate) fn enter(&self) -> Result<Open<'_>, String> {
         let open = self.open.read().unwrap_or_else(|p| p.into_inner());
         if !*open {
             return Err(self
                 .failure()
                 .unwrap_or_else(|| "MPI was finalized at exit".into()));
         }
+        Ok(Open(open))
+    }
+
+    /// Runs MPI calls on the calling thread, unless MPI is finalized (then says why).
+    pub(crate) fn while_open<R>(
+        &self,
+        calls: impl FnOnce() -> Result<R, MpiError>,
+    ) -> Result<R, String> {
+        let _open = self.enter()?;
         calls().map_err(|e| e.to_string())
     }
 

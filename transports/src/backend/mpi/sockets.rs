@@ -6,6 +6,7 @@ use super::comms::Comms;
 use super::credits::{Credits, MpiInbound, MpiRoute};
 use super::engine::{Command, Engine, ROUTER_TAG};
 use super::here::{self, Turn};
+use super::shared::Open;
 use super::wire;
 use crate::backend::{
     BackendDealer, BackendSocket, Deadline, Delivery, Fetched, InboxRouter, send_error,
@@ -168,19 +169,23 @@ impl MpiDealer {
     /// Receives on this thread within the spin window: from the inbox, where the
     /// progress thread may have put messages, then from MPI.
     fn receive_here(&self, comms: &Comms, deadline: Deadline) -> Result<Option<Msg>, RecvError> {
+        let backend = |reason| RecvError::Backend {
+            endpoint: self.endpoint.clone(),
+            reason,
+        };
+        let waiting = self.turn.wait_here();
+        // Held for the whole spin: the progress thread keeps out (it sees `waiting`
+        // too), and MPI stays open.
+        let turn = self.turn.take();
+        let open = self.engine.shared.enter().map_err(backend)?;
         let fetch = || {
-            let _turn = self.turn.take();
             if let Ok(msg) = self.inbox.try_recv() {
                 return Ok(Some(msg));
             }
             loop {
                 let limits = &self.options.limits;
-                let received =
-                    here::receive(self.engine, comms, Some(self.router), self.tag, limits)
-                        .map_err(|reason| RecvError::Backend {
-                            endpoint: self.endpoint.clone(),
-                            reason,
-                        })?;
+                let received = here::receive(&open, comms, Some(self.router), self.tag, limits)
+                    .map_err(backend)?;
                 let Some((source, decoded)) = received else {
                     return Ok(None);
                 };
@@ -190,9 +195,8 @@ impl MpiDealer {
                 }
             }
         };
-        let waiting = self.turn.wait_here();
         let found = spin_within(deadline, fetch);
-        drop(waiting);
+        drop((open, turn, waiting));
         let found = found?;
         if found.is_none() {
             // The progress thread receives for this dealer from now on.
@@ -345,22 +349,26 @@ impl MpiRouter {
 }
 
 impl MpiDelivery {
-    /// One look at the router's tag, under the turn: events first, then MPI.
+    fn backend_error(&self, reason: String) -> RecvError {
+        RecvError::Backend {
+            endpoint: format!("mpi://{}", self.engine.world.rank),
+            reason,
+        }
+    }
+
+    /// One look at the router's tag, with the turn held: events first, then MPI.
     fn fetch_once(
         &self,
+        open: &Open<'_>,
         comms: &Comms,
         events: &Receiver<MpiInbound>,
     ) -> Result<Option<Fetched>, RecvError> {
-        let _turn = self.turn.take();
         if !events.is_empty() {
             return Ok(Some(Fetched::Queued));
         }
         loop {
-            let received = here::receive(self.engine, comms, None, ROUTER_TAG, &self.limits)
-                .map_err(|reason| RecvError::Backend {
-                    endpoint: format!("mpi://{}", self.engine.world.rank),
-                    reason,
-                })?;
+            let received = here::receive(open, comms, None, ROUTER_TAG, &self.limits)
+                .map_err(|reason| self.backend_error(reason))?;
             let Some((source, decoded)) = received else {
                 return Ok(None);
             };
@@ -396,8 +404,16 @@ impl Delivery for MpiDelivery {
             return Ok(Fetched::Nothing);
         };
         let waiting = self.turn.wait_here();
-        let found = spin_within(deadline, || self.fetch_once(comms, events));
-        drop(waiting);
+        // Held for the whole spin: the progress thread keeps out (it sees `waiting`
+        // too), and MPI stays open.
+        let turn = self.turn.take();
+        let open = self
+            .engine
+            .shared
+            .enter()
+            .map_err(|reason| self.backend_error(reason))?;
+        let found = spin_within(deadline, || self.fetch_once(&open, comms, events));
+        drop((open, turn, waiting));
         let found = found?;
         Ok(found.unwrap_or_else(|| {
             // The progress thread receives for this router from now on.

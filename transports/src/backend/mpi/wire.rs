@@ -58,11 +58,23 @@ pub(crate) fn encode_packing_below(
     source_tag: i32,
     pack_below: usize,
 ) -> Result<Encoded, String> {
-    let mut header = Vec::with_capacity(64);
-    msg.encode_header_into(&mut header);
     let frames = msg.frames();
-    let head_len = FIXED + 8 * frames.len() + header.len();
-    let total = head_len + msg.payload_len();
+    let lengths_end = FIXED + 8 * frames.len();
+    // Most headers fit in 64 bytes; the buffer grows for one that does not.
+    let payload = msg.payload_len();
+    let guess = lengths_end + 64;
+    let packed_guess = guess + payload <= pack_below;
+    let mut head = Vec::with_capacity(if packed_guess { guess + payload } else { guess });
+    head.extend_from_slice(&(source_tag as u32).to_le_bytes());
+    head.extend_from_slice(&[0; 4]);
+    head.extend_from_slice(&[0; 4]);
+    for frame in frames {
+        head.extend_from_slice(&(frame.len() as u64).to_le_bytes());
+    }
+    // The header goes straight into the head; its length is filled in after.
+    msg.append_header_to(&mut head);
+    let header_len = head.len() - lengths_end;
+    let total = head.len() + payload;
     if total > MAX_MESSAGE {
         return Err(format!(
             "a message of {total} bytes is over the mpi backend's limit of {MAX_MESSAGE} bytes \
@@ -70,20 +82,14 @@ pub(crate) fn encode_packing_below(
         ));
     }
     let packed = total <= pack_below;
-    let mut head = Vec::with_capacity(if packed { total } else { head_len });
-    head.extend_from_slice(&(source_tag as u32).to_le_bytes());
-    head.extend_from_slice(&(header.len() as u32).to_le_bytes());
     // Limits keep a count far below the top bit; a larger one could not be sent.
     let count = u32::try_from(frames.len())
         .ok()
         .filter(|&c| c < SPLIT)
         .ok_or_else(|| format!("{} frames is too many for one message", frames.len()))?;
     let count = if packed { count } else { count | SPLIT };
-    head.extend_from_slice(&count.to_le_bytes());
-    for frame in frames {
-        head.extend_from_slice(&(frame.len() as u64).to_le_bytes());
-    }
-    head.extend_from_slice(&header);
+    head[4..8].copy_from_slice(&(header_len as u32).to_le_bytes());
+    head[8..12].copy_from_slice(&count.to_le_bytes());
     if packed {
         for frame in frames {
             head.extend_from_slice(frame);
