@@ -230,15 +230,16 @@ impl Engine {
 
 /// Whether sockets may make their own MPI calls, by [`ENV_MPI_DIRECT`].
 fn direct_allowed() -> Result<bool, String> {
-    match std::env::var(ENV_MPI_DIRECT) {
-        Err(_) => Ok(true),
-        Ok(v) => match v.trim() {
-            "" | "1" | "true" => Ok(true),
-            "0" | "false" => Ok(false),
-            other => Err(format!(
-                "{ENV_MPI_DIRECT}={other:?}: expected 1, 0, true or false"
-            )),
-        },
+    parse_direct(std::env::var(ENV_MPI_DIRECT).ok().as_deref())
+}
+
+fn parse_direct(value: Option<&str>) -> Result<bool, String> {
+    match value.map(str::trim) {
+        None | Some("" | "1" | "true") => Ok(true),
+        Some("0" | "false") => Ok(false),
+        Some(other) => Err(format!(
+            "{ENV_MPI_DIRECT}={other:?}: expected 1, 0, true or false"
+        )),
     }
 }
 
@@ -298,4 +299,22 @@ fn start() -> Result<Engine, String> {
         router_generation: AtomicU64::new(0),
         linger_ms: AtomicU64::new(0),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_direct_variable_takes_four_words_and_names_itself_otherwise() {
+        assert_eq!(parse_direct(None), Ok(true));
+        assert_eq!(parse_direct(Some(" true ")), Ok(true));
+        assert_eq!(parse_direct(Some("0")), Ok(false));
+        assert_eq!(parse_direct(Some("false")), Ok(false));
+        let refused = parse_direct(Some("no")).unwrap_err();
+        assert!(
+            refused.contains("SWITCHYARD_MPI_DIRECT=\"no\""),
+            "{refused}"
+        );
+    }
 }
