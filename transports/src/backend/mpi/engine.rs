@@ -303,6 +303,7 @@ fn start() -> Result<Engine, String> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
