@@ -2,15 +2,17 @@
 //!
 //! # Threading
 //!
-//! The transports' MPI backend has one progress thread per process that initialised
-//! MPI and makes every MPI call of the process. The collectives do not call MPI from
-//! the caller's thread, which could race that thread whatever thread level MPI
-//! granted: each collective is one closure run on the progress thread
+//! The transports' MPI backend has one progress thread per process, which initialised
+//! MPI and makes every MPI call of the process but the sockets' own sends and receives
+//! (their threads make those when MPI granted `MPI_THREAD_MULTIPLE`). The collectives
+//! do not call MPI from the caller's thread, which could race the progress thread at a
+//! lower thread level: each collective is one closure run on the progress thread
 //! ([`switchyard_transports::mpi::with_collectives`]), on a duplicate of
 //! `MPI_COMM_WORLD` of its own (so collective messages never mix with the sockets'),
 //! with `MPI_ERRORS_RETURN`, so that every MPI failure comes back as
 //! [`CollectiveError::Transport`] with MPI's own text. While a collective runs, the
-//! process's socket traffic over MPI waits for it. The raw MPI calls are the
+//! process's sockets keep sending and receiving on their own threads under
+//! `MPI_THREAD_MULTIPLE`; below it, their traffic waits for the collective. The raw MPI calls are the
 //! transports' ([`switchyard_transports::mpi::Collectives`]); this engine decides
 //! which to make.
 //!

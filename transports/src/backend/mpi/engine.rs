@@ -20,8 +20,8 @@
 //! Collectives run here too: [`run_on_progress_thread`](super::run_on_progress_thread)
 //! hands this thread a closure ([`Command::Run`]), which gets a second duplicate of
 //! `MPI_COMM_WORLD`, made at the first such closure. A blocking collective stops the
-//! loop while it runs: the process's socket traffic waits (sends already posted keep
-//! moving inside MPI's own progress, but nothing new is posted or received).
+//! loop while it runs: sockets that call MPI themselves go on, but what the loop does
+//! for them (completing sends, receiving for sockets nobody waits in, connects) waits.
 //!
 //! Idle policy: after the last piece of work the thread polls for
 //! [`SPIN`](super::progress::SPIN) ([`SPIN_WITH_SENDS`](super::progress::SPIN_WITH_SENDS) while sends are in flight, because MPI moves their

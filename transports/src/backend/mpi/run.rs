@@ -20,10 +20,12 @@ use crate::TransportError;
 /// order relative to its other collectives. If that fails, every call returns the
 /// error.
 ///
-/// While `f` runs, this process's socket traffic waits: nothing new is posted and
-/// nothing is received until `f` returns (sends already posted keep moving inside
-/// MPI). A collective that waits for a rank which is itself waiting for a socket
-/// message from this process therefore deadlocks; order socket traffic and
+/// While `f` runs, the progress thread does nothing else: sockets that make their own
+/// MPI calls (under `MPI_THREAD_MULTIPLE`) keep sending and receiving, but their sends
+/// that MPI did not finish at once complete only after `f` returns, and so does the
+/// traffic of sockets that leave their calls to the progress thread (at a lower
+/// thread level). A collective that waits for a rank which is itself waiting for a
+/// socket message from this process can therefore deadlock; order socket traffic and
 /// collectives the same way on every rank. MPI collectives cannot time out: a rank
 /// that dies ends the job through `mpirun` (a failing rank exits without
 /// `MPI_Finalize`, see [`ENV_FINALIZE_TIMEOUT`](crate::mpi::ENV_FINALIZE_TIMEOUT)).
