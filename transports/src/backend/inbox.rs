@@ -6,11 +6,12 @@
 //! for `local`, a rank, tag and credits for `mpi`. Control events travel in the same
 //! channel as data, so a peer is known before its first message.
 
+use super::fast_hash::FastMap;
 use super::{BackendRouter, BackendSocket, Deadline, send_error};
 use crate::poller::Watch;
 use crate::{PeerId, RecvError, SendError, SendErrorKind, SocketOptions, TransportError};
 use crossbeam_channel::Receiver;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use switchyard_msg::Msg;
 
@@ -80,7 +81,7 @@ pub(crate) struct InboxRouter<D: Delivery> {
     options: SocketOptions,
     endpoint: String,
     inbound: Receiver<Inbound<D::Route>>,
-    peers: HashMap<PeerId, D::Route>,
+    peers: FastMap<PeerId, D::Route>,
     pending: VecDeque<(PeerId, Msg)>,
 }
 
@@ -106,7 +107,7 @@ impl<D: Delivery> InboxRouter<D> {
             options,
             endpoint,
             inbound,
-            peers: HashMap::new(),
+            peers: FastMap::default(),
             pending: VecDeque::new(),
         }
     }

@@ -140,6 +140,26 @@ pub(crate) fn send(
     encoded: Encoded,
     credits: Arc<Credits>,
 ) -> Result<(), String> {
+    if encoded.frames.is_empty() {
+        // One MPI message, and usually done at once: no list of requests to build.
+        let posted = engine.shared.while_open(|| {
+            // SAFETY: as below; `encoded` is dropped only once the request is done
+            // or moved with it to the progress thread.
+            let mut request = unsafe { ffi::isend(comms.data, &encoded.head, dest, tag)? };
+            Ok((!ffi::test(&mut request)?).then_some(request))
+        });
+        return match posted {
+            Ok(None) => {
+                credits.release();
+                Ok(())
+            }
+            Ok(Some(request)) => track(engine, vec![request], encoded, credits, None),
+            Err(reason) => {
+                credits.release();
+                Err(reason)
+            }
+        };
+    }
     let mut requests = Vec::with_capacity(1 + encoded.frames.len());
     let posted = engine.shared.while_open(|| {
         // SAFETY: `encoded` stays alive and unmoved (its heap buffers) until the
@@ -166,6 +186,18 @@ pub(crate) fn send(
         Ok(false) => None,
         Err(reason) => Some(reason),
     };
+    track(engine, requests, encoded, credits, reason)
+}
+
+/// Hands unfinished sends to the progress thread with their buffers and credit, and
+/// returns `failed` (why a later post failed), if any.
+fn track(
+    engine: &Engine,
+    requests: Vec<Request>,
+    encoded: Encoded,
+    credits: Arc<Credits>,
+    failed: Option<String>,
+) -> Result<(), String> {
     let sending = Sending::new(encoded, Some(credits));
     if !requests.is_empty() {
         let track = Command::Track {
@@ -176,10 +208,10 @@ pub(crate) fn send(
             // Nobody will complete the sends: their buffers must outlive any read
             // MPI might still make of them.
             std::mem::forget(command);
-            return Err(reason.unwrap_or(refused));
+            return Err(failed.unwrap_or(refused));
         }
     }
-    reason.map_or(Ok(()), Err)
+    failed.map_or(Ok(()), Err)
 }
 
 /// The next message on socket `tag` (from `source`, or any rank) if one has arrived,

@@ -4,8 +4,8 @@
 
 use super::ffi::MpiError;
 use crate::PeerId;
+use crate::backend::fast_hash::FastMap;
 use crate::backend::warn_limit::PeerWarnings;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -23,7 +23,7 @@ pub(crate) struct Shared {
     /// Every dealer that said hello to this rank, by (rank, dealer tag): a router that
     /// receives on its own thread names the sender with it. Entries stay after a bye,
     /// so that data a dealer sent before leaving still names it.
-    identities: Mutex<HashMap<(i32, i32), PeerId>>,
+    identities: Mutex<FastMap<(i32, i32), PeerId>>,
     /// `true` while MPI may be called. A socket's thread holds it shared for each of
     /// its MPI calls; the progress thread takes it whole and sets it `false` before
     /// `MPI_Finalize`, so that no thread is inside MPI then or enters it after.
@@ -37,7 +37,7 @@ impl Shared {
             failure: Mutex::new(None),
             malformed: AtomicU64::new(0),
             warnings: Mutex::new(PeerWarnings::new("mpi")),
-            identities: Mutex::new(HashMap::new()),
+            identities: Mutex::new(FastMap::default()),
             open: RwLock::new(true),
         }
     }

@@ -205,7 +205,7 @@ pub(crate) fn decode(buffer: Bytes, limits: &Limits) -> Result<(i32, Msg), Malfo
         lengths_end,
         header_end,
     } = layout(&buffer, limits)?;
-    let mut spans = Vec::with_capacity(count);
+    let mut frames = Vec::with_capacity(count);
     let mut at = header_end;
     for i in 0..count {
         let len = read_u64(&buffer, FIXED + 8 * i);
@@ -220,7 +220,7 @@ pub(crate) fn decode(buffer: Bytes, limits: &Limits) -> Result<(i32, Msg), Malfo
                     buffer.len()
                 ))
             })?;
-        spans.push((at, end));
+        frames.push(buffer.slice(at..end));
         at = end;
     }
     if at != buffer.len() {
@@ -229,7 +229,6 @@ pub(crate) fn decode(buffer: Bytes, limits: &Limits) -> Result<(i32, Msg), Malfo
             buffer.len() - at
         )));
     }
-    let frames = spans.iter().map(|&(a, b)| buffer.slice(a..b)).collect();
     let msg = Msg::from_header_frame(&buffer[lengths_end..header_end], frames, limits)
         .map_err(Malformed::Decode)?;
     Ok((source_tag, msg))
