@@ -11,6 +11,8 @@ mod collective;
 mod instructions;
 #[cfg(feature = "mpi")]
 mod mpi;
+#[cfg(feature = "mpi")]
+mod mpi_instructions;
 mod probe;
 #[cfg(feature = "zmq")]
 mod ps;
@@ -38,7 +40,8 @@ pub(crate) struct Common {
     /// Instructions per message instead of times, counted by valgrind's callgrind
     /// (repeatable on a loaded machine, where times swing): each side of each case runs
     /// in a process of its own, with two message counts, and the difference leaves
-    /// start-up out. `bench transport` only, its 64 B and 1 KiB rate cases.
+    /// start-up out. `bench transport` (its 64 B and 1 KiB rate cases) and `bench
+    /// mpi` (a 64 B round trip through MPI's self-loopback in one process).
     #[arg(long)]
     pub(crate) instructions: bool,
 }
@@ -60,12 +63,23 @@ pub(crate) struct TransportOneArgs {
     pub(crate) count: usize,
 }
 
+/// One side of `bench mpi --instructions` (see [`Suite::MpiOne`]).
+#[derive(clap::Args, Debug)]
+pub(crate) struct MpiOneArgs {
+    /// `ours` or `baseline` (raw MPI_Send/MPI_Recv to this rank itself).
+    #[arg(long)]
+    pub(crate) side: String,
+    /// Messages (half as many round trips).
+    #[arg(long)]
+    pub(crate) count: usize,
+}
+
 impl Common {
     /// Refuses `--instructions` in a suite that does not count them.
     pub(crate) fn times_only(&self, suite: &str) -> Result<(), Box<dyn std::error::Error>> {
         if self.instructions {
             return Err(format!(
-                "bench {suite} measures times only; --instructions is implemented for bench transport"
+                "bench {suite} measures times only; --instructions is implemented for bench transport and bench mpi"
             )
             .into());
         }
@@ -120,6 +134,9 @@ pub(crate) enum Suite {
     /// `bench transport --instructions` runs under callgrind.
     #[command(hide = true)]
     TransportOne(TransportOneArgs),
+    /// Internal: one side of `bench mpi --instructions`, run under callgrind.
+    #[command(hide = true)]
+    MpiOne(MpiOneArgs),
 }
 
 impl Suite {
@@ -143,10 +160,13 @@ pub(crate) fn run(suite: Suite) -> Result<(), Box<dyn std::error::Error>> {
         #[cfg(not(feature = "zmq"))]
         Suite::Transport(_) => Err("bench transport compares against raw libzmq and needs the `zmq` feature; this build has: local".into()),
         #[cfg(feature = "mpi")]
-        Suite::Mpi(common) => {
-            common.times_only("mpi")?;
-            mpi::run(common)
-        }
+        Suite::Mpi(common) if common.instructions => mpi_instructions::run(&common),
+        #[cfg(feature = "mpi")]
+        Suite::Mpi(common) => mpi::run(common),
+        #[cfg(feature = "mpi")]
+        Suite::MpiOne(args) => mpi_instructions::run_one(&args),
+        #[cfg(not(feature = "mpi"))]
+        Suite::MpiOne(_) => Err("bench mpi needs the `mpi` feature".into()),
         #[cfg(not(feature = "mpi"))]
         Suite::Mpi(_) => Err("bench mpi needs the `mpi` feature: cargo build --release --features mpi".into()),
         Suite::Allreduce(args) => collective::run(collective::Op::Allreduce, args),
