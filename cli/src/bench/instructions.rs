@@ -79,11 +79,27 @@ fn total_ir(path: &Path) -> Result<u64> {
 
 /// Instructions per message of `one(count)`, the arguments that run one side of a
 /// case with `count` messages.
-pub(crate) fn per_message(one: &dyn Fn(usize) -> Vec<String>, quick: bool) -> Result<f64> {
+fn per_message(one: &dyn Fn(usize) -> Vec<String>, quick: bool) -> Result<f64> {
     let (low, high) = counts(quick);
     let a = instructions_of(&one(low))?;
     let b = instructions_of(&one(high))?;
     Ok(b.saturating_sub(a) as f64 / (high - low) as f64)
+}
+
+/// Instructions per message of both sides of a case, ours then the baseline: each
+/// runs `switchyard bench RUNNER --side SIDE ARGS... --count N` (a hidden side runner).
+pub(crate) fn both_sides(runner: &str, args: &[String], quick: bool) -> Result<(f64, f64)> {
+    let one = |side: &'static str| {
+        move |count: usize| -> Vec<String> {
+            let mut all: Vec<String> = ["bench", runner, "--side", side].map(String::from).to_vec();
+            all.extend(args.iter().cloned());
+            all.extend(["--count".to_string(), count.to_string()]);
+            all
+        }
+    };
+    let ours = per_message(&one("ours"), quick)?;
+    let baseline = per_message(&one("baseline"), quick)?;
+    Ok((ours, baseline))
 }
 
 /// A row of instructions per message, ours beside the baseline (fewer is better).

@@ -73,22 +73,7 @@ pub(crate) fn run(common: &Common) -> Result<()> {
         );
         super::report::header();
     }
-    let one = |side: &'static str| {
-        move |count: usize| -> Vec<String> {
-            [
-                "bench",
-                "mpi-one",
-                "--side",
-                side,
-                "--count",
-                &count.to_string(),
-            ]
-            .map(String::from)
-            .to_vec()
-        }
-    };
-    let ours = instructions::per_message(&one("ours"), common.quick)?;
-    let base = instructions::per_message(&one("baseline"), common.quick)?;
+    let (ours, base) = instructions::both_sides("mpi-one", &[], common.quick)?;
     instructions::row(
         SUITE,
         "rtt/self",

@@ -338,26 +338,9 @@ fn run_instructions(common: &Common) -> Result<()> {
             if !common.selects(&format!("{case}/{size}")) {
                 continue;
             }
-            let one = |side: &'static str| {
-                move |count: usize| -> Vec<String> {
-                    [
-                        "bench",
-                        "transport-one",
-                        "--side",
-                        side,
-                        "--transport",
-                        transport.name(),
-                        "--size",
-                        &size.to_string(),
-                        "--count",
-                        &count.to_string(),
-                    ]
-                    .map(String::from)
-                    .to_vec()
-                }
-            };
-            let ours = instructions::per_message(&one("ours"), common.quick)?;
-            let base = instructions::per_message(&one("baseline"), common.quick)?;
+            let args =
+                ["--transport", transport.name(), "--size", &size.to_string()].map(String::from);
+            let (ours, base) = instructions::both_sides("transport-one", &args, common.quick)?;
             let baseline_name = match transport {
                 Transport::Local => "bare crossbeam channel".to_string(),
                 t => format!("raw libzmq {}", t.name()),
