@@ -33,6 +33,7 @@
 
 mod addr;
 mod codec;
+pub mod copy;
 mod error;
 mod header;
 mod limits;

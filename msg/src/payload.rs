@@ -93,7 +93,7 @@ pub fn frame_as_slice<T: Element>(frame: &[u8]) -> Result<&[T], PayloadError> {
 pub fn frame_to_vec<T: Element>(frame: &[u8]) -> Result<Vec<T>, PayloadError> {
     let count = check_len::<T>(frame)?;
     let mut out = vec![T::zeroed(); count];
-    bytemuck::cast_slice_mut::<T, u8>(&mut out).copy_from_slice(frame);
+    crate::copy::copy_bytes(bytemuck::cast_slice_mut::<T, u8>(&mut out), frame);
     Ok(out)
 }
 
@@ -107,7 +107,7 @@ pub fn frame_copy_into<T: Element>(frame: &[u8], dst: &mut [T]) -> Result<(), Pa
             actual: count,
         });
     }
-    bytemuck::cast_slice_mut::<T, u8>(dst).copy_from_slice(frame);
+    crate::copy::copy_bytes(bytemuck::cast_slice_mut::<T, u8>(dst), frame);
     Ok(())
 }
 

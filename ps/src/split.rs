@@ -64,7 +64,7 @@ impl<T: Value> KvValues<T> {
         let size = std::mem::size_of::<T>();
         for (k, offset, _, piece) in pieces {
             let at = (starts[*k] + *offset as usize) * size;
-            bytes[at..at + piece.len()].copy_from_slice(piece);
+            switchyard_msg::copy::copy_bytes(&mut bytes[at..at + piece.len()], piece);
         }
         KvValues {
             keys,

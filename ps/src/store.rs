@@ -251,7 +251,10 @@ impl<T: Value, P: Clone> Store<T, P> {
                 for i in 0..req.meta.keys.len() {
                     let len = req.meta.lens[i] as usize;
                     let entry = self.entry(&req.meta, i);
-                    entry.value.copy_from_slice(&req.values[at..at + len]);
+                    switchyard_msg::copy::copy_elements(
+                        &mut entry.value,
+                        &req.values[at..at + len],
+                    );
                     entry.pushed = true;
                     at += len;
                     self.note_change(req.meta.keys[i]);

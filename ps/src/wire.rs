@@ -389,7 +389,7 @@ pub(crate) fn read_values<T: Value>(msg: &Msg, count: u64, from: &str) -> Result
     let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut out);
     let mut at = 0;
     for frame in frames {
-        dst[at..at + frame.len()].copy_from_slice(frame);
+        switchyard_msg::copy::copy_bytes(&mut dst[at..at + frame.len()], frame);
         at += frame.len();
     }
     Ok(out)

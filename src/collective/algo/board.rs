@@ -40,6 +40,7 @@
 use super::{Round, split};
 use crate::collective::error::CollectiveError;
 use std::ops::Range;
+use switchyard_msg::copy::{copy_bytes, copy_elements};
 use switchyard_msg::payload::Element;
 
 /// The largest allreduce that runs as one board call in which every rank combines
@@ -103,7 +104,7 @@ pub(crate) fn allreduce<T: Element>(
             let block = split(piece.len(), n, from);
             wrong_length(data.len(), std::mem::size_of_val(&piece[block.clone()]))?;
             if from != me {
-                piece[block].copy_from_slice(elements::<T>(data)?);
+                copy_elements(&mut piece[block], elements::<T>(data)?);
             }
             Ok(())
         })?;
@@ -156,7 +157,7 @@ pub(crate) fn reduce_scatter<T: Element>(
 /// rank's is reduced into it: `((x0 + x1) + x2) + ...` on every rank alike.
 fn combine<T: Element>(acc: &mut [T], from: usize, theirs: &[T], reduce: &dyn Fn(&mut [T], &[T])) {
     if from == 0 {
-        acc.copy_from_slice(theirs);
+        copy_elements(acc, theirs);
     } else {
         reduce(acc, theirs);
     }
@@ -209,7 +210,7 @@ pub(crate) fn broadcast(
         publish(round, &[])?;
         take_from(round, root..root + 1, &mut |_, data| {
             wrong_length(data.len(), range.len())?;
-            buf[range.clone()].copy_from_slice(data);
+            copy_bytes(&mut buf[range.clone()], data);
             Ok(())
         })?;
     }
@@ -233,7 +234,7 @@ pub(crate) fn allgather(
             let theirs = part(&blocks[from], k, piece);
             wrong_length(data.len(), theirs.len())?;
             if from != me {
-                out[theirs].copy_from_slice(data);
+                copy_bytes(&mut out[theirs], data);
             }
             Ok(())
         })?;

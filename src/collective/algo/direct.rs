@@ -45,7 +45,7 @@ fn share<T: Element>(
         let range = part(from);
         let target = &mut buf[range.clone()];
         round.recv_elements::<T>(from, step, range.start as u64, range.len(), |piece, _| {
-            target.copy_from_slice(piece)
+            switchyard_msg::copy::copy_elements(target, piece)
         })?;
     }
     Ok(())
@@ -118,7 +118,7 @@ pub(crate) fn broadcast<T: Element>(
             let mine = plan.piece(r, j);
             let target = &mut buf[mine.clone()];
             round.recv_elements::<T>(root, 0, mine.start as u64, mine.len(), |piece, _| {
-                target.copy_from_slice(piece)
+                switchyard_msg::copy::copy_elements(target, piece)
             })?;
         }
     }

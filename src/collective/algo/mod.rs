@@ -253,7 +253,7 @@ impl Round<'_> {
     pub(crate) fn frame_of<T: Element>(&mut self, values: &[T]) -> Bytes {
         let bytes: &[u8] = bytemuck::cast_slice(values);
         let mut buffer = self.link.buffer(bytes.len());
-        buffer.copy_from_slice(bytes);
+        switchyard_msg::copy::copy_bytes(&mut buffer, bytes);
         Bytes::from(buffer)
     }
 }

@@ -137,7 +137,7 @@ pub(crate) fn run<T: Element>(
                     if g < rs_steps {
                         reduce(target, piece);
                     } else {
-                        target.copy_from_slice(piece);
+                        switchyard_msg::copy::copy_elements(target, piece);
                         forward = Some(frame.clone());
                     }
                 },

@@ -97,7 +97,7 @@ pub(crate) fn broadcast_chain<T: Element>(
             let target = &mut buf[range.clone()];
             let mut forward = Bytes::new();
             round.recv_elements::<T>(prev, 0, offset, range.len(), |piece, frame| {
-                target.copy_from_slice(piece);
+                switchyard_msg::copy::copy_elements(target, piece);
                 forward = frame.clone();
             })?;
             forward

@@ -26,6 +26,7 @@ use crate::collective::engine::{self, Collective, Elem, Engine};
 use crate::collective::error::{Call, CollectiveError};
 use crate::collective::signature::Signature;
 use std::ops::Range;
+use switchyard_msg::copy::copy_bytes;
 
 /// Forms a new mesh for this rank after a failure (the tracker's `recover`).
 pub(crate) type Rejoin = Box<dyn FnMut() -> Result<Box<dyn Engine>, CollectiveError> + Send>;
@@ -500,8 +501,10 @@ impl RobustEngine {
         }
         // The input, to run the call again if the mesh breaks half-way through it.
         let mut input = std::mem::take(&mut self.input);
-        input.clear();
-        input.extend_from_slice(request.result_buffer());
+        let source = request.result_buffer();
+        // Resized, not cleared: a buffer of the same length is not written twice.
+        input.resize(source.len(), 0);
+        copy_bytes(&mut input, source);
         let outcome = match &mut *request {
             // Every rank keeps the whole reduction, so that any keeper can replay any
             // rank's block: reduce-scatter runs as an allreduce in robust mode.
@@ -757,7 +760,7 @@ fn restore_input(request: &mut Collective<'_>, input: &[u8]) {
         other => {
             let out = other.result_buffer();
             if out.len() == input.len() {
-                out.copy_from_slice(input);
+                copy_bytes(out, input);
             }
         }
     }

@@ -83,8 +83,9 @@ impl Results {
             Some(i) => self.spare.swap_remove(i),
             None => Vec::with_capacity(result.len()),
         };
-        copy.clear();
-        copy.extend_from_slice(result);
+        // Resized, not cleared: a spare of the same length is not written twice.
+        copy.resize(result.len(), 0);
+        switchyard_msg::copy::copy_bytes(&mut copy, result);
         if let Some((old, _)) = self.kept.insert(seq, (copy, for_good)) {
             self.bytes -= old.len();
             self.spare.push(old);

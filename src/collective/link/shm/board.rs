@@ -268,7 +268,7 @@ impl Board {
         unsafe {
             let mut at = slot;
             for part in parts {
-                std::ptr::copy_nonoverlapping(part.as_ptr(), at, part.len());
+                switchyard_msg::copy::copy_bytes_raw(part.as_ptr(), at, part.len());
                 at = at.add(part.len());
             }
             let meta_at = std::ptr::addr_of!(control.meta).cast::<u8>().cast_mut();

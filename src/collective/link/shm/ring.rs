@@ -16,6 +16,7 @@
 
 use std::io::IoSlice;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+use switchyard_msg::copy::copy_bytes_raw;
 
 /// One cache line, so that the writer's and the reader's fields never share one.
 const LINE: usize = 64;
@@ -155,12 +156,8 @@ impl Writer {
         // head and the tail plus the capacity, which the reader does not read until
         // this end publishes it.
         unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), ring.data.add(offset), first);
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr().add(first),
-                ring.data,
-                bytes.len() - first,
-            );
+            copy_bytes_raw(bytes.as_ptr(), ring.data.add(offset), first);
+            copy_bytes_raw(bytes.as_ptr().add(first), ring.data, bytes.len() - first);
         }
     }
 
@@ -225,8 +222,8 @@ impl Reader {
         // end loaded with acquire: the bytes are complete and the writer does not
         // touch them until this end publishes a tail past them.
         unsafe {
-            std::ptr::copy_nonoverlapping(ring.data.add(offset), buf.as_mut_ptr(), first);
-            std::ptr::copy_nonoverlapping(ring.data, buf.as_mut_ptr().add(first), n - first);
+            copy_bytes_raw(ring.data.add(offset), buf.as_mut_ptr(), first);
+            copy_bytes_raw(ring.data, buf.as_mut_ptr().add(first), n - first);
         }
         self.tail = self.tail.wrapping_add(n as u64);
         ring.control().tail.store(self.tail, Ordering::Release);
