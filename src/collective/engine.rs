@@ -212,6 +212,21 @@ pub(crate) trait Engine: Send {
         }
     }
 
+    /// An allreduce of `input` into `out` (of the same length) that leaves `input` as
+    /// it was, for the recovery engine, which must still hold a call's input when the
+    /// call fails half-way. This default copies `input` into `out` and runs the call
+    /// there in place; the mesh on the host board reads `input` where it is, which
+    /// saves that copy.
+    fn allreduce_into(
+        &mut self,
+        input: &[u8],
+        out: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<(), CollectiveError> {
+        copy_then_allreduce(self, input, out, dtype, op)
+    }
+
     /// The recovery engine, for checkpoints; `None` on every other engine.
     fn robust(&mut self) -> Option<&mut super::robust::RobustEngine> {
         None
@@ -223,6 +238,33 @@ pub(crate) trait Engine: Send {
     fn finish(&mut self) -> Result<(), CollectiveError> {
         Ok(())
     }
+}
+
+/// [`Engine::allreduce_into`] by a copy and the in-place call (the default, and what
+/// an engine that overrides it does where it has no better way).
+pub(crate) fn copy_then_allreduce<E: Engine + ?Sized>(
+    engine: &mut E,
+    input: &[u8],
+    out: &mut [u8],
+    dtype: DType,
+    op: ReduceOp,
+) -> Result<(), CollectiveError> {
+    if input.len() != out.len() {
+        return Err(CollectiveError::InvalidArgument {
+            call: Call::Allreduce,
+            reason: format!(
+                "an allreduce of {} bytes into a buffer of {}",
+                input.len(),
+                out.len()
+            ),
+        });
+    }
+    switchyard_msg::copy::copy_bytes(out, input);
+    engine.run(&mut Collective::Allreduce {
+        buf: out,
+        dtype,
+        op,
+    })
 }
 
 /// A world of one: every call's result is this rank's input.

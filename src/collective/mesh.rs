@@ -8,7 +8,7 @@
 use super::algo::choice::{Algorithm, Kind, checks_everyone, choose, choose_across_hosts};
 use super::algo::{AGREE_STEPS, Round, board, direct, doubling, ring, tree};
 use super::element::{DType, ReduceOp, Reducible, with_dtype};
-use super::engine::{Collective, Combine, Elem, Engine, share_fold_result};
+use super::engine::{self, Collective, Combine, Elem, Engine, share_fold_result};
 use super::error::{Call, CollectiveError};
 use super::hierarchy;
 use super::link::Link;
@@ -336,6 +336,31 @@ impl Engine for MeshEngine {
         e
     }
 
+    fn allreduce_into(
+        &mut self,
+        input: &[u8],
+        out: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<(), CollectiveError> {
+        let call = Call::Allreduce;
+        let total = (out.len() / dtype.size()) as u64;
+        let algorithm = self.choose(Kind::Allreduce, out.len(), total);
+        if algorithm != Algorithm::Board {
+            return engine::copy_then_allreduce(self, input, out, dtype, op);
+        }
+        let sig = Signature::reduction(call, dtype, op);
+        let tuning = self.tuning;
+        self.round(sig, total, (Kind::Allreduce, algorithm), |round| {
+            with_dtype!(dtype, T => {
+                let input = elements_of::<T>(call, input)?;
+                let out = elements::<T>(call, out)?;
+                let reduce = move |acc: &mut [T], other: &[T]| T::reduce_into(op, acc, other);
+                board::allreduce_into(round, input, out, &reduce, tuning.piece_bytes)
+            })
+        })
+    }
+
     fn run(&mut self, request: &mut Collective<'_>) -> Result<(), CollectiveError> {
         let (sig, total, call) = (Signature::of(request), request.count(), request.call());
         match request {
@@ -383,6 +408,14 @@ fn agree(round: &mut Round<'_>) -> Result<(), CollectiveError> {
 /// anything else is refused rather than misread.
 fn elements<T: Reducible>(call: Call, buf: &mut [u8]) -> Result<&mut [T], CollectiveError> {
     bytemuck::try_cast_slice_mut(buf).map_err(|e| CollectiveError::InvalidArgument {
+        call,
+        reason: format!("a buffer of {:?} elements: {e:?}", T::DTYPE),
+    })
+}
+
+/// [`elements`] of a buffer the call only reads.
+fn elements_of<T: Reducible>(call: Call, buf: &[u8]) -> Result<&[T], CollectiveError> {
+    bytemuck::try_cast_slice(buf).map_err(|e| CollectiveError::InvalidArgument {
         call,
         reason: format!("a buffer of {:?} elements: {e:?}", T::DTYPE),
     })

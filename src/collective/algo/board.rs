@@ -80,17 +80,55 @@ pub(crate) fn allreduce<T: Element>(
     reduce: &dyn Fn(&mut [T], &[T]),
     tuning_piece: usize,
 ) -> Result<(), CollectiveError> {
+    allreduce_from(round, None, buf, reduce, tuning_piece)
+}
+
+/// [`allreduce`] of `input` into `out` (of the same length), `input` left as it was:
+/// the board reads each rank's input once whichever buffer it is in, so this costs
+/// what the in-place call costs, where copying the input aside first would add a
+/// pass over the buffer (robust mode keeps the input to run a call again).
+pub(crate) fn allreduce_into<T: Element>(
+    round: &mut Round<'_>,
+    input: &[T],
+    out: &mut [T],
+    reduce: &dyn Fn(&mut [T], &[T]),
+    tuning_piece: usize,
+) -> Result<(), CollectiveError> {
+    allreduce_from(round, Some(input), out, reduce, tuning_piece)
+}
+
+/// The allreduce of the board, reading this rank's input from `input`, or from `out`
+/// itself when `None`, and leaving the result in `out`.
+fn allreduce_from<T: Element>(
+    round: &mut Round<'_>,
+    input: Option<&[T]>,
+    out: &mut [T],
+    reduce: &dyn Fn(&mut [T], &[T]),
+    tuning_piece: usize,
+) -> Result<(), CollectiveError> {
+    if input.is_some_and(|input| input.len() != out.len()) {
+        return Err(CollectiveError::InvalidArgument {
+            call: round.sig.call,
+            reason: "an allreduce into a buffer of another length than its input".into(),
+        });
+    }
     let piece_len = piece_bytes(round, tuning_piece);
-    if std::mem::size_of_val(buf) <= WHOLE_BYTES.min(piece_len) {
-        return allreduce_whole(round, buf, reduce);
+    if std::mem::size_of_val(out) <= WHOLE_BYTES.min(piece_len) {
+        return allreduce_whole(round, input, out, reduce);
     }
     let per_piece = (piece_len / std::mem::size_of::<T>().max(1)).max(1);
     let (n, me) = (round.size(), round.rank());
-    for piece in buf.chunks_mut(per_piece) {
+    for start in (0..out.len()).step_by(per_piece) {
+        let range = start..(start + per_piece).min(out.len());
+        let source = match input {
+            Some(input) => &input[range.clone()],
+            None => &out[range.clone()],
+        };
+        publish(round, bytemuck::cast_slice(source))?;
+        let piece = &mut out[range];
         let expected = std::mem::size_of_val(piece);
         let mine = split(piece.len(), n, me);
         let mine_bytes = bytes_of::<T>(&mine);
-        publish(round, bytemuck::cast_slice(piece))?;
         // Block `mine` of this rank's buffer is overwritten with rank 0's part before
         // anything is combined into it: the original is in this rank's slot.
         take_all(round, &mut |from, data| {
@@ -174,14 +212,16 @@ fn elements<T: Element>(data: &[u8]) -> Result<&[T], String> {
     bytemuck::try_cast_slice::<u8, T>(data).map_err(|e| format!("host board slot: {e:?}"))
 }
 
-/// A small allreduce in one board call: every rank combines every rank's buffer.
+/// A small allreduce in one board call: every rank combines every rank's buffer
+/// (this rank's from `input`, or from `buf` when `None`) into `buf`.
 fn allreduce_whole<T: Element>(
     round: &mut Round<'_>,
+    input: Option<&[T]>,
     buf: &mut [T],
     reduce: &dyn Fn(&mut [T], &[T]),
 ) -> Result<(), CollectiveError> {
     let expected = std::mem::size_of_val(buf);
-    publish(round, bytemuck::cast_slice(buf))?;
+    publish(round, bytemuck::cast_slice(input.unwrap_or(buf)))?;
     // This rank's own part is read back from its slot like any other: `buf` is
     // overwritten with rank 0's part before anything is combined into it.
     take_all(round, &mut |from, data| {

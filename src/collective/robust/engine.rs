@@ -5,9 +5,13 @@
 //! when they differ an allgather of every rank's state follows. Once an agreement
 //! finds every rank in the same collective, calls run directly, without agreeing,
 //! until the mesh breaks (every rank of a mesh switches at the same agreement). In a
-//! job without failures the cost of robust mode is a copy of each call's input (to
-//! run the call again if it fails half-way) and, on [`Rules::keeps`] ranks, of its
-//! result.
+//! job without failures the cost of robust mode is one copy per call: an allreduce
+//! (and a reduce-scatter, which runs as one) runs into the buffer its result is kept
+//! in, reading the input where the caller put it, and the result is copied to the
+//! caller (the input stays untouched until the call succeeded, to run it again if
+//! the mesh breaks half-way); other calls copy their input aside and keep a copy of
+//! their result. Results are held until every rank is known to have passed the call,
+//! and kept until the next checkpoint on [`Rules::keeps`] ranks.
 //!
 //! When the inner engine fails because a peer is gone, this rank drops the whole
 //! mesh and forms a new one through the tracker (`recover`, same rank); the restarted
@@ -271,7 +275,15 @@ impl RobustEngine {
 
     /// Runs `request` on the mesh; a broken mesh is dropped (the next use rejoins).
     fn inner_run(&mut self, request: &mut Collective<'_>) -> Result<(), CollectiveError> {
-        let result = self.engine()?.run(request);
+        self.inner_call(|engine| engine.run(request))
+    }
+
+    /// Makes `call` on the mesh, as [`RobustEngine::inner_run`] runs a request.
+    fn inner_call(
+        &mut self,
+        call: impl FnOnce(&mut dyn Engine) -> Result<(), CollectiveError>,
+    ) -> Result<(), CollectiveError> {
+        let result = call(self.engine()?.as_mut());
         if let Err(e) = &result {
             if is_broken(e) {
                 tracing::warn!(rank = self.rank, error = %e, "robust: mesh broken, rejoining");
@@ -499,31 +511,16 @@ impl RobustEngine {
                 return Err(self.prepare_failed(request.call(), reason));
             }
         }
-        // The input, to run the call again if the mesh breaks half-way through it.
-        let mut input = std::mem::take(&mut self.input);
-        let source = request.result_buffer();
-        // Resized, not cleared: a buffer of the same length is not written twice.
-        input.resize(source.len(), 0);
-        copy_bytes(&mut input, source);
-        let outcome = match &mut *request {
+        let call = request.call();
+        match &mut *request {
             // Every rank keeps the whole reduction, so that any keeper can replay any
             // rank's block: reduce-scatter runs as an allreduce in robust mode.
-            Collective::ReduceScatter { buf, dtype, op } => {
-                self.inner_run(&mut Collective::Allreduce {
-                    buf,
-                    dtype: *dtype,
-                    op: *op,
-                })
+            Collective::Allreduce { buf, dtype, op }
+            | Collective::ReduceScatter { buf, dtype, op } => {
+                self.reduce_and_keep(call, buf, *dtype, *op)?;
             }
-            other => self.inner_run(other),
-        };
-        if let Err(e) = outcome {
-            restore_input(request, &input);
-            self.input = input;
-            return Err(e);
+            other => self.run_and_keep(other)?,
         }
-        self.input = input;
-        self.keep_result(request)?;
         // A call that needs every rank's input (all but broadcast) shows that every
         // rank passed the calls before it.
         if !matches!(request, Collective::Broadcast { .. }) {
@@ -532,6 +529,50 @@ impl RobustEngine {
         self.seq += 1;
         self.fresh = false;
         Ok(())
+    }
+
+    /// Runs an allreduce of `buf` into a buffer of the kept results, then copies the
+    /// result into `buf`: the input stays in `buf` until the call has succeeded (to
+    /// run it again if the mesh breaks half-way), and the result is kept without a
+    /// copy of its own. On the host board this is one pass over the buffer fewer
+    /// than copying the input aside, running in place and copying the result to keep
+    /// (`BENCHMARKS.md`, "Robust mode's copies").
+    fn reduce_and_keep(
+        &mut self,
+        call: Call,
+        buf: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<(), CollectiveError> {
+        let mut result = self.results.buffer(buf.len());
+        if let Err(e) = self.inner_call(|engine| engine.allreduce_into(buf, &mut result, dtype, op))
+        {
+            self.results.give_back(result);
+            return Err(e);
+        }
+        copy_bytes(buf, &result);
+        let (version, budget) = (self.saved.version, self.options.result_budget);
+        let for_good = self.rules.keeps(self.rank, self.seq);
+        self.results
+            .keep_buffer(call, (self.seq, for_good), result, budget, version)
+    }
+
+    /// Runs any other call in place with a copy of its input aside (put back if the
+    /// mesh breaks half-way), and keeps a copy of its result.
+    fn run_and_keep(&mut self, request: &mut Collective<'_>) -> Result<(), CollectiveError> {
+        let mut input = std::mem::take(&mut self.input);
+        let source = request.result_buffer();
+        // Resized, not cleared: a buffer of the same length is not written twice.
+        input.resize(source.len(), 0);
+        copy_bytes(&mut input, source);
+        let outcome = self.inner_run(request);
+        if let Err(e) = outcome {
+            restore_input(request, &input);
+            self.input = input;
+            return Err(e);
+        }
+        self.input = input;
+        self.keep_result(request)
     }
 
     /// Holds this call's result for replay (for good where [`Rules::keeps`] says so).

@@ -59,34 +59,63 @@ pub(crate) struct Results {
 }
 
 impl Results {
-    /// Keeps `result` of call `seq` (for good when `for_good`), unless that passes
-    /// `budget`.
+    /// Keeps a copy of `result` of call `seq` (for good when `for_good`), unless
+    /// that passes `budget`.
     pub(crate) fn keep(
         &mut self,
         call: Call,
-        (seq, for_good): (u64, bool),
+        seq: (u64, bool),
         result: &[u8],
         budget: usize,
         version: u64,
     ) -> Result<(), CollectiveError> {
+        let mut copy = self.buffer(result.len());
+        switchyard_msg::copy::copy_bytes(&mut copy, result);
+        self.keep_buffer(call, seq, copy, budget, version)
+    }
+
+    /// A buffer of `len` bytes to run a call into and then keep with
+    /// [`Results::keep_buffer`] (or hand back with [`Results::give_back`]): a spare
+    /// one where there is one (its old bytes still in it), since fresh memory costs a
+    /// page fault per page.
+    pub(crate) fn buffer(&mut self, len: usize) -> Vec<u8> {
+        let mut buffer = match self.spare.iter().position(|b| b.capacity() >= len) {
+            Some(i) => self.spare.swap_remove(i),
+            None => Vec::with_capacity(len),
+        };
+        // Resized, not cleared: a spare of the same length is not written here.
+        buffer.resize(len, 0);
+        buffer
+    }
+
+    /// Takes a [`Results::buffer`] back unused.
+    pub(crate) fn give_back(&mut self, buffer: Vec<u8>) {
+        self.spare.push(buffer);
+    }
+
+    /// Keeps `result` of call `seq` (for good when `for_good`), unless that passes
+    /// `budget` (the buffer then goes back to the spares).
+    pub(crate) fn keep_buffer(
+        &mut self,
+        call: Call,
+        (seq, for_good): (u64, bool),
+        result: Vec<u8>,
+        budget: usize,
+        version: u64,
+    ) -> Result<(), CollectiveError> {
         if self.bytes + result.len() > budget {
+            let needed = result.len();
+            self.give_back(result);
             return Err(CollectiveError::ResultBudget {
                 call,
                 kept: self.bytes,
-                needed: result.len(),
+                needed,
                 budget,
                 version,
             });
         }
         self.bytes += result.len();
-        let mut copy = match self.spare.iter().position(|b| b.capacity() >= result.len()) {
-            Some(i) => self.spare.swap_remove(i),
-            None => Vec::with_capacity(result.len()),
-        };
-        // Resized, not cleared: a spare of the same length is not written twice.
-        copy.resize(result.len(), 0);
-        switchyard_msg::copy::copy_bytes(&mut copy, result);
-        if let Some((old, _)) = self.kept.insert(seq, (copy, for_good)) {
+        if let Some((old, _)) = self.kept.insert(seq, (result, for_good)) {
             self.bytes -= old.len();
             self.spare.push(old);
         }

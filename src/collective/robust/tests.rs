@@ -119,14 +119,14 @@ fn f64s(bytes: &[u8]) -> Vec<f64> {
         .collect()
 }
 
-/// Rabit's test program: per iteration an allreduce (lazy), a broadcast, a
-/// checkpoint with a local model (a lazy one without, when `lazy`). Returns `None`
-/// where the rank dies.
+/// Rabit's test program: per iteration an allreduce (lazy) of `grad_len` values, a
+/// broadcast, a checkpoint with a local model (a lazy one without, when `lazy`).
+/// Returns `None` where the rank dies.
 fn program_as(
     comm: &mut Communicator,
     iters: u64,
     death: Option<Death>,
-    lazy: bool,
+    (lazy, grad_len): (bool, usize),
 ) -> Result<Option<Outcome>, CollectiveError> {
     let (rank, n) = (comm.rank(), comm.world_size());
     let (mut model, mut local, start) = match comm.load_checkpoint()? {
@@ -149,7 +149,7 @@ fn program_as(
         if dies(0) {
             return Ok(None);
         }
-        let mut grad = vec![0.0f64; 4];
+        let mut grad = vec![0.0f64; grad_len];
         let prepared = comm.try_allreduce_lazy(&mut grad, ReduceOp::Sum, |g| {
             prepares += 1;
             if dies(IN_PREPARE) {
@@ -240,6 +240,17 @@ fn job_as(
     options: RobustOptions,
     lazy: bool,
 ) -> Vec<Ended> {
+    job_of(world, iters, deaths, options, (lazy, 4))
+}
+
+/// [`job_as`] with gradients of `grad_len` values.
+fn job_of(
+    world: usize,
+    iters: u64,
+    deaths: Vec<Vec<Death>>,
+    options: RobustOptions,
+    shape: (bool, usize),
+) -> Vec<Ended> {
     let gens = Generations::new(world);
     let handles: Vec<_> = (0..world)
         .map(|rank| {
@@ -256,7 +267,7 @@ fn job_as(
                     let death = deaths.get(attempt as usize).copied();
                     let life = std::panic::catch_unwind(AssertUnwindSafe(|| {
                         let mut comm = robust(&gens, rank, attempt, options.clone());
-                        let outcome = program_as(&mut comm, iters, death, lazy)?;
+                        let outcome = program_as(&mut comm, iters, death, shape)?;
                         if outcome.is_some() {
                             comm.engine.as_mut().finish()?;
                         }
@@ -325,6 +336,79 @@ fn a_rank_that_dies_between_calls_catches_up_to_the_same_model() {
 /// exits, as a Python program whose `prepare_fun` raised. No rank keeps a result of
 /// that call: the restarted rank prepares it again and every rank ends with the
 /// model of a run without failures.
+/// Gradients of 100 000 values (800 KB) run on the host board in pieces, the result
+/// written into the buffer robust mode keeps and the input read where the caller put
+/// it; a rank that dies before a checkpoint's first call makes the others fail in
+/// the agreement before it.
+#[test]
+fn large_allreduces_recover_like_small_ones() {
+    let shape = (false, 100_000);
+    let clean: Vec<(Outcome, u64)> = job_of(3, 3, Vec::new(), RobustOptions::default(), shape)
+        .into_iter()
+        .map(|e| e.unwrap())
+        .collect();
+    let deaths = vec![Vec::new(), vec![Death { iter: 1, after: 0 }]];
+    let failed: Vec<(Outcome, u64)> = job_of(3, 3, deaths, RobustOptions::default(), shape)
+        .into_iter()
+        .map(|e| e.unwrap())
+        .collect();
+    assert_eq!(failed[1].1, 1, "rank 1 was restarted once");
+    assert_same(&failed, &clean);
+}
+
+/// The survivors are in the middle of a large allreduce, run directly (no agreement
+/// since the one before the first call), when rank 1 dies: their pieces are on the
+/// host board and the call fails half-way. They must run it again from their
+/// untouched input, after replaying the first call's result (kept without a copy of
+/// its own) to the restarted rank, and every rank must get the exact sums.
+#[test]
+fn a_death_in_the_middle_of_a_large_direct_allreduce_loses_no_input() {
+    const WORLD: usize = 3;
+    const LEN: usize = 100_000;
+    let value = |rank: usize, call: usize, i: usize| (rank * 1000 + call * 7 + i % 13) as f64;
+    let sums = |call: usize| -> Vec<f64> {
+        (0..LEN)
+            .map(|i| (0..WORLD).map(|r| value(r, call, i)).sum())
+            .collect()
+    };
+    let gens = Generations::new(WORLD);
+    let handles: Vec<_> = (0..WORLD)
+        .map(|rank| {
+            let gens = Arc::clone(&gens);
+            std::thread::spawn(move || -> Result<Vec<Vec<f64>>, CollectiveError> {
+                let mut attempt = 0;
+                loop {
+                    let mut comm = robust(&gens, rank, attempt, RobustOptions::default());
+                    comm.load_checkpoint()?;
+                    let mut results = Vec::new();
+                    for call in 0..2 {
+                        let mut buf: Vec<f64> = (0..LEN).map(|i| value(rank, call, i)).collect();
+                        comm.allreduce(&mut buf, ReduceOp::Sum)?;
+                        results.push(buf);
+                        if rank == 1 && attempt == 0 && call == 0 {
+                            // Dies between the calls: its links close with it, while
+                            // the others already wait in the second call.
+                            break;
+                        }
+                    }
+                    if results.len() == 2 {
+                        comm.engine.as_mut().finish()?;
+                        return Ok(results);
+                    }
+                    drop(comm);
+                    attempt += 1;
+                }
+            })
+        })
+        .collect();
+    for (rank, handle) in handles.into_iter().enumerate() {
+        let results = handle.join().expect("rank thread").expect("rank's calls");
+        for (call, got) in results.iter().enumerate() {
+            assert!(*got == sums(call), "rank {rank}, call {call}: wrong sums");
+        }
+    }
+}
+
 #[test]
 fn a_failed_prepare_leaves_no_result_to_replay() {
     let clean = job(3, 4, Vec::new());
