@@ -64,6 +64,7 @@ mod config;
 mod control;
 mod error;
 mod node;
+mod pool;
 mod replica;
 mod routing;
 mod schedule;

@@ -9,6 +9,7 @@
 //! (a worker that hears of a failover before this server does, a request for keys
 //! nobody here holds) are deterministic tests below rather than timing-dependent jobs.
 
+use super::pool::ValuePool;
 use super::replica::Backups;
 use super::store::{Backup, Op, Reply, Request, Store};
 use super::update::{Mode, Update};
@@ -35,12 +36,13 @@ pub(crate) struct Incoming<T> {
 }
 
 impl<T: Value> Incoming<T> {
-    /// Decodes a worker's request message from `peer`.
-    pub(crate) fn decode(peer: PeerId, msg: &Msg) -> Incoming<T> {
+    /// Decodes a worker's request message from `peer`, its values into a buffer of
+    /// `pool`.
+    pub(crate) fn decode(peer: PeerId, msg: &Msg, pool: &ValuePool<T>) -> Incoming<T> {
         Incoming {
             id: msg.header.seq,
             primary: msg.header.dst.id,
-            request: decode(msg, &peer),
+            request: decode(msg, &peer, pool),
             peer,
         }
     }
@@ -100,6 +102,8 @@ pub(crate) struct Routing<T: Value> {
     held: Vec<Incoming<T>>,
     requests: u64,
     next_expiry: Instant,
+    /// Value buffers of requests and replies, shared with the stores.
+    pool: ValuePool<T>,
 }
 
 impl<T: Value> std::fmt::Debug for Routing<T> {
@@ -130,7 +134,10 @@ impl<T: Value> Routing<T> {
             workers,
             replicate,
         } = shape;
-        let mut own = Store::new(name.clone(), mode, workers, update.clone()).with_primary(rank);
+        let pool = ValuePool::default();
+        let mut own = Store::new(name.clone(), mode, workers, update.clone())
+            .with_primary(rank)
+            .with_pool(pool.clone());
         if replicate {
             own = own.with_tracking();
         }
@@ -148,7 +155,13 @@ impl<T: Value> Routing<T> {
             held: Vec::new(),
             requests: 0,
             next_expiry: now + EXPIRY_SCAN,
+            pool,
         }
+    }
+
+    /// The pool that request values are decoded into ([`Incoming::decode`]).
+    pub(crate) fn pool(&self) -> &ValuePool<T> {
+        &self.pool
     }
 
     /// The report of a job that ended well.
@@ -232,7 +245,8 @@ impl<T: Value> Routing<T> {
                 self.update.clone(),
                 self.backups.take(dead),
             )
-            .with_primary(dead);
+            .with_primary(dead)
+            .with_pool(self.pool.clone());
             self.stores.insert(dead, adopted);
             for incoming in std::mem::take(&mut self.held) {
                 // Counted when it arrived.
@@ -284,7 +298,7 @@ fn refusal(peer: PeerId, id: u64, primary: u32, refusal: Refusal) -> Reply<PeerI
     }
 }
 
-fn decode<T: Value>(msg: &Msg, peer: &PeerId) -> Result<Request<T>, PsError> {
+fn decode<T: Value>(msg: &Msg, peer: &PeerId, pool: &ValuePool<T>) -> Result<Request<T>, PsError> {
     let from = format!("worker {} ({peer})", msg.header.src.id);
     let op = match msg.header.kind {
         k if k == wire::PUSH => Op::Push,
@@ -299,7 +313,7 @@ fn decode<T: Value>(msg: &Msg, peer: &PeerId) -> Result<Request<T>, PsError> {
     let values = if matches!(op, Op::Pull | Op::Check | Op::Release) {
         Vec::new()
     } else {
-        wire::read_values::<T>(msg, count, &from)?
+        wire::read_values_into::<T>(msg, count, &from, |len| pool.take(len))?
     };
     Ok(Request {
         worker: msg.header.src.id,

@@ -207,7 +207,8 @@ impl<T: Value> KvServer<T> {
                 }
                 continue;
             }
-            let routed = routing.route(Incoming::decode(peer, &msg));
+            let incoming = Incoming::decode(peer, &msg, routing.pool());
+            let routed = routing.route(incoming);
             self.send(&name, &mut link, routed)?;
         }
     }

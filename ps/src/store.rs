@@ -6,13 +6,13 @@
 //! per worker). A worker that pushes a key again before the round is complete waits
 //! for the next round. In [`Mode::Async`] every push is applied and answered at once.
 
+use super::pool::ValuePool;
 use super::update::{Mode, Update};
 use super::wire::{KvMeta, Refusal, Runs};
 use super::{PsError, Value};
 use bytes::Bytes;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
-use switchyard_msg::payload;
 
 /// What a request asks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,6 +110,8 @@ pub(crate) struct Store<T, P> {
     changed: Vec<u64>,
     track: bool,
     primary: u32,
+    /// Buffers of request values (given back once summed in) and of reply snapshots.
+    pool: ValuePool<T>,
 }
 
 impl<T: Value, P: Clone> Store<T, P> {
@@ -126,7 +128,14 @@ impl<T: Value, P: Clone> Store<T, P> {
             changed: Vec::new(),
             track: false,
             primary: 0,
+            pool: ValuePool::default(),
         }
+    }
+
+    /// Shares `pool`'s buffers (the one requests are decoded into).
+    pub(crate) fn with_pool(mut self, pool: ValuePool<T>) -> Self {
+        self.pool = pool;
+        self
     }
 
     /// Sets the rank of the server whose keys these are (named in replies).
@@ -259,6 +268,7 @@ impl<T: Value, P: Clone> Store<T, P> {
                     at += len;
                     self.note_change(req.meta.keys[i]);
                 }
+                self.pool.give(req.values);
                 vec![Reply {
                     peer,
                     id: req.id,
@@ -286,6 +296,7 @@ impl<T: Value, P: Clone> Store<T, P> {
                     self.rounds += 1;
                     self.note_change(key);
                 }
+                self.pool.give(req.values);
                 let body = if req.op == Op::PushPull {
                     self.pull(&req.meta)
                 } else {
@@ -456,7 +467,7 @@ impl<T: Value, P: Clone> Store<T, P> {
                 out.lens.push(e.value.len() as u64);
                 out.offsets.push(e.offset);
                 out.totals.push(e.total);
-                frames.push(payload::frame_from_slice(&e.value));
+                frames.push(self.pool.frame_of(&e.value));
             }
         }
         (out, coalesce(frames))
@@ -467,14 +478,7 @@ impl<T: Value, P: Clone> Store<T, P> {
         let n = req.meta.keys.len();
         let wants_value = req.op == Op::PushPull;
         let mut done = Vec::new();
-        // Split from the back so that each piece is moved out, not copied.
-        let mut values = req.values;
-        let mut pieces = Vec::with_capacity(n);
-        for i in (0..n).rev() {
-            let start = values.len() - req.meta.lens[i] as usize;
-            pieces.push(values.split_off(start));
-        }
-        pieces.reverse();
+        let pieces = self.pieces(req.values, &req.meta.lens);
         self.pending.insert(
             key_of,
             Pending {
@@ -485,6 +489,7 @@ impl<T: Value, P: Clone> Store<T, P> {
                 remaining: n,
             },
         );
+        let pool = self.pool.clone();
         for (i, piece) in pieces.into_iter().enumerate() {
             let entry = self.entry(&req.meta, i);
             entry.pushed = true;
@@ -495,10 +500,11 @@ impl<T: Value, P: Clone> Store<T, P> {
             {
                 // Sent again after a failover, and already in the value: answer it.
                 let frame = if wants_value {
-                    payload::frame_from_slice(&entry.value)
+                    pool.frame_of(&entry.value)
                 } else {
                     Bytes::new()
                 };
+                pool.give(piece);
                 done.push((key_of, i, frame));
                 continue;
             }
@@ -520,6 +526,24 @@ impl<T: Value, P: Clone> Store<T, P> {
         }
         replies.extend(self.complete(done));
         replies
+    }
+
+    /// A request's `values` cut into one piece per key (`lens`): the buffer itself
+    /// for a request of one key (the usual large gradient), which goes back to the
+    /// pool once summed in; copies of its parts otherwise.
+    fn pieces(&self, mut values: Vec<T>, lens: &[u64]) -> Vec<Vec<T>> {
+        if lens.len() == 1 {
+            return vec![values];
+        }
+        // Split from the back so that each piece is moved out, not copied again.
+        let mut pieces = Vec::with_capacity(lens.len());
+        for len in lens.iter().rev() {
+            let start = values.len() - *len as usize;
+            pieces.push(values.split_off(start));
+        }
+        pieces.reverse();
+        self.pool.give(values);
+        pieces
     }
 
     /// The replies of the requests whose last piece is among `done`.
@@ -545,7 +569,9 @@ impl<T: Value, P: Clone> Store<T, P> {
     fn feed(&mut self, key: u64, c: Contribution<T>, done: &mut Vec<(ReqKey, usize, Bytes)>) {
         let workers = self.workers;
         let update = self.update.clone();
+        let pool = &self.pool;
         let Some(e) = self.keys.get_mut(&key) else {
+            pool.give(c.values);
             return;
         };
         let mut queue = VecDeque::from([c]);
@@ -555,13 +581,14 @@ impl<T: Value, P: Clone> Store<T, P> {
                 continue;
             }
             if e.from.is_empty() {
-                e.sum = c.values;
+                pool.give(std::mem::replace(&mut e.sum, c.values));
                 e.round_started = Some(Instant::now());
             } else {
                 e.sum
                     .iter_mut()
                     .zip(&c.values)
                     .for_each(|(s, v)| *s = s.add(*v));
+                pool.give(c.values);
             }
             e.from.insert(c.worker);
             e.waiters.push((c.req, c.index, c.wants_value));
@@ -576,7 +603,7 @@ impl<T: Value, P: Clone> Store<T, P> {
                     *last = (*last).max(*id);
                 }
                 let snapshot = if e.waiters.iter().any(|w| w.2) {
-                    payload::frame_from_slice(&e.value)
+                    pool.frame_of(&e.value)
                 } else {
                     Bytes::new()
                 };

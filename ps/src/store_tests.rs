@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use super::*;
+use switchyard_msg::payload;
 
 fn meta(keys: &[u64], lens: &[u64]) -> KvMeta {
     meta_of::<f32>(keys, lens)
@@ -322,4 +323,54 @@ fn a_sync_round_that_some_workers_never_join_is_refused_naming_them() {
             assert_eq!(values(&r[0]), [3.0]);
         }
     }
+}
+
+/// Large pushes go back to the pool once summed in, and a round's snapshot once every
+/// reply carrying it is gone: after the first rounds no request or reply needs a new
+/// buffer, and the sums are right although the buffers held older values.
+#[test]
+fn large_rounds_reuse_the_pools_buffers() {
+    const LEN: usize = 50_000;
+    let pool = ValuePool::<f32>::default();
+    let mut store = Store::<f32, u32>::new("server 0".into(), Mode::Sync, 2, Update::Sum)
+        .with_pool(pool.clone());
+    let lens = [LEN as u64];
+    let mut buffers = std::collections::HashSet::new();
+    let mut seen_after = Vec::new();
+    for round in 0..6u64 {
+        let mut push = |w: u32| -> Vec<f32> {
+            let mut v = pool.take(LEN);
+            buffers.insert(v.as_ptr() as usize);
+            v.fill((w + 1) as f32 * (round + 1) as f32);
+            v
+        };
+        let first = push(0);
+        assert!(
+            store
+                .handle(0, req(0, round, Op::PushPull, &[3], &lens, first))
+                .is_empty()
+        );
+        let second = push(1);
+        let replies = store.handle(1, req(1, round, Op::PushPull, &[3], &lens, second));
+        let expected: f32 = (1..=round + 1).map(|r| 3.0 * r as f32).sum();
+        assert_eq!(replies.len(), 2);
+        for r in &replies {
+            let (_, frames) = r.body.as_ref().unwrap();
+            buffers.insert(frames[0].as_ptr() as usize);
+            assert!(values(r).iter().all(|&v| v == expected), "round {round}");
+        }
+        drop(replies);
+        // One buffer waits for the next round's first push: the one the snapshot
+        // used, back now that the replies are gone (the rest are the key's running
+        // sum and the buffers this round's pushes took).
+        assert_eq!(pool.spare(), 1, "round {round}");
+        seen_after.push(buffers.len());
+    }
+    // Three buffers circulate (two pushes and a snapshot, one of them the key's
+    // running sum at a time), all made in the first two rounds.
+    assert_eq!(
+        seen_after[1..],
+        [seen_after[1]; 5],
+        "buffers made: {seen_after:?}"
+    );
 }

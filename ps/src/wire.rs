@@ -376,6 +376,17 @@ pub(crate) fn read_meta(msg: &Msg, from: &str) -> Result<(KvMeta, u64), PsError>
 /// The values of a key-value message as one vector (one copy), checked against the
 /// count the metadata declares.
 pub(crate) fn read_values<T: Value>(msg: &Msg, count: u64, from: &str) -> Result<Vec<T>, PsError> {
+    read_values_into(msg, count, from, |len| vec![T::default(); len])
+}
+
+/// [`read_values`] into the buffer `take(count)` returns (every value of it is
+/// written), such as one from a server's pool.
+pub(crate) fn read_values_into<T: Value>(
+    msg: &Msg,
+    count: u64,
+    from: &str,
+    take: impl FnOnce(usize) -> Vec<T>,
+) -> Result<Vec<T>, PsError> {
     let frames = msg.frames().get(1..).unwrap_or_default();
     let bytes: usize = frames.iter().map(Bytes::len).sum();
     let size = std::mem::size_of::<T>();
@@ -385,7 +396,7 @@ pub(crate) fn read_values<T: Value>(msg: &Msg, count: u64, from: &str) -> Result
             format!("{bytes} value bytes for {count} values of {size} bytes"),
         ));
     }
-    let mut out = vec![T::default(); count as usize];
+    let mut out = take(count as usize);
     let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut out);
     let mut at = 0;
     for frame in frames {

@@ -58,6 +58,13 @@ pub mod mpi {
 }
 pub use endpoint::Endpoint;
 
+/// The ZeroMQ backend's process-wide settings (feature `zmq`).
+#[cfg(feature = "zmq")]
+#[cfg_attr(docsrs, doc(cfg(feature = "zmq")))]
+pub mod zmq {
+    pub use crate::backend::zmq::heap::ENV_MALLOC_TUNING;
+}
+
 /// Entry points for the fuzz targets in `fuzz/`. Not part of the stable API: hidden
 /// from the docs, and may change or go in any release.
 ///

@@ -24,6 +24,7 @@
 mod auth;
 mod dealer;
 mod frame;
+pub(crate) mod heap;
 mod router;
 
 pub(crate) use dealer::ZmqDealer;
@@ -41,7 +42,10 @@ use switchyard_msg::{Addr, DecodeError, Kind, Msg};
 /// The process-wide libzmq context; `inproc://` only reaches sockets of one context.
 fn context() -> &'static zmq::Context {
     static CONTEXT: OnceLock<zmq::Context> = OnceLock::new();
-    CONTEXT.get_or_init(zmq::Context::new)
+    CONTEXT.get_or_init(|| {
+        heap::tune_once();
+        zmq::Context::new()
+    })
 }
 
 fn backend_error(endpoint: &str, err: zmq::Error) -> TransportError {
