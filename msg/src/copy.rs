@@ -38,10 +38,11 @@ const SLOW_DISTANCE: std::ops::Range<usize> = 1..64;
 /// The period of the slow case.
 const PAGE: usize = 4096;
 
-/// The largest copy that glibc makes with `rep movsb`: up to the per-core L2 (512 KiB
-/// here, where 512 KiB + 1 is fast again; 1 MiB on newer Zen). Larger copies use
-/// vector loops, or non-temporal stores from a few MiB on, which 2 KiB pieces would
-/// lose (a 16 MiB copy in pieces measured 30-60% slower).
+/// The largest copy that glibc makes with `rep movsb`, near the per-core L2 size: on
+/// the benchmark machine 384 KiB is slow and 512 KiB fast again; newer Zen parts have
+/// 1 MiB of L2. Larger copies use vector loops, or non-temporal stores from a few MiB
+/// on, which 2 KiB pieces would lose (a 16 MiB copy in pieces measured 30-60% slower).
+/// `scripts/memcpy-distance.c` measures a machine.
 const LARGEST_SLOW: usize = 1 << 20;
 
 /// Whether copying `len` bytes from `src` to `dst` would hit the slow case.
