@@ -17,6 +17,10 @@ use switchyard_msg::{DecodeError, Kind, Msg};
 pub(crate) struct ZmqRouter {
     raw: Raw,
     peers: HashSet<PeerId>,
+    /// The peer of the last message, known (in `peers`): a run of messages from one
+    /// peer looks it up by comparing bytes, not by hashing (the table keeps SipHash,
+    /// since over tcp any stranger picks its identity).
+    last: Option<PeerId>,
     pending: VecDeque<(PeerId, Msg)>,
     dropped: u64,
     warnings: PeerWarnings<PeerId>,
@@ -52,17 +56,21 @@ impl ZmqRouter {
             warnings: PeerWarnings::new(&raw.endpoint),
             raw,
             peers: HashSet::new(),
+            last: None,
             pending: VecDeque::new(),
             dropped: 0,
         })
     }
 
     /// The identity in a received frame, shared with the known peer's when there is
-    /// one, so that the common case allocates nothing.
-    fn peer_id(&self, identity: &[u8]) -> PeerId {
+    /// one, so that the common case allocates nothing; and whether it is known.
+    fn peer_id(&self, identity: &[u8]) -> (PeerId, bool) {
+        if let Some(last) = self.last.as_ref().filter(|p| p.as_bytes() == identity) {
+            return (last.clone(), true);
+        }
         match self.peers.get(identity) {
-            Some(known) => known.clone(),
-            None => PeerId::from_wire(Bytes::copy_from_slice(identity)),
+            Some(known) => (known.clone(), true),
+            None => (PeerId::from_wire(Bytes::copy_from_slice(identity)), false),
         }
     }
 
@@ -86,6 +94,7 @@ impl ZmqRouter {
                 }),
             ),
         };
+        let (peer, known) = peer;
         let msg = match decoded {
             Ok(msg) => msg,
             Err(reason) => {
@@ -97,7 +106,12 @@ impl ZmqRouter {
                 return Ok(None);
             }
         };
-        self.peers.insert(peer.clone());
+        if !known {
+            self.peers.insert(peer.clone());
+        }
+        if self.last.as_ref() != Some(&peer) {
+            self.last = Some(peer.clone());
+        }
         if msg.header.kind == Kind::Hello {
             // Without waiting, like every router send: a peer that sends HELLOs and
             // never reads must not hold up this receive.
@@ -184,6 +198,9 @@ impl BackendRouter for ZmqRouter {
         }) = &result
         {
             self.peers.remove(peer);
+            if self.last.as_ref() == Some(peer) {
+                self.last = None;
+            }
         }
         result
     }
