@@ -23,7 +23,9 @@ pub(crate) struct ZmqRouter {
     last: Option<PeerId>,
     pending: VecDeque<(PeerId, Msg)>,
     dropped: u64,
-    warnings: PeerWarnings<PeerId>,
+    /// Boxed: only the unlucky paths use it, and it keeps the router small beside the
+    /// other backends' (`RouterKind` holds any of them).
+    warnings: Box<PeerWarnings<PeerId>>,
 }
 
 impl std::fmt::Debug for ZmqRouter {
@@ -53,7 +55,7 @@ impl ZmqRouter {
             raw.endpoint = actual;
         }
         Ok(ZmqRouter {
-            warnings: PeerWarnings::new(&raw.endpoint),
+            warnings: Box::new(PeerWarnings::new(&raw.endpoint)),
             raw,
             peers: HashSet::new(),
             last: None,
