@@ -48,8 +48,12 @@ impl<T: Value> ValuePool<T> {
         if !worth_pooling::<T>(len) {
             return vec![T::default(); len];
         }
+        // The smallest buffer that fits, so that a small request does not take the
+        // buffer a large one needs.
         let reused = self.spare.lock().ok().and_then(|mut spare| {
-            let at = spare.iter().position(|b| b.capacity() >= len)?;
+            let (at, _) = (spare.iter().enumerate())
+                .filter(|(_, b)| b.capacity() >= len)
+                .min_by_key(|(_, b)| b.capacity())?;
             Some(spare.swap_remove(at))
         });
         let mut buffer = reused.unwrap_or_default();
@@ -129,6 +133,17 @@ mod tests {
         let again = pool.take(1 << 15);
         assert_eq!((again.as_ptr(), again.len()), (address, 1 << 15));
         assert_eq!(pool.spare(), 0);
+    }
+
+    #[test]
+    fn a_request_takes_the_smallest_buffer_that_fits() {
+        let pool = ValuePool::<f32>::default();
+        pool.give(Vec::with_capacity(1 << 18));
+        pool.give(Vec::with_capacity(1 << 15));
+        pool.give(Vec::with_capacity(1 << 17));
+        assert_eq!(pool.take(25_000).capacity(), 1 << 15);
+        assert_eq!(pool.take(150_000).capacity(), 1 << 18);
+        assert_eq!(pool.spare(), 1);
     }
 
     #[test]

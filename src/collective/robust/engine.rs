@@ -536,7 +536,7 @@ impl RobustEngine {
     /// run it again if the mesh breaks half-way), and the result is kept without a
     /// copy of its own. On the host board this is one pass over the buffer fewer
     /// than copying the input aside, running in place and copying the result to keep
-    /// (`BENCHMARKS.md`, "Robust mode's copies").
+    /// (`BENCHMARKS.md`, "Robust mode: one copy per call").
     fn reduce_and_keep(
         &mut self,
         call: Call,
@@ -545,12 +545,13 @@ impl RobustEngine {
         op: ReduceOp,
     ) -> Result<(), CollectiveError> {
         let mut result = self.results.buffer(buf.len());
-        if let Err(e) = self.inner_call(|engine| engine.allreduce_into(buf, &mut result, dtype, op))
+        if let Err(e) =
+            self.inner_call(|engine| engine.allreduce_into(buf, result.bytes_mut(), dtype, op))
         {
             self.results.give_back(result);
             return Err(e);
         }
-        copy_bytes(buf, &result);
+        copy_bytes(buf, result.bytes());
         let (version, budget) = (self.saved.version, self.options.result_budget);
         let for_good = self.rules.keeps(self.rank, self.seq);
         self.results

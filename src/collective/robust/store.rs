@@ -41,6 +41,38 @@ pub(crate) struct Saved {
     pub locals: BTreeMap<usize, Option<Vec<u8>>>,
 }
 
+/// A result's bytes in memory aligned for every element type (8 bytes), so that a
+/// call can run into it as into the caller's own buffer, empty ones included.
+#[derive(Default)]
+pub(crate) struct ResultBuffer {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl ResultBuffer {
+    /// The result's bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.words)[..self.len]
+    }
+
+    /// The result's bytes, to write.
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
+    }
+
+    /// Bytes it can hold without growing.
+    fn capacity(&self) -> usize {
+        self.words.capacity() * 8
+    }
+
+    /// Makes it `len` bytes long; bytes it held before stay (a spare of this size is
+    /// not written here), new ones are zeros.
+    fn set_len(&mut self, len: usize) {
+        self.words.resize(len.div_ceil(8), 0);
+        self.len = len;
+    }
+}
+
 /// Results of the calls since the last checkpoint, by call number: those this rank
 /// keeps for good ([`Rules::keeps`](super::state::Rules::keeps)), and every other one
 /// since the last call that every rank is known to have passed (rabit keeps the last
@@ -49,13 +81,13 @@ pub(crate) struct Saved {
 #[derive(Default)]
 pub(crate) struct Results {
     /// Each result, and whether it is kept for good.
-    kept: BTreeMap<u64, (Vec<u8>, bool)>,
+    kept: BTreeMap<u64, (ResultBuffer, bool)>,
     bytes: usize,
     /// Results of calls from this one on are held even where not kept for good.
     held_from: u64,
     /// Buffers of results dropped at the last checkpoint, reused for the next ones
     /// (fresh allocations of large results cost a page fault per page, every call).
-    spare: Vec<Vec<u8>>,
+    spare: Vec<ResultBuffer>,
 }
 
 impl Results {
@@ -70,26 +102,30 @@ impl Results {
         version: u64,
     ) -> Result<(), CollectiveError> {
         let mut copy = self.buffer(result.len());
-        switchyard_msg::copy::copy_bytes(&mut copy, result);
+        switchyard_msg::copy::copy_bytes(copy.bytes_mut(), result);
         self.keep_buffer(call, seq, copy, budget, version)
     }
 
     /// A buffer of `len` bytes to run a call into and then keep with
-    /// [`Results::keep_buffer`] (or hand back with [`Results::give_back`]): a spare
-    /// one where there is one (its old bytes still in it), since fresh memory costs a
-    /// page fault per page.
-    pub(crate) fn buffer(&mut self, len: usize) -> Vec<u8> {
-        let mut buffer = match self.spare.iter().position(|b| b.capacity() >= len) {
+    /// [`Results::keep_buffer`] (or hand back with [`Results::give_back`]): the
+    /// smallest spare one that fits where there is one (its old bytes still in it;
+    /// the smallest, so that a small call does not take the buffer a large one needs),
+    /// since fresh memory costs a page fault per page.
+    pub(crate) fn buffer(&mut self, len: usize) -> ResultBuffer {
+        let fitting = (self.spare.iter().enumerate())
+            .filter(|(_, b)| b.capacity() >= len)
+            .min_by_key(|(_, b)| b.capacity())
+            .map(|(i, _)| i);
+        let mut buffer = match fitting {
             Some(i) => self.spare.swap_remove(i),
-            None => Vec::with_capacity(len),
+            None => ResultBuffer::default(),
         };
-        // Resized, not cleared: a spare of the same length is not written here.
-        buffer.resize(len, 0);
+        buffer.set_len(len);
         buffer
     }
 
     /// Takes a [`Results::buffer`] back unused.
-    pub(crate) fn give_back(&mut self, buffer: Vec<u8>) {
+    pub(crate) fn give_back(&mut self, buffer: ResultBuffer) {
         self.spare.push(buffer);
     }
 
@@ -99,12 +135,12 @@ impl Results {
         &mut self,
         call: Call,
         (seq, for_good): (u64, bool),
-        result: Vec<u8>,
+        result: ResultBuffer,
         budget: usize,
         version: u64,
     ) -> Result<(), CollectiveError> {
-        if self.bytes + result.len() > budget {
-            let needed = result.len();
+        if self.bytes + result.len > budget {
+            let needed = result.len;
             self.give_back(result);
             return Err(CollectiveError::ResultBudget {
                 call,
@@ -114,9 +150,9 @@ impl Results {
                 version,
             });
         }
-        self.bytes += result.len();
+        self.bytes += result.len;
         if let Some((old, _)) = self.kept.insert(seq, (result, for_good)) {
-            self.bytes -= old.len();
+            self.bytes -= old.len;
             self.spare.push(old);
         }
         Ok(())
@@ -136,7 +172,7 @@ impl Results {
             .collect();
         for s in passed {
             if let Some((old, _)) = self.kept.remove(&s) {
-                self.bytes -= old.len();
+                self.bytes -= old.len;
                 self.spare.push(old);
             }
         }
@@ -150,7 +186,7 @@ impl Results {
 
     /// The kept result of call `seq`.
     pub(crate) fn get(&self, seq: u64) -> Option<&[u8]> {
-        self.kept.get(&seq).map(|(r, _)| r.as_slice())
+        self.kept.get(&seq).map(|(r, _)| r.bytes())
     }
 
     /// Forgets every result (a checkpoint was committed), keeping the buffers.
@@ -185,5 +221,36 @@ pub(crate) fn decode_local(bytes: &[u8]) -> Result<Option<Vec<u8>>, String> {
             "a local model record of {} bytes without its tag",
             bytes.len()
         )),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_takes_the_smallest_spare_that_fits_and_a_refused_one_comes_back() {
+        let mut results = Results::default();
+        for (seq, len) in [(0, 4 << 20), (1, 8), (2, 64 << 10)] {
+            let buffer = results.buffer(len);
+            results
+                .keep_buffer(Call::Allreduce, (seq, true), buffer, usize::MAX, 1)
+                .unwrap();
+        }
+        results.clear();
+        assert_eq!(results.buffer(40).capacity(), 64 << 10);
+        assert_eq!(results.buffer(1 << 20).capacity(), 4 << 20);
+        // Aligned for every element type, an empty one too.
+        assert_eq!(results.buffer(0).bytes().as_ptr() as usize % 8, 0);
+        // Over the budget: refused, and the buffer goes back to the spares.
+        let buffer = results.buffer(8);
+        let address = buffer.bytes().as_ptr();
+        let refused = results.keep_buffer(Call::Allreduce, (3, true), buffer, 4, 1);
+        assert!(matches!(
+            refused,
+            Err(CollectiveError::ResultBudget { needed: 8, .. })
+        ));
+        assert_eq!(results.buffer(8).bytes().as_ptr(), address);
     }
 }
