@@ -26,6 +26,14 @@ fn counts(quick: bool) -> (usize, usize) {
     }
 }
 
+/// Units (calls, rounds) of the shorter and the longer run of a workload whose unit
+/// costs millions of instructions: `quick` counts `low` and `3 * low`, a full run
+/// twice as many.
+pub(crate) fn unit_counts(low: usize, quick: bool) -> (usize, usize) {
+    let low = if quick { low } else { 2 * low };
+    (low, 3 * low)
+}
+
 /// The total instructions (`Ir`) of `args` run by this executable under callgrind.
 fn instructions_of(args: &[String]) -> Result<u64> {
     let exe = std::env::current_exe()?;
@@ -77,10 +85,9 @@ fn total_ir(path: &Path) -> Result<u64> {
         .ok_or_else(|| format!("no instruction total in {}", path.display()).into())
 }
 
-/// Instructions per message of `one(count)`, the arguments that run one side of a
-/// case with `count` messages.
-fn per_message(one: &dyn Fn(usize) -> Vec<String>, quick: bool) -> Result<f64> {
-    let (low, high) = counts(quick);
+/// Instructions per unit of `one(count)`, the arguments that run one side of a case
+/// with `count` units (messages, calls, rounds), from runs of `low` and `high` units.
+fn per_unit(one: &dyn Fn(usize) -> Vec<String>, (low, high): (usize, usize)) -> Result<f64> {
     let a = instructions_of(&one(low))?;
     let b = instructions_of(&one(high))?;
     Ok(b.saturating_sub(a) as f64 / (high - low) as f64)
@@ -89,17 +96,37 @@ fn per_message(one: &dyn Fn(usize) -> Vec<String>, quick: bool) -> Result<f64> {
 /// Instructions per message of both sides of a case, ours then the baseline: each
 /// runs `switchyard bench RUNNER --side SIDE ARGS... --count N` (a hidden side runner).
 pub(crate) fn both_sides(runner: &str, args: &[String], quick: bool) -> Result<(f64, f64)> {
-    let one = |side: &'static str| {
-        move |count: usize| -> Vec<String> {
-            let mut all: Vec<String> = ["bench", runner, "--side", side].map(String::from).to_vec();
-            all.extend(args.iter().cloned());
-            all.extend(["--count".to_string(), count.to_string()]);
-            all
-        }
-    };
-    let ours = per_message(&one("ours"), quick)?;
-    let baseline = per_message(&one("baseline"), quick)?;
+    named_sides(runner, ["ours", "baseline"], args, counts(quick))
+}
+
+/// Instructions per unit of two sides of a case, named `sides` (ours first), each run
+/// as `switchyard bench RUNNER --side SIDE ARGS... --count N` for both counts.
+pub(crate) fn named_sides(
+    runner: &str,
+    sides: [&str; 2],
+    args: &[String],
+    counts: (usize, usize),
+) -> Result<(f64, f64)> {
+    let ours = one_side(runner, sides[0], args, counts)?;
+    let baseline = one_side(runner, sides[1], args, counts)?;
     Ok((ours, baseline))
+}
+
+/// Instructions per unit of one side of a case: `switchyard bench RUNNER --side SIDE
+/// ARGS... --count N` for both counts.
+pub(crate) fn one_side(
+    runner: &str,
+    side: &str,
+    args: &[String],
+    counts: (usize, usize),
+) -> Result<f64> {
+    let one = |count: usize| -> Vec<String> {
+        let mut all: Vec<String> = ["bench", runner, "--side", side].map(String::from).to_vec();
+        all.extend(args.iter().cloned());
+        all.extend(["--count".to_string(), count.to_string()]);
+        all
+    };
+    per_unit(&one, counts)
 }
 
 /// A row of instructions per message, ours beside the baseline (fewer is better).
@@ -111,11 +138,24 @@ pub(crate) fn row(
     baseline: f64,
     baseline_name: &str,
 ) -> Row {
+    unit_row(suite, case, size, "msg", ours, baseline, baseline_name)
+}
+
+/// A row of instructions per `unit` (`call`, `round`), ours beside the baseline.
+pub(crate) fn unit_row(
+    suite: &str,
+    case: &str,
+    size: u64,
+    unit: &str,
+    ours: f64,
+    baseline: f64,
+    baseline_name: &str,
+) -> Row {
     Row::lower_better(
         suite,
         case,
         size,
-        "instructions_per_msg",
+        &format!("instructions_per_{unit}"),
         ours,
         baseline,
         baseline_name,

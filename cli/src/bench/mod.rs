@@ -40,8 +40,9 @@ pub(crate) struct Common {
     /// Instructions per message instead of times, counted by valgrind's callgrind
     /// (repeatable on a loaded machine, where times swing): each side of each case runs
     /// in a process of its own, with two message counts, and the difference leaves
-    /// start-up out. `bench transport` (its 64 B and 1 KiB rate cases) and `bench
-    /// mpi` (a 64 B round trip through MPI's self-loopback in one process).
+    /// start-up out. `bench transport` (its 64 B and 1 KiB rate cases), `bench mpi`
+    /// (a 64 B round trip through MPI's self-loopback in one process), `bench robust`
+    /// (per allreduce, all ranks) and `bench ps` (per round, all workers and servers).
     #[arg(long)]
     pub(crate) instructions: bool,
 }
@@ -74,12 +75,26 @@ pub(crate) struct MpiOneArgs {
     pub(crate) count: usize,
 }
 
+/// One side of `bench ps --instructions` (see [`Suite::PsOne`]).
+#[derive(clap::Args, Debug)]
+pub(crate) struct PsOneArgs {
+    /// `push_pull`, `push+pull` (push then pull) or `allreduce` (a 4-rank mesh).
+    #[arg(long)]
+    pub(crate) side: String,
+    /// Bytes per value (1 KiB: 32 keys per request; 1 MiB: one key).
+    #[arg(long)]
+    pub(crate) size: usize,
+    /// Rounds (each worker's one request of each kind, or one allreduce per rank).
+    #[arg(long)]
+    pub(crate) count: usize,
+}
+
 impl Common {
     /// Refuses `--instructions` in a suite that does not count them.
     pub(crate) fn times_only(&self, suite: &str) -> Result<(), Box<dyn std::error::Error>> {
         if self.instructions {
             return Err(format!(
-                "bench {suite} measures times only; --instructions is implemented for bench transport and bench mpi"
+                "bench {suite} measures times only; --instructions is implemented for bench transport, mpi, robust and ps"
             )
             .into());
         }
@@ -137,6 +152,12 @@ pub(crate) enum Suite {
     /// Internal: one side of `bench mpi --instructions`, run under callgrind.
     #[command(hide = true)]
     MpiOne(MpiOneArgs),
+    /// Internal: one side of `bench robust --instructions`, run under callgrind.
+    #[command(hide = true)]
+    RobustOne(robust::RobustOneArgs),
+    /// Internal: one side of `bench ps --instructions`, run under callgrind.
+    #[command(hide = true)]
+    PsOne(PsOneArgs),
 }
 
 impl Suite {
@@ -175,13 +196,15 @@ pub(crate) fn run(suite: Suite) -> Result<(), Box<dyn std::error::Error>> {
         Suite::ReduceScatter(args) => collective::run(collective::Op::ReduceScatter, args),
         Suite::Tracker(args) => tracker::run(args),
         #[cfg(feature = "zmq")]
-        Suite::Ps(common) => {
-            common.times_only("ps")?;
-            ps::run(common)
-        }
+        Suite::Ps(common) => ps::run(common),
         #[cfg(not(feature = "zmq"))]
         Suite::Ps(_) => Err("bench ps runs over tcp and needs the `zmq` feature".into()),
         Suite::Robust(args) => robust::run(args),
+        Suite::RobustOne(args) => robust::run_one(&args),
+        #[cfg(feature = "zmq")]
+        Suite::PsOne(args) => ps::run_one(&args),
+        #[cfg(not(feature = "zmq"))]
+        Suite::PsOne(_) => Err("bench ps runs over tcp and needs the `zmq` feature".into()),
         Suite::RobustWorker(args) => robust::worker(args),
     }
 }

@@ -16,7 +16,7 @@
 //! memory off), each round on a fresh copy of the values as a worker's push gets.
 
 use super::report::header;
-use super::{Common, Row, median};
+use super::{Common, PsOneArgs, Row, instructions, median};
 use bytes::Bytes;
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -72,10 +72,50 @@ impl Shape {
     }
 }
 
-/// Per repetition: seconds for push then pull, seconds for push_pull (worker 0's).
-fn ps_timings(shape: Shape, reps: usize) -> Result<Vec<(f64, f64)>> {
-    // Even keys for push+pull, odd keys for push_pull: a range of 2k keys puts half
-    // of each set on each server.
+/// What every worker of a job sends: even keys for push then pull, odd keys for
+/// push_pull (a range of 2k keys puts half of each set on each server), and the
+/// values of one request.
+struct Requests {
+    even: Vec<u64>,
+    odd: Vec<u64>,
+    lens: Vec<usize>,
+    template: Vec<f32>,
+}
+
+impl Requests {
+    fn new(shape: Shape) -> Requests {
+        let even: Vec<u64> = (0..shape.keys as u64).map(|k| 2 * k).collect();
+        let odd = even.iter().map(|k| k + 1).collect();
+        Requests {
+            even,
+            odd,
+            lens: vec![shape.floats(); shape.keys],
+            template: vec![1.0f32; shape.floats() * shape.keys],
+        }
+    }
+
+    /// One push then one pull of the even keys.
+    fn push_then_pull(&self, w: &mut KvWorker<f32>) -> std::result::Result<(), Error> {
+        w.push(&self.even, &self.lens, self.template.clone())?;
+        std::hint::black_box(w.pull(&self.even)?);
+        Ok(())
+    }
+
+    /// One fused push_pull of the odd keys.
+    fn push_pull(&self, w: &mut KvWorker<f32>) -> std::result::Result<(), Error> {
+        std::hint::black_box(w.push_pull(&self.odd, &self.lens, self.template.clone())?);
+        Ok(())
+    }
+}
+
+/// One job of `WORKERS` workers, `SERVERS` servers (sync, sum) and a scheduler, as
+/// threads of this process over tcp loopback; every worker runs `work` and then
+/// finishes. Returns worker 0's result.
+fn ps_job<T, F>(shape: Shape, work: F) -> Result<T>
+where
+    T: Send + 'static,
+    F: Fn(&mut KvWorker<f32>, &Requests) -> std::result::Result<T, Error> + Clone + Send + 'static,
+{
     let space = 2 * shape.keys as u64;
     let config = PsConfig::new(WORKERS, SERVERS).with_sharding(Sharding::Range {
         key_space: Some(space),
@@ -95,14 +135,24 @@ fn ps_timings(shape: Shape, reps: usize) -> Result<Vec<(f64, f64)>> {
         .collect();
     let workers: Vec<_> = (0..WORKERS)
         .map(|_| {
-            let (e, c) = (endpoint.clone(), config.clone());
-            thread::spawn(move || worker_timings(&e, &c, shape, reps).map_err(|e| e.to_string()))
+            let (e, c, work) = (endpoint.clone(), config.clone(), work.clone());
+            thread::spawn(move || -> std::result::Result<T, String> {
+                let run = || -> std::result::Result<T, Error> {
+                    let mut w = KvWorker::<f32>::join(&e, &c)?;
+                    let out = work(&mut w, &Requests::new(shape))?;
+                    w.finish()?;
+                    Ok(out)
+                };
+                run().map_err(|e| e.to_string())
+            })
         })
         .collect();
     let mut first = None;
     for w in workers {
-        let timings = w.join().map_err(|_| "a worker thread panicked")??;
-        first.get_or_insert(timings);
+        let out = w.join().map_err(|_| "a worker thread panicked")??;
+        if first.is_none() {
+            first = Some(out);
+        }
     }
     for s in servers {
         s.join().map_err(|_| "a server thread panicked")??;
@@ -113,35 +163,26 @@ fn ps_timings(shape: Shape, reps: usize) -> Result<Vec<(f64, f64)>> {
     first.ok_or_else(|| "no worker".into())
 }
 
-fn worker_timings(
-    endpoint: &str,
-    config: &PsConfig,
-    shape: Shape,
-    reps: usize,
-) -> std::result::Result<Vec<(f64, f64)>, Error> {
-    let mut w = KvWorker::<f32>::join(endpoint, config)?;
-    let even: Vec<u64> = (0..shape.keys as u64).map(|k| 2 * k).collect();
-    let odd: Vec<u64> = even.iter().map(|k| k + 1).collect();
-    let lens = vec![shape.floats(); shape.keys];
-    let template = vec![1.0f32; shape.floats() * shape.keys];
-    let mut out = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        w.barrier(Group::Workers)?;
-        let started = Instant::now();
-        for _ in 0..shape.iters {
-            w.push(&even, &lens, template.clone())?;
-            std::hint::black_box(w.pull(&even)?);
+/// Per repetition: seconds for push then pull, seconds for push_pull (worker 0's).
+fn ps_timings(shape: Shape, reps: usize) -> Result<Vec<(f64, f64)>> {
+    ps_job(shape, move |w, requests| {
+        let mut out = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            w.barrier(Group::Workers)?;
+            let started = Instant::now();
+            for _ in 0..shape.iters {
+                requests.push_then_pull(w)?;
+            }
+            let separate = started.elapsed().as_secs_f64();
+            w.barrier(Group::Workers)?;
+            let started = Instant::now();
+            for _ in 0..shape.iters {
+                requests.push_pull(w)?;
+            }
+            out.push((separate, started.elapsed().as_secs_f64()));
         }
-        let separate = started.elapsed().as_secs_f64();
-        w.barrier(Group::Workers)?;
-        let started = Instant::now();
-        for _ in 0..shape.iters {
-            std::hint::black_box(w.push_pull(&odd, &lens, template.clone())?);
-        }
-        out.push((separate, started.elapsed().as_secs_f64()));
-    }
-    w.finish()?;
-    Ok(out)
+        Ok(out)
+    })
 }
 
 /// Seconds for the bare exchange, per repetition (worker 0's).
@@ -217,47 +258,140 @@ fn bare_timings(shape: Shape, reps: usize) -> Result<Vec<f64>> {
     first.ok_or_else(|| "no worker".into())
 }
 
-/// Seconds for `shape.iters` allreduces of a worker's values among 4 mesh ranks over
-/// TCP loopback, per repetition (rank 0's).
-fn allreduce_timings(shape: Shape, reps: usize) -> Result<Vec<f64>> {
+/// One job of 4 mesh ranks (threads, as the workers are) over TCP loopback (shared
+/// memory off, like the parameter server's sockets), each running `work`; returns
+/// rank 0's result.
+fn mesh_job<T, F>(options: CommOptions, work: F) -> Result<T>
+where
+    T: Send + 'static,
+    F: Fn(&mut Communicator) -> std::result::Result<T, String> + Clone + Send + 'static,
+{
     let n = WORKERS as usize;
     let exchange = MemoryExchange::new(n);
+    let options = options.with_shared_memory(false).with_timeout(WAIT);
     let ranks: Vec<_> = (0..n)
         .map(|rank| {
-            let exchange = exchange.clone();
-            thread::spawn(move || -> std::result::Result<Vec<f64>, String> {
-                let options = CommOptions::default()
-                    .with_shared_memory(false)
-                    .with_timeout(WAIT);
+            let (exchange, options, work) = (exchange.clone(), options.clone(), work.clone());
+            thread::spawn(move || -> std::result::Result<T, String> {
                 let bootstrap = Bootstrap::from_exchange(rank, n, exchange);
                 let mut comm =
                     Communicator::join(&bootstrap, options).map_err(|e| e.to_string())?;
-                let template = vec![1.0f32; shape.floats() * shape.keys];
-                let mut out = Vec::with_capacity(reps);
-                for _ in 0..reps {
-                    comm.barrier().map_err(|e| e.to_string())?;
-                    let started = Instant::now();
-                    for _ in 0..shape.iters {
-                        let mut values = template.clone();
-                        comm.allreduce(&mut values, ReduceOp::Sum)
-                            .map_err(|e| e.to_string())?;
-                        std::hint::black_box(values);
-                    }
-                    out.push(started.elapsed().as_secs_f64());
-                }
-                Ok(out)
+                work(&mut comm)
             })
         })
         .collect();
     let mut first = None;
     for r in ranks {
-        let timings = r.join().map_err(|_| "a rank thread panicked")??;
-        first.get_or_insert(timings);
+        let out = r.join().map_err(|_| "a rank thread panicked")??;
+        if first.is_none() {
+            first = Some(out);
+        }
     }
     first.ok_or_else(|| "no rank".into())
 }
 
+/// `rounds` allreduces of a worker's values, each on a fresh copy of them as a
+/// worker's push gets.
+fn allreduce_rounds(
+    comm: &mut Communicator,
+    shape: Shape,
+    rounds: usize,
+) -> std::result::Result<(), String> {
+    let template = vec![1.0f32; shape.floats() * shape.keys];
+    for _ in 0..rounds {
+        let mut values = template.clone();
+        comm.allreduce(&mut values, ReduceOp::Sum)
+            .map_err(|e| e.to_string())?;
+        std::hint::black_box(values);
+    }
+    Ok(())
+}
+
+/// Seconds for `shape.iters` allreduces of a worker's values among 4 mesh ranks over
+/// TCP loopback, per repetition (rank 0's).
+fn allreduce_timings(shape: Shape, reps: usize) -> Result<Vec<f64>> {
+    mesh_job(CommOptions::default(), move |comm| {
+        let mut out = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            comm.barrier().map_err(|e| e.to_string())?;
+            let started = Instant::now();
+            allreduce_rounds(comm, shape, shape.iters)?;
+            out.push(started.elapsed().as_secs_f64());
+        }
+        Ok(out)
+    })
+}
+
+/// One side of `bench ps --instructions`, once: `count` rounds.
+pub(crate) fn run_one(args: &PsOneArgs) -> Result<()> {
+    let shape = Shape::new(args.size, true);
+    let rounds = args.count;
+    match args.side.as_str() {
+        "push_pull" => ps_job(shape, move |w, requests| {
+            (0..rounds).try_for_each(|_| requests.push_pull(w))
+        }),
+        "push+pull" => ps_job(shape, move |w, requests| {
+            (0..rounds).try_for_each(|_| requests.push_then_pull(w))
+        }),
+        // Waits do not spin: under valgrind a spinning rank counts its waiting.
+        "allreduce" => mesh_job(
+            CommOptions::default().with_spin(Duration::ZERO),
+            move |comm| allreduce_rounds(comm, shape, rounds),
+        ),
+        other => Err(format!("unknown side {other:?} (push_pull, push+pull, allreduce)").into()),
+    }
+}
+
+/// `--instructions`: instructions per round (every worker's request, the servers'
+/// work, libzmq's threads) of push_pull beside push then pull and beside a mesh
+/// allreduce of the same values, counted by callgrind (see `instructions`).
+fn run_instructions(common: &Common) -> Result<()> {
+    if !common.json {
+        println!(
+            "switchyard bench ps --instructions: instructions per round of all {WORKERS} workers \
+             and {SERVERS} servers (threads of one process; callgrind)"
+        );
+        header();
+    }
+    for value_bytes in [1usize << 10, 1 << 20] {
+        if !common.selects(&format!("ps/{value_bytes}")) {
+            continue;
+        }
+        let low = if value_bytes >= 1 << 20 { 3 } else { 10 };
+        let counts = instructions::unit_counts(low, common.quick);
+        let args = ["--size".to_string(), value_bytes.to_string()];
+        let side = |name: &str| instructions::one_side("ps-one", name, &args, counts);
+        let (fused, separate, allreduce) =
+            (side("push_pull")?, side("push+pull")?, side("allreduce")?);
+        let size = value_bytes as u64;
+        instructions::unit_row(
+            SUITE,
+            "push_pull",
+            size,
+            "round",
+            fused,
+            separate,
+            "push then pull",
+        )
+        .emit(common.json);
+        instructions::unit_row(
+            SUITE,
+            "push_pull/allreduce",
+            size,
+            "round",
+            fused,
+            allreduce,
+            "mesh allreduce, 4 ranks, tcp",
+        )
+        .emit(common.json);
+    }
+    Ok(())
+}
+
 pub(crate) fn run(common: Common) -> Result<()> {
+    if common.instructions {
+        return run_instructions(&common);
+    }
     let reps = if common.quick { 3 } else { 7 };
     if !common.json {
         println!(

@@ -37,8 +37,10 @@
 //!   (the survivors' traces: when they noticed, when they held a new mesh) is printed
 //!   on stderr.
 
+mod instructions;
 mod worker;
 
+pub(crate) use instructions::{RobustOneArgs, run_one};
 pub(crate) use worker::{UnixNanos, WorkerArgs};
 
 use super::report::header;
@@ -81,6 +83,9 @@ pub(crate) struct RobustArgs {
 
 pub(crate) fn run(args: RobustArgs) -> Result<()> {
     let common = &args.common;
+    if common.instructions {
+        return instructions::run(common);
+    }
     if !common.json {
         header();
         eprintln!(

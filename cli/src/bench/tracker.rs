@@ -42,6 +42,7 @@ pub(crate) fn run(args: TrackerArgs) -> Result<()> {
         return first_collective_worker();
     }
     let common = &args.common;
+    common.times_only("tracker")?;
     let reps = if common.quick { 3 } else { 7 };
     if !common.json {
         super::report::header();

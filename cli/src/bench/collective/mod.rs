@@ -229,6 +229,7 @@ fn probed<T>(
 }
 
 pub(crate) fn run(op: Op, args: CollectiveArgs) -> Result<()> {
+    args.common.times_only(op.name())?;
     if let Some(engine) = args.worker {
         let out = args.out.ok_or("--worker needs --out")?;
         return worker::work(op, engine, &args.common, &out, args.checked);
