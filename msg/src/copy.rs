@@ -73,6 +73,44 @@ pub fn copy_elements<T: bytemuck::Pod>(dst: &mut [T], src: &[T]) {
     copy_bytes(bytemuck::cast_slice_mut(dst), bytemuck::cast_slice(src));
 }
 
+/// Appends `src`, the bytes of whole elements at any alignment, to `dst` as elements
+/// of `T`, copied as [`copy_bytes`] copies and without zero-filling the new room
+/// first (as `vec![T::default(); n]` before a copy would).
+///
+/// # Panics
+/// When `T` has no size or `src.len()` is not a multiple of its size.
+///
+/// # Examples
+///
+/// ```
+/// use switchyard_msg::copy::extend_elements;
+///
+/// let bytes: Vec<u8> = [1.5f32, -2.0].iter().flat_map(|v| v.to_ne_bytes()).collect();
+/// let mut values = vec![0.25f32];
+/// extend_elements(&mut values, &bytes);
+/// assert_eq!(values, [0.25, 1.5, -2.0]);
+/// ```
+pub fn extend_elements<T: bytemuck::Pod>(dst: &mut Vec<T>, src: &[u8]) {
+    let size = std::mem::size_of::<T>();
+    assert!(
+        size != 0 && src.len() % size == 0,
+        "extend_elements: {} bytes are not whole elements of {size} bytes",
+        src.len()
+    );
+    let count = src.len() / size;
+    dst.reserve(count);
+    // SAFETY: `reserve` made room for `count` more elements after `len`, that is
+    // `src.len()` writable bytes; `src` cannot overlap them (no reference reaches a
+    // vector's spare room while it is borrowed mutably). `T` is `Pod`, so any bytes
+    // are a valid `T`, and every byte of the `count` elements is written before the
+    // length covers them.
+    unsafe {
+        let room = dst.as_mut_ptr().add(dst.len()).cast::<u8>();
+        copy_bytes_raw(src.as_ptr(), room, src.len());
+        dst.set_len(dst.len() + count);
+    }
+}
+
 /// [`copy_bytes`] to raw memory: `len` bytes from `src` to `dst`.
 ///
 /// # Safety
@@ -137,6 +175,28 @@ mod tests {
         // SAFETY: both ranges are inside their vectors and do not overlap.
         unsafe { copy_bytes_raw(source.as_ptr(), target.as_mut_ptr().add(16), source.len()) };
         assert_eq!(&target[16..], &source[..]);
+    }
+
+    #[test]
+    fn elements_are_appended_from_bytes_at_any_alignment() {
+        let values: Vec<f32> = (0..3_000).map(|i| i as f32 * 0.5).collect();
+        let bytes: &[u8] = bytemuck::cast_slice(&values);
+        let mut shifted = vec![0u8; bytes.len() + 1];
+        shifted[1..].copy_from_slice(bytes);
+        for src in [bytes, &shifted[1..]] {
+            let mut out = vec![-1.0f32];
+            extend_elements(&mut out, src);
+            extend_elements(&mut out, &[]);
+            assert_eq!(out.len(), 1 + values.len());
+            assert_eq!(out[0], -1.0);
+            assert_eq!(&out[1..], &values[..]);
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "not whole elements")]
+    fn a_partial_element_panics() {
+        extend_elements(&mut Vec::<u32>::new(), &[1u8; 6]);
     }
 
     #[test]

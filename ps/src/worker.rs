@@ -502,7 +502,12 @@ impl<T: Value> KvWorker<T> {
             self.confirmed.insert(key, total);
             lens.push(total as usize);
         }
-        Ok(KvValues::assemble(p.keys, lens, &p.pieces))
+        KvValues::assemble(p.keys, lens, &p.pieces).ok_or_else(|| {
+            PsError::protocol(
+                "servers",
+                "their pieces of the values overlap or leave a gap",
+            )
+        })
     }
 
     /// Waits until every node of `group` (workers or all) has reached the barrier.
