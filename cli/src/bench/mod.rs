@@ -41,7 +41,8 @@ pub(crate) struct Common {
     /// (repeatable on a loaded machine, where times swing): each side of each case runs
     /// in a process of its own, with two message counts, and the difference leaves
     /// start-up out. `bench transport` (its 64 B and 1 KiB rate cases), `bench mpi`
-    /// (a 64 B round trip through MPI's self-loopback in one process), `bench robust`
+    /// (round trips of 64 B, 64 KiB and 1 MiB through MPI's self-loopback in one
+    /// process), `bench robust`
     /// (per allreduce, all ranks) and `bench ps` (per round, all workers and servers).
     #[arg(long)]
     pub(crate) instructions: bool,
@@ -73,6 +74,9 @@ pub(crate) struct MpiOneArgs {
     /// Messages (half as many round trips).
     #[arg(long)]
     pub(crate) count: usize,
+    /// Payload bytes per message.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) size: usize,
 }
 
 /// One side of `bench ps --instructions` (see [`Suite::PsOne`]).
