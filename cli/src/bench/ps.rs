@@ -14,6 +14,10 @@
 //! gradients: 4 ranks of a mesh (threads, as the workers are) allreducing each
 //! worker's values, over TCP loopback like the parameter server's sockets (shared
 //! memory off), each round on a fresh copy of the values as a worker's push gets.
+//!
+//! `--instructions` counts, with callgrind, the instructions of one round (every
+//! worker's request and the servers' work) of each form and of the allreduce, each in
+//! a process of its own (`bench ps-one`), instead of timing them.
 
 use super::report::header;
 use super::{Common, PsOneArgs, Row, instructions, median};

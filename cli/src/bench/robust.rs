@@ -36,6 +36,9 @@
 //!   load nothing; then checkpoint and run the 5 calls for real). Where the time goes
 //!   (the survivors' traces: when they noticed, when they held a new mesh) is printed
 //!   on stderr.
+//!
+//! `--instructions` counts instructions per allreduce of `allreduce_overhead` instead
+//! (see `instructions`).
 
 mod instructions;
 mod worker;
