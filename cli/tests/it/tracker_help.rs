@@ -83,6 +83,22 @@ fn help_lines_are_wrapped_to_at_most_100_columns() {
 }
 
 #[test]
+fn bench_suites_that_only_time_refuse_instructions() {
+    for suite in ["allreduce", "reduce-scatter", "tracker"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .args(["bench", suite, "--quick", "--instructions"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{suite}: {stderr}");
+        assert!(
+            stderr.contains("measures times only; --instructions is implemented for"),
+            "{suite}: {stderr}"
+        );
+    }
+}
+
+#[test]
 fn bench_broadcast_and_allgather_refuse_python() {
     for op in ["broadcast", "allgather"] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
