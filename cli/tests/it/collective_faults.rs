@@ -11,7 +11,7 @@
 
 use crate::support;
 
-use crossbeam_channel::{Receiver, unbounded};
+use crossbeam_channel::{Receiver, RecvTimeoutError, unbounded};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -91,6 +91,9 @@ impl Job {
         rendezvous.join().unwrap();
         let job = Job { ranks, lines };
         let mut ready = vec![false; n];
+        // A fast rank can fail (and say so) before a slow one's "ready" has been
+        // read: its lines go back in the queue for `errors`, stamped when first read.
+        let mut early = Vec::new();
         let limit = Instant::now() + Duration::from_secs(60);
         while !ready.iter().all(|&r| r) {
             let line = job
@@ -99,7 +102,12 @@ impl Job {
                 .expect("every rank ready within 60 s");
             if line.text == "ready" {
                 ready[line.rank] = true;
+            } else {
+                early.push(line);
             }
+        }
+        for line in early {
+            let _ = tx.send(line);
         }
         job
     }
@@ -122,11 +130,24 @@ impl Job {
     /// waiting at most `limit`.
     fn errors(&self, survivors: &[usize], limit: Duration) -> Vec<(String, Instant)> {
         let mut found: Vec<Option<(String, Instant)>> = vec![None; self.ranks.len()];
+        // Everything else each rank said, for the message when one stays quiet.
+        let mut other: Vec<Vec<String>> = vec![Vec::new(); self.ranks.len()];
         let until = Instant::now() + limit;
         while survivors.iter().any(|&r| found[r].is_none()) {
-            let Ok(line) = self.lines.recv_deadline(until) else {
-                panic!("errors after {limit:?}: {found:?}");
+            let line = match self.lines.recv_deadline(until) {
+                Ok(line) => line,
+                Err(e) => panic!(
+                    "{}: errors {found:?}; every other line by rank: {other:?}",
+                    match e {
+                        RecvTimeoutError::Timeout =>
+                            format!("no error from every rank in {limit:?}"),
+                        RecvTimeoutError::Disconnected => "every rank's output closed".to_string(),
+                    }
+                ),
             };
+            if !line.text.contains(" failed after ") {
+                other[line.rank].push(line.text.clone());
+            }
             if line.text.contains(" failed after ") && found[line.rank].is_none() {
                 found[line.rank] = Some((line.text, line.at));
             }
