@@ -103,7 +103,6 @@ fn session(shared: &Shared, conn: ConnId, stream: &TcpStream, host: &str) -> Res
     let mut head = [0u8; 8];
     r.read_exact(&mut head, "hello")?;
     shared.greeting.leave(conn);
-    shared.sequence.said(conn);
     let first = i32::from_le_bytes([head[0], head[1], head[2], head[3]]);
     let second = [head[4], head[5], head[6], head[7]];
     if second[..2] == *b"{\"" {

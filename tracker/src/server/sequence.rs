@@ -8,11 +8,13 @@
 //! loop sees one worker's connections in the worker's order. Each connection takes a
 //! place in the accept loop; a `print`, `shutdown` or `error` is carried out only once
 //! every earlier connection from the same host has settled (said it is something else,
-//! been carried out, or been dropped). A connection that has not yet said who it is
-//! holds back the later ones for [`GREETING_GRACE`] at most: a worker sends its hello
-//! at once, so one silent for longer is a stranger, which must not delay the job's
-//! prints and shutdowns by the whole read timeout. Every wait is bounded anyway: a
-//! print whose wait ran out is still logged.
+//! been carried out, or been dropped). A connection whose whole command has not arrived
+//! yet holds back the later ones for [`GREETING_GRACE`] from its accept at most: a
+//! worker sends its hello and command at once, so one still incomplete after that is a
+//! stranger (silent, or stalled mid-hello), which must not delay the job's prints and
+//! shutdowns by the whole read timeout. Only a connection whose command is complete
+//! holds them back until it is carried out. Every wait is bounded anyway: a print whose
+//! wait ran out is still logged.
 
 use super::shared::lock;
 use crate::common::ConnId;
@@ -20,19 +22,19 @@ use std::collections::BTreeMap;
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-/// How long a connection that has not said who it is holds back its host's later
+/// How long a connection whose command has not all arrived holds back its host's later
 /// connections.
 pub(crate) const GREETING_GRACE: Duration = Duration::from_secs(1);
 /// How often a wait looks again whether a silent connection's grace has run out.
 const RECHECK: Duration = Duration::from_millis(50);
 
-/// An unsettled connection: its host, when it was accepted, and whether it has said
-/// who it is.
+/// An unsettled connection: its host, when it was accepted, and whether its whole
+/// command has arrived.
 #[derive(Debug)]
 struct Place {
     host: String,
     since: Instant,
-    said: bool,
+    heard: bool,
 }
 
 /// The connections that have not settled yet, by accept order.
@@ -48,16 +50,17 @@ impl Sequence {
         let place = Place {
             host: host.to_string(),
             since: Instant::now(),
-            said: false,
+            heard: false,
         };
         lock(&self.open).insert(conn, place);
     }
 
-    /// `conn` has said who it is (its hello arrived): it holds back its host's later
-    /// connections until it settles, however long that takes.
-    pub(crate) fn said(&self, conn: ConnId) {
+    /// `conn`'s whole command has arrived (not merely the start of its hello, which a
+    /// stranger can send and then stall): it holds back its host's later connections
+    /// until it settles, however long that takes.
+    pub(crate) fn heard(&self, conn: ConnId) {
         if let Some(place) = lock(&self.open).get_mut(&conn) {
-            place.said = true;
+            place.heard = true;
         }
     }
 
@@ -76,7 +79,7 @@ impl Sequence {
         loop {
             let blocked = open
                 .range(..conn)
-                .any(|(_, p)| p.host == host && (p.said || p.since.elapsed() < GREETING_GRACE));
+                .any(|(_, p)| p.host == host && (p.heard || p.since.elapsed() < GREETING_GRACE));
             if !blocked {
                 return true;
             }
@@ -108,7 +111,7 @@ mod tests {
         // Another host's earlier connection does not hold it back.
         assert!(s.await_turn(2, "10.0.0.2", Duration::ZERO));
         // Its own host's does, until it settles or the limit runs out.
-        s.said(1);
+        s.heard(1);
         let started = Instant::now();
         assert!(!s.await_turn(3, "10.0.0.1", Duration::from_millis(50)));
         assert!(started.elapsed() >= Duration::from_millis(50));

@@ -152,10 +152,16 @@ impl Shared {
         });
     }
 
-    /// Waits until the connections from `host` accepted before `conn` have settled
-    /// (see `sequence`), at most the read timeout: past it, the command is carried out
-    /// anyway, possibly out of order, rather than lost.
+    /// `conn`'s whole command has arrived: waits until the connections from `host`
+    /// accepted before `conn` have settled (see `sequence`), at most the read timeout:
+    /// past it, the command is carried out anyway, possibly out of order, rather than
+    /// lost.
     pub(crate) fn await_turn(&self, conn: ConnId, host: &str) {
+        // Only now does it hold back its host's later connections for longer than the
+        // grace: a stranger that stalls anywhere before the end of its command (a
+        // partial hello, say) must not hold the job's prints and shutdowns for its
+        // whole read timeout.
+        self.sequence.heard(conn);
         if !self
             .sequence
             .await_turn(conn, host, self.config.read_timeout)

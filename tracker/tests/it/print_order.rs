@@ -97,3 +97,62 @@ fn classic_prints_of_one_worker_are_logged_in_order_and_none_is_lost() {
 fn json_prints_of_one_worker_are_logged_in_order_and_none_is_lost() {
     prints_then_shutdown(true);
 }
+
+/// A stranger on the workers' host that sends the magic and part of a hello, then
+/// stalls with its connection open: it holds back that host's prints and `shutdown` by
+/// the grace of a connection that has not sent its whole command (a second), not by
+/// its read timeout. The partial hello is long enough to name a protocol (eight bytes
+/// and more), which once counted as "said who it is".
+fn a_stalled_hello_holds_back_prints_at_most_a_grace(json: bool, partial: &[u8]) {
+    let mut config = switchyard_tracker::TrackerConfig::new(1);
+    // Long enough that waiting for it fails the bound below, short enough that the
+    // failure shows quickly.
+    config.read_timeout = Duration::from_secs(10);
+    let t = switchyard_tracker::Tracker::start(config).unwrap();
+    let addr = t.addr();
+    let events = t.events();
+    let rank = if json {
+        run_json_job_without_shutdown(addr)
+    } else {
+        start_worker(addr, -1, "w0").assignment.rank as u32
+    };
+    if !json {
+        expect_event(&events, |e| matches!(e, Event::Linked { rank: 0 }));
+    }
+    let mut stranger = magic(addr);
+    std::io::Write::write_all(&mut stranger, partial).unwrap();
+    // Let the tracker read what the stranger sent before the worker's commands come.
+    std::thread::sleep(Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    if json {
+        json_print(addr, rank, 1, "after the stranger");
+        json_shutdown(addr, rank, 1);
+    } else {
+        print(addr, rank as i32, "after the stranger");
+        shutdown(addr, rank as i32, 1);
+    }
+    // A second of grace, and slack for a loaded machine; the read timeout is 10 s.
+    let bound = Duration::from_secs(5);
+    assert_eq!(t.wait(Some(bound)).unwrap().shut_down, [0]);
+    assert!(started.elapsed() < bound, "{:?}", started.elapsed());
+    let mut printed = false;
+    while let Ok(e) = events.recv_timeout(Duration::ZERO) {
+        printed |= matches!(&e, Event::Print { text, .. } if text == "after the stranger");
+    }
+    assert!(printed, "the print was lost");
+    drop(stranger);
+}
+
+#[test]
+fn a_classic_hello_stalled_mid_task_id_holds_back_prints_and_shutdown_at_most_a_second() {
+    // Rank, world, then a task id of 10 bytes of which 3 come.
+    let partial = [le(-1), le(-1), le(10)].concat();
+    a_stalled_hello_holds_back_prints_at_most_a_grace(false, &[partial, b"abc".to_vec()].concat());
+}
+
+#[test]
+fn a_json_hello_stalled_mid_frame_holds_back_prints_and_shutdown_at_most_a_second() {
+    // A hello frame of 40 bytes of which 8 come.
+    let partial = [le(40).to_vec(), br#"{"rank"#.to_vec()].concat();
+    a_stalled_hello_holds_back_prints_at_most_a_grace(true, &partial);
+}
