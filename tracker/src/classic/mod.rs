@@ -191,13 +191,21 @@ impl Classic {
         self.pending.len()
     }
 
-    /// Whether any classic worker has joined the job (waiting, negotiating, linked or
-    /// shut down): a job has one protocol, so a JSON `start` is then refused.
-    pub(crate) fn in_use(&self) -> bool {
-        !self.pending.is_empty()
-            || !self.held.is_empty()
-            || !self.linked.is_empty()
-            || !self.shut_down.is_empty()
+    /// Whether a classic worker was given a rank (negotiating, linked or shut down): a
+    /// job has one protocol, so a JSON `start` is then refused. A `start` still waiting
+    /// for its batch does not count: one stranger's `start` must not decide a job of
+    /// JSON workers.
+    pub(crate) fn ranked(&self) -> bool {
+        !self.held.is_empty() || !self.linked.is_empty() || !self.shut_down.is_empty()
+    }
+
+    /// Takes every `start` still waiting for its batch out of it, returning their
+    /// connections (to refuse: the job's protocol was decided by the other one).
+    pub(crate) fn take_pending(&mut self) -> Vec<ConnId> {
+        std::mem::take(&mut self.pending)
+            .into_iter()
+            .map(|p| p.conn)
+            .collect()
     }
 
     /// A `start` or `recover` from `conn` at `host`. `Ok` with actions, the caller's

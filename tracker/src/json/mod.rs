@@ -96,10 +96,21 @@ impl Json {
         self.shut_down.iter().copied().collect()
     }
 
-    /// Whether any JSON worker has joined the job (waiting, in the batch, or shut
-    /// down): a job has one protocol, so a classic `start` is then refused.
-    pub(crate) fn in_use(&self) -> bool {
-        !self.pending.is_empty() || self.batch.is_some() || !self.shut_down.is_empty()
+    /// Whether JSON workers were given ranks (the batch formed): a job has one
+    /// protocol, so a classic `start` is then refused. A `start` still waiting for its
+    /// batch does not count, so that one stranger's `start` cannot decide a job of
+    /// classic workers.
+    pub(crate) fn ranked(&self) -> bool {
+        self.batch.is_some() || !self.shut_down.is_empty()
+    }
+
+    /// Takes every `start` still waiting for the batch out of it, returning their
+    /// connections (to close: the job's protocol was decided by the other one).
+    pub(crate) fn take_pending(&mut self) -> Vec<ConnId> {
+        std::mem::take(&mut self.pending)
+            .into_iter()
+            .map(|p| p.conn)
+            .collect()
     }
 
     /// A `start` (docs/xgboost-protocol.md, *start*) with its ports. `Ok`: answer

@@ -3,6 +3,7 @@
 //! the wait for the batch and the turn, the assignment and the link negotiation.
 
 use super::accept::{Bad, Waited, await_decision};
+use super::machines::MIXED_JSON;
 use super::shared::{Go, Shared, lock};
 use crate::classic::{Assignment, Command, Hello, task_id};
 use crate::common::ConnId;
@@ -82,13 +83,10 @@ fn start(
     let inbox = sh.inbox(conn);
     let decided = {
         let mut m = lock(&sh.machines);
-        if m.json.in_use() {
-            Err(MIXED_CLASSIC.to_string())
-        } else {
-            m.classic
-                .start(conn, host, hello)
-                .map(|actions| sh.classic_actions(&mut m, actions))
-        }
+        m.classic_start(conn, host, hello).map(|taken| {
+            sh.refuse_waiting(taken.refused, MIXED_JSON);
+            sh.classic_actions(&mut m, taken.actions);
+        })
     };
     // Taken in (or refused): its wait for the batch must not hold back the worker's
     // later prints.
@@ -102,6 +100,11 @@ fn start(
     let rank = loop {
         match await_decision(sh, stream, &inbox, deadline) {
             Ok(Go::Turn(rank)) => break rank,
+            Ok(Go::Refused(reason)) => {
+                // Already out of the batch: the machine took it out.
+                refuse(sh, stream);
+                return Err(Bad::Refused(reason.into()));
+            }
             Ok(Go::Peer { .. }) => {
                 return Err(Bad::Protocol(
                     "internal: peer frame for a classic worker".into(),
@@ -135,12 +138,6 @@ fn start(
     };
     turn.negotiate(stream)
 }
-
-/// Why a classic `start` is refused in a job of JSON workers: both batches would wait,
-/// silently, for workers that never come.
-const MIXED_CLASSIC: &str = "a classic-protocol worker (rabit, XGBoost 2.0 or \
-     older) cannot join this job: its workers speak the JSON protocol (XGBoost 2.1 or \
-     newer); a job must use one protocol, i.e. one XGBoost generation";
 
 /// Rank −1: the protocol's only polite refusal (docs/rabit-protocol.md, *Refusals*).
 fn refuse(sh: &Shared, stream: &TcpStream) {

@@ -2,6 +2,7 @@
 //! `{"world_size"}` reply, the wait for the batch and the peer frame.
 
 use super::accept::{Bad, await_decision};
+use super::machines::MIXED_CLASSIC;
 use super::shared::{Go, Shared, lock};
 use crate::common::ConnId;
 use crate::json::Hello;
@@ -108,15 +109,12 @@ fn start(
     let inbox = sh.inbox(conn);
     let taken = {
         let mut m = lock(&sh.machines);
-        if m.classic.in_use() {
-            Err(MIXED_JSON.to_string())
-        } else {
-            m.json
-                .start(conn, host, hello, port, error_port)
-                .map(|actions| {
-                    sh.json_actions(&mut m, actions);
-                })
-        }
+        m.json_start(conn, host, hello, port, error_port)
+            .map(|taken| {
+                sh.refuse_waiting(taken.refused, MIXED_CLASSIC);
+                // A `start` signals no error: nothing to send after unlocking.
+                sh.json_actions(&mut m, taken.actions);
+            })
     };
     // Taken in (or refused): its wait for the batch must not hold back the worker's
     // later prints.
@@ -143,10 +141,15 @@ fn start(
             }
         }
     };
-    let Go::Peer { host, port, rank } = go else {
-        return Err(Bad::Protocol(
-            "internal: classic turn for a JSON worker".into(),
-        ));
+    let (host, port, rank) = match go {
+        Go::Peer { host, port, rank } => (host, port, rank),
+        // Already out of the batch (the machine took it out): closed without a frame.
+        Go::Refused(reason) => return Err(Bad::Refused(reason.into())),
+        Go::Turn(_) => {
+            return Err(Bad::Protocol(
+                "internal: classic turn for a JSON worker".into(),
+            ));
+        }
     };
     let mut frame = Vec::new();
     put_json(
@@ -167,12 +170,6 @@ fn start(
     }
     Ok(())
 }
-
-/// Why a JSON `start` is refused in a job of classic workers: both batches would wait,
-/// silently, for workers that never come.
-const MIXED_JSON: &str = "a JSON-protocol worker (XGBoost 2.1 or newer) cannot join this \
-     job: its workers speak the classic protocol (rabit, XGBoost 2.0 or older); a job \
-     must use one protocol, i.e. one XGBoost generation";
 
 /// Tells each worker's error listener that the job failed: i32 `1`
 /// (docs/xgboost-protocol.md, *Errors and the error port*).

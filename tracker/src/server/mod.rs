@@ -12,6 +12,7 @@ pub(crate) mod auth;
 mod classic_conn;
 mod greeting;
 mod json_conn;
+mod machines;
 mod sequence;
 mod shared;
 

@@ -2,6 +2,7 @@
 //! through which a machine's decision reaches another connection's thread, event
 //! subscribers, and the job's ending.
 
+use super::machines::Machines;
 use super::sequence::Sequence;
 use super::{Event, JobOutcome, TrackerConfig};
 use crate::classic::{self, Classic};
@@ -28,6 +29,9 @@ pub(crate) enum Go {
     Turn(u32),
     /// JSON: send this peer frame.
     Peer { host: String, port: u16, rank: u32 },
+    /// Either: the `start` waited for its batch, and the job's protocol was decided by
+    /// the other one; refuse it for this reason.
+    Refused(&'static str),
 }
 
 /// How the job ended.
@@ -36,14 +40,6 @@ pub(crate) enum Ending {
     Done(JobOutcome),
     Failed(String),
     Stopped,
-}
-
-/// The state machines and the state file, changed together.
-#[derive(Debug)]
-pub(crate) struct Machines {
-    pub(crate) classic: Classic,
-    pub(crate) json: Json,
-    journal: Option<Journal>,
 }
 
 #[derive(Debug)]
@@ -130,6 +126,13 @@ impl Shared {
     fn send(&self, conn: ConnId, go: Go) {
         if let Some(tx) = lock(&self.inboxes).get(&conn) {
             let _ = tx.send(go);
+        }
+    }
+
+    /// Refuses the waiting `start`s `conns`, for `reason` (see `machines`).
+    pub(crate) fn refuse_waiting(&self, conns: Vec<ConnId>, reason: &'static str) {
+        for conn in conns {
+            self.send(conn, Go::Refused(reason));
         }
     }
 

@@ -79,12 +79,20 @@ fn dropped_saying(events: &crossbeam_channel::Receiver<Event>, words: &[&str]) -
     }
 }
 
+/// Reads to the end of `st`: closed by the tracker without another byte.
+fn closed_without_a_reply(st: &mut std::net::TcpStream, reason: &str) {
+    st.set_read_timeout(Some(WAIT)).unwrap();
+    let mut b = [0u8; 1];
+    assert_eq!(st.read(&mut b).unwrap_or(0), 0, "{reason}");
+}
+
 /// XGBoost 1.7 and 3.x workers mixed in one job (or a JSON client joining a job of
 /// classic workers) would wait in two batches that never fill, silently, until the
-/// batch timeout: the newcomer of the other protocol is refused at once with the
-/// reason, and the job of the first protocol goes on.
+/// batch timeout. The job takes the protocol of the first workers given ranks: the
+/// other protocol's waiting `start` is refused then, and a later one at once, each with
+/// the reason, and the job goes on.
 #[test]
-fn a_json_worker_joining_a_classic_job_is_refused_at_once_saying_why() {
+fn a_json_worker_in_a_classic_job_is_refused_once_the_classic_workers_have_ranks() {
     let t = tracker(2);
     let events = t.events();
     let addr = t.addr();
@@ -98,41 +106,78 @@ fn a_json_worker_joining_a_classic_job_is_refused_at_once_saying_why() {
         &events,
         |e| matches!(e, Event::Print { text, .. } if text == "marker"),
     );
-    let mut newcomer = json_cmd(
+    // A JSON `start` waits too: a `start` without a rank decides nothing.
+    let mut waiting = json_start(addr, "x", 1, 1);
+    // The second classic worker fills the batch: ranks are given, the JSON one refused.
+    let first = std::thread::spawn(move || finish_join(st, &listener, Vec::new()));
+    let second = std::thread::spawn(move || start_worker(addr, -1, "1"));
+    let reason = dropped_saying(&events, &["JSON", "classic", "one XGBoost generation"]);
+    closed_without_a_reply(&mut waiting, &reason);
+    // A later JSON `start` is refused at once, before the world size reply.
+    let mut late = json_cmd(
         addr,
-        r#"{"rank":-1,"task_id":"x","world_size":-1}"#,
+        r#"{"rank":-1,"task_id":"y","world_size":-1}"#,
         r#"{"cmd":1,"error_port":1,"port":1}"#,
     );
     let reason = dropped_saying(&events, &["JSON", "classic", "one XGBoost generation"]);
-    // Closed without a world size reply.
-    newcomer.set_read_timeout(Some(WAIT)).unwrap();
-    let mut b = [0u8; 1];
-    assert_eq!(newcomer.read(&mut b).unwrap_or(0), 0, "{reason}");
+    closed_without_a_reply(&mut late, &reason);
     // The classic job goes on.
-    let first = std::thread::spawn(move || finish_join(st, &listener, Vec::new()));
-    let second = start_worker(addr, -1, "1");
-    let first = first.join().unwrap();
+    let (first, second) = (first.join().unwrap(), second.join().unwrap());
     shutdown(addr, first.assignment.rank, 2);
     shutdown(addr, second.assignment.rank, 2);
     assert_eq!(t.wait(Some(WAIT)).unwrap().shut_down, [0, 1]);
 }
 
 #[test]
-fn a_classic_worker_joining_a_json_job_is_refused_at_once_saying_why() {
+fn a_classic_worker_in_a_json_job_is_refused_once_the_json_workers_have_ranks() {
     let t = tracker(2);
     let events = t.events();
     let addr = t.addr();
     // Answered with the world size once the tracker has taken it in.
     let mut first = json_start(addr, "w0", 40000, 0);
-    let mut newcomer = hello(addr, -1, -1, "c0", "start");
-    // Rank −1: the classic protocol's refusal.
-    assert_eq!(read_i32(&mut newcomer), -1);
+    let mut waiting = hello(addr, -1, -1, "c0", "start");
+    // Carried out only after that classic `start` was taken in: it waits, without a rank.
+    print(addr, -1, "marker");
+    expect_event(
+        &events,
+        |e| matches!(e, Event::Print { text, .. } if text == "marker"),
+    );
+    // The batch forms: rank −1, the classic protocol's refusal, for the waiting one.
+    let mut second = json_start(addr, "w1", 40001, 0);
+    assert_eq!(read_i32(&mut waiting), -1);
+    dropped_saying(&events, &["classic", "JSON", "one XGBoost generation"]);
+    // A later classic `start` is refused at once.
+    let mut late = hello(addr, -1, -1, "c1", "start");
+    assert_eq!(read_i32(&mut late), -1);
     dropped_saying(&events, &["classic", "JSON", "one XGBoost generation"]);
     // The JSON job goes on.
-    let mut second = json_start(addr, "w1", 40001, 0);
     read_frame(&mut first);
     read_frame(&mut second);
     json_shutdown(addr, 0, 2);
     json_shutdown(addr, 1, 2);
     assert_eq!(t.wait(Some(WAIT)).unwrap().shut_down, [0, 1]);
+}
+
+/// A stranger's classic `start` (about 40 bytes; jobs of XGBoost workers run without a
+/// secret) is not given a rank until its batch fills, so it does not decide the job's
+/// protocol: the JSON workers that come after it are served, and once they have their
+/// ranks the stranger is refused, saying why.
+#[test]
+fn a_strangers_classic_start_does_not_lock_a_json_job_out() {
+    let t = tracker(2);
+    let events = t.events();
+    let addr = t.addr();
+    let mut stranger = hello(addr, -1, -1, "NULL", "start");
+    // A print from the same host is carried out only after that `start` was taken in.
+    print(addr, -1, "marker");
+    expect_event(
+        &events,
+        |e| matches!(e, Event::Print { text, .. } if text == "marker"),
+    );
+    let ranks = run_json_job(addr, 2, |i| format!("w{i}"));
+    assert_eq!(ranks.len(), 2);
+    assert_eq!(t.wait(Some(WAIT)).unwrap().shut_down, [0, 1]);
+    // Rank −1: the classic protocol's refusal.
+    assert_eq!(read_i32(&mut stranger), -1);
+    dropped_saying(&events, &["classic", "JSON", "one XGBoost generation"]);
 }
