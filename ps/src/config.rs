@@ -15,7 +15,7 @@ use switchyard_transports::SocketOptions;
 /// | `split_threshold` | 65536 values | longer values are split over every server |
 /// | `heartbeat` | 200 ms | how often each node tells the scheduler it is alive |
 /// | `dead_timeout` | 5 s | silence after which a node or the scheduler counts as dead |
-/// | `request_timeout` | 120 s | longest a worker waits for a push/pull answer or a barrier; a sync round open this long is refused ([`PsError::RoundIncomplete`]) |
+/// | `request_timeout` | 120 s | longest a worker waits for a push/pull answer or a barrier; a push waiting this long for its sync rounds is withdrawn ([`PsError::RoundIncomplete`]) |
 /// | `join_timeout` | 60 s | longest registration takes, for the scheduler and each node |
 /// | `host` | the address that reaches the scheduler | where a server binds its `tcp://` socket |
 /// | `socket` | [`SocketOptions::default`] | options of every socket |

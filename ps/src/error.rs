@@ -62,9 +62,10 @@ pub enum PsError {
     },
     /// A [`Mode::Sync`](super::Mode::Sync) round of a key did not complete within
     /// [`PsConfig::request_timeout`](super::PsConfig::request_timeout): some workers
-    /// never pushed the key. The round's partial sum is dropped.
+    /// never pushed the key. The push was withdrawn from every server it reached, so
+    /// no server applied any of it; the other pushes of the round wait on.
     #[error(
-        "key {key}: its sync round at {server} waited {waited:.1?} for workers {missing:?} (only workers {pushed:?} pushed it); in Mode::Sync every worker must push every key of a round (PsConfig::request_timeout)"
+        "key {key}: its sync round at {server} waited {waited:.1?} for workers {missing:?} (only workers {pushed:?} pushed it); the push was withdrawn from every server, none applied it; in Mode::Sync every worker must push every key of a round (PsConfig::request_timeout)"
     )]
     RoundIncomplete {
         /// The key.
@@ -75,7 +76,7 @@ pub enum PsError {
         pushed: Vec<u32>,
         /// Workers that never pushed it.
         missing: Vec<u32>,
-        /// How long the round had been open.
+        /// How long the push had waited.
         waited: Duration,
     },
     /// The arguments of a call do not agree with each other.

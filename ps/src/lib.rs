@@ -38,7 +38,9 @@
 //! some workers never join with [`PsError::RoundIncomplete`] at
 //! [`PsConfig::request_timeout`]. A push is applied by every server it reaches or by
 //! none: the first push of keys to several servers is checked by all of them before
-//! it is sent. A server, worker
+//! it is sent, and a push that outwaits the request timeout is withdrawn in two
+//! phases, from every server or (when one has applied it already) from none (see
+//! [`KvWorker::wait`]). A server, worker
 //! or scheduler that dies makes every waiting call fail within
 //! [`PsConfig::dead_timeout`] (plus a heartbeat) with [`PsError::Aborted`] or
 //! [`PsError::SchedulerSilent`] naming it, and the servers and scheduler return

@@ -1,10 +1,10 @@
 //! A server's decisions between its sockets: which store serves a request, what a
-//! failover changes, when waiting rounds expire.
+//! failover changes.
 //!
 //! [`Routing`] holds the server's stores (its own keys, and a dead server's keys once
 //! it serves them from their replica) and the replicas it keeps for its neighbour. It
-//! is fed decoded requests, failover notices, replica messages and the time, and
-//! answers with the replies to send; the serving loop in [`server`](super::server)
+//! is fed decoded requests, failover notices and replica messages, and answers with
+//! the replies to send; the serving loop in [`server`](super::server)
 //! does the receiving, the sending and the replica line. So the failover orderings
 //! (a worker that hears of a failover before this server does, a request for keys
 //! nobody here holds) are deterministic tests below rather than timing-dependent jobs.
@@ -16,13 +16,8 @@ use super::update::{Mode, Update};
 use super::wire::{self, Refusal};
 use super::{PsError, ServerReport, Value};
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
 use switchyard_msg::Msg;
 use switchyard_transports::PeerId;
-
-/// How often the waiting sync rounds are checked against the request timeout (their
-/// pushes are refused, naming the missing workers).
-const EXPIRY_SCAN: Duration = Duration::from_millis(100);
 
 /// A request as it arrived: who sent it, whose keys it is about, and its decoded body
 /// (or why it could not be decoded, which is answered as a refusal).
@@ -94,14 +89,12 @@ pub(crate) struct Routing<T: Value> {
     workers: usize,
     update: Update<T>,
     replicate: bool,
-    request_timeout: Duration,
     stores: BTreeMap<u32, Store<T, PeerId>>,
     backups: Backups<T>,
     /// Requests for the keys of the server this one replicates, sent by a worker that
     /// heard of that server's failover before this server did: kept until the notice.
     held: Vec<Incoming<T>>,
     requests: u64,
-    next_expiry: Instant,
     /// Value buffers of requests and replies, shared with the stores.
     pool: ValuePool<T>,
 }
@@ -120,14 +113,7 @@ impl<T: Value> std::fmt::Debug for Routing<T> {
 impl<T: Value> Routing<T> {
     /// The server `shape.rank`, named `name` in messages, serving its keys with
     /// `mode` and `update`.
-    pub(crate) fn new(
-        shape: Shape,
-        name: String,
-        mode: Mode,
-        update: Update<T>,
-        request_timeout: Duration,
-        now: Instant,
-    ) -> Routing<T> {
+    pub(crate) fn new(shape: Shape, name: String, mode: Mode, update: Update<T>) -> Routing<T> {
         let Shape {
             rank,
             servers,
@@ -149,12 +135,10 @@ impl<T: Value> Routing<T> {
             workers,
             update,
             replicate,
-            request_timeout,
             stores: BTreeMap::from([(rank, own)]),
             backups: Backups::default(),
             held: Vec::new(),
             requests: 0,
-            next_expiry: now + EXPIRY_SCAN,
             pool,
         }
     }
@@ -257,31 +241,6 @@ impl<T: Value> Routing<T> {
         Ok(routed)
     }
 
-    /// The refusals of the sync rounds that waited past the request timeout, checked
-    /// every [`EXPIRY_SCAN`].
-    pub(crate) fn expire(&mut self, now: Instant) -> Vec<Reply<PeerId>> {
-        if now < self.next_expiry {
-            return Vec::new();
-        }
-        self.next_expiry = now + EXPIRY_SCAN;
-        let timeout = self.request_timeout;
-        let expired: Vec<_> = self
-            .stores
-            .values_mut()
-            .flat_map(|store| store.expire(now, timeout))
-            .collect();
-        for reply in &expired {
-            if let Err(refusal) = &reply.body {
-                tracing::warn!(
-                    "ps {}: {}",
-                    self.name,
-                    refusal.clone().into_error(&self.name)
-                );
-            }
-        }
-        expired
-    }
-
     /// Whether this server keeps the copy of server `primary`'s keys.
     fn is_replica_of(&self, primary: u32) -> bool {
         let servers = self.servers;
@@ -307,10 +266,16 @@ fn decode<T: Value>(msg: &Msg, peer: &PeerId, pool: &ValuePool<T>) -> Result<Req
         k if k == wire::INIT => Op::Init,
         k if k == wire::CHECK => Op::Check,
         k if k == wire::RELEASE => Op::Release,
+        k if k == wire::HOLD => Op::Hold,
+        k if k == wire::LET_GO => Op::LetGo,
+        k if k == wire::WITHDRAW => Op::Withdraw,
         other => return Err(PsError::protocol(from, format!("unexpected {other:?}"))),
     };
     let (meta, count) = wire::read_meta(msg, &from)?;
-    let values = if matches!(op, Op::Pull | Op::Check | Op::Release) {
+    let values = if matches!(
+        op,
+        Op::Pull | Op::Check | Op::Release | Op::Hold | Op::LetGo | Op::Withdraw
+    ) {
         Vec::new()
     } else {
         wire::read_values_into::<T>(msg, count, &from, |len| pool.take(len))?

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::replica;
+use crate::store::Answer;
 use crate::wire::{KvMeta, NodeRole};
 use switchyard_msg::payload;
 
@@ -15,15 +16,7 @@ fn routing(rank: u32, servers: u32, replicate: bool) -> Routing<f32> {
         replicate,
     };
     let name = format!("server {rank}");
-    let timeout = Duration::from_secs(1);
-    Routing::new(
-        shape,
-        name,
-        Mode::Sync,
-        Update::Sum,
-        timeout,
-        Instant::now(),
-    )
+    Routing::new(shape, name, Mode::Sync, Update::Sum)
 }
 
 /// Request `id` of worker 0 about server `primary`'s key 5.
@@ -51,7 +44,9 @@ fn request(id: u64, primary: u32, op: Op, values: Vec<f32>) -> Incoming<f32> {
 }
 
 fn values(reply: &Reply<PeerId>) -> Vec<f32> {
-    let (_, frames) = reply.body.as_ref().expect("an answer, not a refusal");
+    let Ok(Answer::Values(_, frames)) = &reply.body else {
+        panic!("expected values, got {:?}", reply.body);
+    };
     frames
         .iter()
         .flat_map(|f| payload::frame_to_vec::<f32>(f).unwrap())
@@ -157,44 +152,4 @@ fn an_undecodable_request_is_refused_with_the_reason() {
         panic!("expected one refusal, got {:?}", routed.replies);
     };
     assert!(reason.contains("unexpected kind"), "{reason}");
-}
-
-#[test]
-fn waiting_rounds_are_refused_at_the_first_scan_past_the_timeout() {
-    let start = Instant::now();
-    let shape = Shape {
-        rank: 0,
-        servers: 1,
-        workers: 2,
-        replicate: false,
-    };
-    let timeout = Duration::from_millis(10);
-    let mut server0 = Routing::<f32>::new(
-        shape,
-        "server 0".into(),
-        Mode::Sync,
-        Update::Sum,
-        timeout,
-        start,
-    );
-    // Worker 0 pushes; worker 1 never does.
-    assert!(
-        server0
-            .route(request(1, 0, Op::Push, vec![1.0, 1.0]))
-            .replies
-            .is_empty()
-    );
-    let late = Instant::now() + Duration::from_secs(1);
-    let [
-        Reply {
-            body: Err(Refusal::RoundIncomplete { missing, .. }),
-            ..
-        },
-    ] = &server0.expire(late)[..]
-    else {
-        panic!("expected the push refused");
-    };
-    assert_eq!(*missing, [1]);
-    // The next scan is not due before another EXPIRY_SCAN.
-    assert!(server0.expire(late + EXPIRY_SCAN / 2).is_empty());
 }

@@ -3,14 +3,13 @@
 use super::node::{self, Node};
 use super::replica::{self, ReplicaLink};
 use super::routing::{Incoming, Routed, Routing, Shape};
-use super::store::Reply;
+use super::store::{Answer, Reply};
 use super::update::{Mode, Update};
 use super::wire::{self, Group, NodeRole};
 use super::{PsConfig, PsError, Value};
 use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
 use switchyard_msg::Msg;
 use switchyard_transports::{PeerId, Pollable, Poller, RecvError, Router, RouterSocket, Socket};
 
@@ -136,14 +135,7 @@ impl<T: Value> KvServer<T> {
             workers: self.node.num_workers as usize,
             replicate,
         };
-        let mut routing = Routing::new(
-            shape,
-            name.clone(),
-            self.mode,
-            self.update.clone(),
-            self.node.config.request_timeout,
-            Instant::now(),
-        );
+        let mut routing = Routing::new(shape, name.clone(), self.mode, self.update.clone());
         let mut link = replicate.then(|| {
             let target = (rank + 1) % servers;
             let endpoint = self.node.servers[target as usize].clone();
@@ -178,9 +170,6 @@ impl<T: Value> KvServer<T> {
                 for reply in l.pump()? {
                     self.answer(&name, reply);
                 }
-            }
-            for reply in routing.expire(Instant::now()) {
-                self.answer(&name, reply);
             }
             let got = match self.early.pop_front() {
                 Some(got) => Ok(got),
@@ -263,7 +252,10 @@ impl<T: Value> KvServer<T> {
         let me = wire::addr(NodeRole::Server, reply.primary);
         let to = wire::addr(NodeRole::Worker, 0);
         let msg = match reply.body {
-            Ok((meta, frames)) => wire::kv_msg(me, to, wire::REPLY, reply.id, &meta, frames),
+            Ok(Answer::Values(meta, frames)) => {
+                wire::kv_msg(me, to, wire::REPLY, reply.id, &meta, frames)
+            }
+            Ok(Answer::Hold(answer)) => Ok(answer.msg(me, to, reply.id)),
             Err(refusal) => Ok(refusal.msg(me, to, reply.id)),
         };
         match msg {

@@ -5,14 +5,18 @@
 //! push_pull with the updated value, which all of them share: one copy per round, not
 //! per worker). A worker that pushes a key again before the round is complete waits
 //! for the next round. In [`Mode::Async`] every push is applied and answered at once.
+//!
+//! A store has no clock: a round waits until every worker has pushed. A worker whose
+//! push waits too long withdraws it in two phases ([`Op::Hold`], then [`Op::LetGo`] or
+//! [`Op::Withdraw`]), and since it asks every server of the push before any of them
+//! lets go of it, the push is applied by all of them or by none.
 
 use super::pool::ValuePool;
 use super::update::{Mode, Update};
-use super::wire::{KvMeta, Refusal, Runs};
+use super::wire::{HoldAnswer, KvMeta, Refusal, RoundState, Runs};
 use super::{PsError, Value};
 use bytes::Bytes;
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::time::{Duration, Instant};
 
 /// What a request asks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,6 +30,13 @@ pub(crate) enum Op {
     Check,
     /// Let go of what a [`Op::Check`] of the same request held.
     Release,
+    /// Keep the push of the same request from completing any round, and say whether
+    /// some of it is applied already.
+    Hold,
+    /// End a [`Op::Hold`]: the push stays in its rounds.
+    LetGo,
+    /// End a [`Op::Hold`]: the push leaves its rounds and is never answered.
+    Withdraw,
 }
 
 /// One request, decoded.
@@ -45,7 +56,22 @@ pub(crate) struct Reply<P> {
     pub(crate) id: u64,
     /// The server whose keys the reply is about.
     pub(crate) primary: u32,
-    pub(crate) body: Result<(KvMeta, Vec<Bytes>), Refusal>,
+    pub(crate) body: Result<Answer, Refusal>,
+}
+
+/// What a server answers when it does not refuse.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    /// The keys' values (a pull or push_pull; empty for a push, init or check).
+    Values(KvMeta, Vec<Bytes>),
+    /// The answer to a [`Op::Hold`].
+    Hold(HoldAnswer),
+}
+
+impl Answer {
+    fn empty() -> Answer {
+        Answer::Values(KvMeta::default(), Vec::new())
+    }
 }
 
 type ReqKey = (u32, u64);
@@ -77,14 +103,15 @@ struct Entry<T> {
     pushed: bool,
     /// The request whose check holds the key, while `pushed` is false.
     held_by: Option<ReqKey>,
-    /// When the round in progress (sync) received its first push.
-    round_started: Option<Instant>,
     /// Per worker, the last request whose push is in `value`: a request sent again
     /// after a failover is answered, not added twice.
     included: HashMap<u32, u64>,
-    sum: Vec<T>,
+    /// The sync round in progress: at most one push per worker, in arrival order, kept
+    /// apart until the round completes so that a withdrawn one leaves no trace.
+    round: Vec<Contribution<T>>,
+    /// The workers of `round`.
     from: HashSet<u32>,
-    waiters: Vec<(ReqKey, usize, bool)>,
+    /// Pushes of workers already in `round`, for the rounds after it.
     deferred: VecDeque<Contribution<T>>,
 }
 
@@ -112,6 +139,9 @@ pub(crate) struct Store<T, P> {
     primary: u32,
     /// Buffers of request values (given back once summed in) and of reply snapshots.
     pool: ValuePool<T>,
+    /// Requests whose workers are deciding whether to withdraw them, with their keys:
+    /// no round with one of them in it completes.
+    holds: HashMap<ReqKey, Vec<u64>>,
 }
 
 impl<T: Value, P: Clone> Store<T, P> {
@@ -129,6 +159,7 @@ impl<T: Value, P: Clone> Store<T, P> {
             track: false,
             primary: 0,
             pool: ValuePool::default(),
+            holds: HashMap::new(),
         }
     }
 
@@ -174,11 +205,9 @@ impl<T: Value, P: Clone> Store<T, P> {
                     total: b.total,
                     pushed: true,
                     held_by: None,
-                    round_started: None,
                     included: b.included.into_iter().collect(),
-                    sum: Vec::new(),
+                    round: Vec::new(),
                     from: HashSet::new(),
-                    waiters: Vec::new(),
                     deferred: VecDeque::new(),
                 },
             );
@@ -221,9 +250,15 @@ impl<T: Value, P: Clone> Store<T, P> {
 
     /// Handles one request from `peer` and returns the replies it makes possible.
     pub(crate) fn handle(&mut self, peer: P, req: Request<T>) -> Vec<Reply<P>> {
-        if req.op == Op::Release {
-            self.release(&req);
-            return Vec::new();
+        match req.op {
+            Op::Release => {
+                self.release(&req);
+                return Vec::new();
+            }
+            Op::Hold => return vec![self.hold(peer, &req)],
+            Op::LetGo => return self.let_go(&req),
+            Op::Withdraw => return self.withdraw(&req),
+            _ => {}
         }
         if let Err(e) = self.validate(&req) {
             return vec![Reply {
@@ -245,16 +280,19 @@ impl<T: Value, P: Clone> Store<T, P> {
                     peer,
                     id: req.id,
                     primary: self.primary,
-                    body: Ok((KvMeta::default(), Vec::new())),
+                    body: Ok(Answer::empty()),
                 }]
             }
-            Op::Release => Vec::new(),
-            Op::Pull => vec![Reply {
-                peer,
-                id: req.id,
-                primary: self.primary,
-                body: Ok(self.pull(&req.meta)),
-            }],
+            Op::Release | Op::Hold | Op::LetGo | Op::Withdraw => Vec::new(),
+            Op::Pull => {
+                let (meta, frames) = self.pull(&req.meta);
+                vec![Reply {
+                    peer,
+                    id: req.id,
+                    primary: self.primary,
+                    body: Ok(Answer::Values(meta, frames)),
+                }]
+            }
             Op::Init => {
                 let mut at = 0;
                 for i in 0..req.meta.keys.len() {
@@ -273,7 +311,7 @@ impl<T: Value, P: Clone> Store<T, P> {
                     peer,
                     id: req.id,
                     primary: self.primary,
-                    body: Ok((KvMeta::default(), Vec::new())),
+                    body: Ok(Answer::empty()),
                 }]
             }
             Op::Push | Op::PushPull if self.mode == Mode::Async => {
@@ -298,9 +336,10 @@ impl<T: Value, P: Clone> Store<T, P> {
                 }
                 self.pool.give(req.values);
                 let body = if req.op == Op::PushPull {
-                    self.pull(&req.meta)
+                    let (meta, frames) = self.pull(&req.meta);
+                    Answer::Values(meta, frames)
                 } else {
-                    (KvMeta::default(), Vec::new())
+                    Answer::empty()
                 };
                 vec![Reply {
                     peer,
@@ -365,80 +404,114 @@ impl<T: Value, P: Clone> Store<T, P> {
     fn release(&mut self, req: &Request<T>) {
         let by = Some((req.worker, req.id));
         for key in &req.meta.keys {
-            if self
-                .keys
-                .get(key)
-                .is_some_and(|e| !e.pushed && e.held_by == by)
-            {
+            if self.keys.get(key).is_some_and(|e| {
+                !e.pushed && e.held_by == by && e.round.is_empty() && e.deferred.is_empty()
+            }) {
                 self.keys.remove(key);
             }
         }
     }
 
-    /// Refuses the sync rounds that have waited longer than `timeout` at `now` for
-    /// workers that never pushed: every push of such a round gets
-    /// [`Refusal::RoundIncomplete`] naming the missing workers, and the round starts
-    /// afresh (with the pushes that were waiting for the next one).
-    pub(crate) fn expire(&mut self, now: Instant, timeout: Duration) -> Vec<Reply<P>> {
-        // An open round always has a request waiting on it: without one, no key needs
-        // looking at (a server with many keys must not walk them all every scan).
-        if self.pending.is_empty() {
-            return Vec::new();
+    /// The first phase of a withdrawal: holds `req`'s push in every round it is in
+    /// (unless some of it is applied already, which the answer says).
+    fn hold(&mut self, peer: P, req: &Request<T>) -> Reply<P> {
+        let by = (req.worker, req.id);
+        let answer = if self.is_applied(by, &req.meta.keys) {
+            HoldAnswer::Applied
+        } else {
+            self.holds.insert(by, req.meta.keys.clone());
+            HoldAnswer::Held {
+                round: self.round_of(by, &req.meta.keys),
+            }
+        };
+        Reply {
+            peer,
+            id: req.id,
+            primary: self.primary,
+            body: Ok(Answer::Hold(answer)),
         }
-        let mut refused: Vec<(ReqKey, Refusal)> = Vec::new();
-        let stale: Vec<u64> = self
-            .keys
-            .iter()
-            .filter(|(_, e)| {
-                e.round_started
-                    .is_some_and(|t| now.saturating_duration_since(t) > timeout)
+    }
+
+    /// Whether some of request `by` (about `keys`) is in the stored values.
+    fn is_applied(&self, by: ReqKey, keys: &[u64]) -> bool {
+        if let Some(p) = self.pending.get(&by) {
+            return p.slots.iter().any(Option::is_some);
+        }
+        keys.iter().any(|k| {
+            self.keys
+                .get(k)
+                .and_then(|e| e.included.get(&by.0))
+                .is_some_and(|&last| last >= by.1)
+        })
+    }
+
+    /// The round of the first of `keys` that request `by` waits in.
+    fn round_of(&self, by: ReqKey, keys: &[u64]) -> Option<RoundState> {
+        keys.iter().find_map(|&key| {
+            let e = self.keys.get(&key)?;
+            let waits = e.round.iter().chain(&e.deferred).any(|c| c.req == by);
+            waits.then(|| {
+                let mut pushed: Vec<u32> = e.from.iter().copied().collect();
+                pushed.sort_unstable();
+                let missing = (0..self.workers as u32)
+                    .filter(|w| !e.from.contains(w))
+                    .collect();
+                RoundState {
+                    key,
+                    pushed,
+                    missing,
+                }
             })
-            .map(|(k, _)| *k)
-            .collect();
+        })
+    }
+
+    /// The keys of a hold that `req` ends: those the hold named (a worker that gave up
+    /// waiting for the hold's answer lets go without naming them).
+    fn end_hold(&mut self, req: &Request<T>) -> Vec<u64> {
+        self.holds
+            .remove(&(req.worker, req.id))
+            .unwrap_or_else(|| req.meta.keys.clone())
+    }
+
+    /// Ends a hold with the push kept: its rounds complete if they are full.
+    fn let_go(&mut self, req: &Request<T>) -> Vec<Reply<P>> {
+        let keys = self.end_hold(req);
         let mut done = Vec::new();
-        for key in stale {
+        for key in keys {
+            self.settle(key, &mut done);
+        }
+        self.complete(done)
+    }
+
+    /// Ends a hold with the push taken out of its rounds, as if it had never come; it
+    /// is not answered (the worker has reported the round incomplete).
+    fn withdraw(&mut self, req: &Request<T>) -> Vec<Reply<P>> {
+        let by = (req.worker, req.id);
+        let keys = self.end_hold(req);
+        self.pending.remove(&by);
+        let mut done = Vec::new();
+        for key in keys {
             let Some(e) = self.keys.get_mut(&key) else {
                 continue;
             };
-            let waited = e
-                .round_started
-                .map(|t| now.saturating_duration_since(t))
-                .unwrap_or_default();
-            let mut pushed: Vec<u32> = e.from.iter().copied().collect();
-            pushed.sort_unstable();
-            let missing = (0..self.workers as u32)
-                .filter(|w| !e.from.contains(w))
-                .collect();
-            let refusal = Refusal::RoundIncomplete {
-                key,
-                pushed,
-                missing,
-                waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
-            };
-            for (req, _, _) in e.waiters.drain(..) {
-                refused.push((req, refusal.clone()));
+            for c in e.round.iter_mut().filter(|c| c.req == by) {
+                e.from.remove(&c.worker);
+                self.pool.give(std::mem::take(&mut c.values));
             }
-            e.from.clear();
-            e.sum.clear();
-            e.round_started = None;
-            let deferred: Vec<_> = e.deferred.drain(..).collect();
-            for c in deferred {
-                self.feed(key, c, &mut done);
+            for c in e.deferred.iter_mut().filter(|c| c.req == by) {
+                self.pool.give(std::mem::take(&mut c.values));
+            }
+            e.round.retain(|c| c.req != by);
+            e.deferred.retain(|c| c.req != by);
+            self.settle(key, &mut done);
+            if self.keys.get(&key).is_some_and(|e| {
+                !e.pushed && e.held_by.is_none() && e.round.is_empty() && e.deferred.is_empty()
+            }) {
+                // Only this push had given the key its length: it never happened.
+                self.keys.remove(&key);
             }
         }
-        let mut replies = Vec::new();
-        for (req, refusal) in refused {
-            if let Some(p) = self.pending.remove(&req) {
-                replies.push(Reply {
-                    peer: p.peer,
-                    id: req.1,
-                    primary: self.primary,
-                    body: Err(refusal),
-                });
-            }
-        }
-        replies.extend(self.complete(done));
-        replies
+        self.complete(done)
     }
 
     fn entry(&mut self, meta: &KvMeta, i: usize) -> &mut Entry<T> {
@@ -448,11 +521,9 @@ impl<T: Value, P: Clone> Store<T, P> {
             total: meta.totals[i],
             pushed: false,
             held_by: None,
-            round_started: None,
             included: HashMap::new(),
-            sum: Vec::new(),
+            round: Vec::new(),
             from: HashSet::new(),
-            waiters: Vec::new(),
             deferred: VecDeque::new(),
         })
     }
@@ -491,8 +562,8 @@ impl<T: Value, P: Clone> Store<T, P> {
         );
         let pool = self.pool.clone();
         for (i, piece) in pieces.into_iter().enumerate() {
+            // The key gets a value (and pulls see it) when its first round completes.
             let entry = self.entry(&req.meta, i);
-            entry.pushed = true;
             if entry
                 .included
                 .get(&req.worker)
@@ -564,56 +635,74 @@ impl<T: Value, P: Clone> Store<T, P> {
         replies
     }
 
-    /// Adds one worker's push of `key` to the key's round, completing rounds (and
-    /// taking in deferred pushes) as far as they go.
+    /// Adds one worker's push of `key` to the key's round (or, if the worker is in it
+    /// already, to the rounds after it) and completes rounds as far as they go.
     fn feed(&mut self, key: u64, c: Contribution<T>, done: &mut Vec<(ReqKey, usize, Bytes)>) {
+        let Some(e) = self.keys.get_mut(&key) else {
+            self.pool.give(c.values);
+            return;
+        };
+        e.deferred.push_back(c);
+        self.settle(key, done);
+    }
+
+    /// Moves the pushes waiting for `key`'s next rounds into its round while their
+    /// workers are not in it, and completes the round whenever every worker is in it
+    /// and no push of it is held.
+    fn settle(&mut self, key: u64, done: &mut Vec<(ReqKey, usize, Bytes)>) {
         let workers = self.workers;
         let update = self.update.clone();
         let pool = &self.pool;
+        let holds = &self.holds;
         let Some(e) = self.keys.get_mut(&key) else {
-            pool.give(c.values);
             return;
         };
-        let mut queue = VecDeque::from([c]);
-        while let Some(c) = queue.pop_front() {
-            if e.from.contains(&c.worker) {
-                e.deferred.push_back(c);
-                continue;
+        loop {
+            let mut later = VecDeque::new();
+            while let Some(c) = e.deferred.pop_front() {
+                if e.from.insert(c.worker) {
+                    e.round.push(c);
+                } else {
+                    later.push_back(c);
+                }
             }
-            if e.from.is_empty() {
-                pool.give(std::mem::replace(&mut e.sum, c.values));
-                e.round_started = Some(Instant::now());
-            } else {
-                e.sum
-                    .iter_mut()
+            e.deferred = later;
+            if e.round.len() < workers || e.round.iter().any(|c| holds.contains_key(&c.req)) {
+                return;
+            }
+            let mut round = std::mem::take(&mut e.round).into_iter();
+            let Some(first) = round.next() else {
+                return;
+            };
+            let mut sum = first.values;
+            let mut waiters = vec![(first.req, first.index, first.wants_value)];
+            for c in round {
+                sum.iter_mut()
                     .zip(&c.values)
                     .for_each(|(s, v)| *s = s.add(*v));
                 pool.give(c.values);
+                waiters.push((c.req, c.index, c.wants_value));
             }
-            e.from.insert(c.worker);
-            e.waiters.push((c.req, c.index, c.wants_value));
-            if e.from.len() == workers {
-                update.apply(key, &mut e.value, &e.sum);
-                self.rounds += 1;
-                if self.track {
-                    self.changed.push(key);
-                }
-                for ((worker, id), _, _) in &e.waiters {
-                    let last = e.included.entry(*worker).or_insert(*id);
-                    *last = (*last).max(*id);
-                }
-                let snapshot = if e.waiters.iter().any(|w| w.2) {
-                    pool.frame_of(&e.value)
-                } else {
-                    Bytes::new()
-                };
-                for (req, index, _) in e.waiters.drain(..) {
-                    done.push((req, index, snapshot.clone()));
-                }
-                e.from.clear();
-                e.round_started = None;
-                queue.extend(e.deferred.drain(..));
+            update.apply(key, &mut e.value, &sum);
+            pool.give(sum);
+            e.pushed = true;
+            self.rounds += 1;
+            if self.track {
+                self.changed.push(key);
             }
+            for ((worker, id), _, _) in &waiters {
+                let last = e.included.entry(*worker).or_insert(*id);
+                *last = (*last).max(*id);
+            }
+            let snapshot = if waiters.iter().any(|w| w.2) {
+                pool.frame_of(&e.value)
+            } else {
+                Bytes::new()
+            };
+            for (req, index, _) in waiters {
+                done.push((req, index, snapshot.clone()));
+            }
+            e.from.clear();
         }
     }
 }
@@ -624,7 +713,7 @@ fn finish<P>(id: u64, primary: u32, p: Pending<P>) -> Reply<P> {
             peer: p.peer,
             id,
             primary,
-            body: Ok((KvMeta::default(), Vec::new())),
+            body: Ok(Answer::empty()),
         };
     }
     let frames = p.slots.into_iter().map(Option::unwrap_or_default).collect();
@@ -632,7 +721,7 @@ fn finish<P>(id: u64, primary: u32, p: Pending<P>) -> Reply<P> {
         peer: p.peer,
         id,
         primary,
-        body: Ok((p.meta, coalesce(frames))),
+        body: Ok(Answer::Values(p.meta, coalesce(frames))),
     }
 }
 

@@ -32,9 +32,15 @@ fn req(worker: u32, id: u64, op: Op, keys: &[u64], lens: &[u64], values: Vec<f32
     }
 }
 
+fn frames(reply: &Reply<u32>) -> &[Bytes] {
+    match reply.body.as_ref().unwrap() {
+        Answer::Values(_, frames) => frames,
+        other => panic!("expected values, got {other:?}"),
+    }
+}
+
 fn values(reply: &Reply<u32>) -> Vec<f32> {
-    let (_, frames) = reply.body.as_ref().unwrap();
-    frames
+    frames(reply)
         .iter()
         .flat_map(|f| payload::frame_to_vec::<f32>(f).unwrap())
         .collect()
@@ -135,7 +141,9 @@ fn async_applies_each_push_at_once() {
             values: vec![1.5],
         },
     );
-    let (_, frames) = r[0].body.as_ref().unwrap();
+    let Ok(Answer::Values(_, frames)) = &r[0].body else {
+        panic!("expected values, got {:?}", r[0].body);
+    };
     assert_eq!(payload::frame_to_vec::<f64>(&frames[0]).unwrap(), [3.0]);
 }
 
@@ -289,40 +297,128 @@ fn a_check_holds_new_lengths_until_released_and_pulls_do_not_see_them() {
     );
 }
 
+fn hold(store: &mut Store<f32, u32>, worker: u32, id: u64, keys: &[u64]) -> HoldAnswer {
+    let r = store.handle(
+        worker,
+        req(worker, id, Op::Hold, keys, &vec![0; keys.len()], vec![]),
+    );
+    match &r[..] {
+        [
+            Reply {
+                body: Ok(Answer::Hold(answer)),
+                ..
+            },
+        ] => answer.clone(),
+        other => panic!("expected a hold answer, got {other:?}"),
+    }
+}
+
+/// A held push keeps its round from completing; once withdrawn it leaves no trace:
+/// the key never had a value, its worker gets no answer, and the round goes on with
+/// the other workers' pushes and the withdrawing worker's next one.
 #[test]
-fn a_sync_round_that_some_workers_never_join_is_refused_naming_them() {
+fn a_held_push_stops_its_round_and_a_withdrawn_one_leaves_no_trace() {
     let mut store = Store::<f32, u32>::new("s".into(), Mode::Sync, 3, Update::Sum);
     assert!(
         store
             .handle(0, req(2, 1, Op::Push, &[4], &[1], vec![1.0]))
             .is_empty()
     );
+    let answer = hold(&mut store, 2, 1, &[4]);
+    let round = RoundState {
+        key: 4,
+        pushed: vec![2],
+        missing: vec![0, 1],
+    };
+    assert_eq!(answer, HoldAnswer::Held { round: Some(round) });
+    for w in 0..2 {
+        let r = store.handle(0, req(w, 1, Op::PushPull, &[4], &[1], vec![10.0]));
+        assert!(
+            r.is_empty(),
+            "a full round with a held push completed: {r:?}"
+        );
+    }
+    let r = store.handle(0, req(2, 1, Op::Withdraw, &[4], &[0], vec![]));
+    assert!(r.is_empty(), "{r:?}");
+    assert_eq!(store.waiting(), 2, "worker 2's push is no longer answered");
+    // Worker 2's next push completes the round of workers 0 and 1, without the
+    // withdrawn 1.0.
+    let r = store.handle(0, req(2, 2, Op::PushPull, &[4], &[1], vec![100.0]));
+    assert_eq!(r.len(), 3);
+    assert!(r.iter().all(|r| values(r) == [120.0]), "{r:?}");
+}
+
+/// A first push withdrawn leaves the key as it was: never pushed, any length free.
+#[test]
+fn a_withdrawn_first_push_leaves_the_key_never_pushed() {
+    let mut store = Store::<f32, u32>::new("s".into(), Mode::Sync, 2, Update::Sum);
     assert!(
         store
-            .expire(Instant::now(), Duration::from_secs(60))
+            .handle(0, req(0, 1, Op::Push, &[4], &[2], vec![1.0; 2]))
             .is_empty()
     );
-    let r = store.expire(
-        Instant::now() + Duration::from_millis(5),
-        Duration::from_millis(1),
-    );
-    assert_eq!(r.len(), 1);
-    let err = refused(&r[0], "s");
+    assert!(matches!(
+        hold(&mut store, 0, 1, &[4]),
+        HoldAnswer::Held { .. }
+    ));
+    store.handle(0, req(0, 1, Op::Withdraw, &[4], &[0], vec![]));
+    let r = store.handle(0, req(0, 2, Op::Pull, &[4], &[0], vec![]));
+    assert!(matches!(
+        refused(&r[0], "s"),
+        PsError::NeverPushed { key: 4, .. }
+    ));
     assert!(
-        matches!(&err, PsError::RoundIncomplete { key: 4, pushed, missing, .. }
-            if pushed == &[2] && missing == &[0, 1]),
-        "{err}"
+        store
+            .handle(0, req(0, 3, Op::Push, &[4], &[3], vec![1.0; 3]))
+            .is_empty()
     );
-    assert!(err.to_string().contains("every worker must push"), "{err}");
-    assert_eq!(store.waiting(), 0);
-    // The next round starts afresh: the refused push is not in it.
-    for w in 0..3 {
-        let r = store.handle(0, req(w, 2, Op::PushPull, &[4], &[1], vec![1.0]));
-        if w == 2 {
-            assert_eq!(r.len(), 3);
-            assert_eq!(values(&r[0]), [3.0]);
-        }
-    }
+}
+
+/// A push let go after a hold completes the round it was held in.
+#[test]
+fn a_push_let_go_completes_its_round() {
+    let mut store = Store::<f32, u32>::new("s".into(), Mode::Sync, 2, Update::Sum);
+    assert!(
+        store
+            .handle(0, req(0, 1, Op::PushPull, &[4], &[1], vec![1.0]))
+            .is_empty()
+    );
+    assert!(matches!(
+        hold(&mut store, 0, 1, &[4]),
+        HoldAnswer::Held { .. }
+    ));
+    assert!(
+        store
+            .handle(1, req(1, 1, Op::PushPull, &[4], &[1], vec![2.0]))
+            .is_empty()
+    );
+    // The worker lets go without naming the keys: the hold remembers them.
+    let r = store.handle(0, req(0, 1, Op::LetGo, &[], &[], vec![]));
+    assert_eq!(r.len(), 2);
+    assert!(r.iter().all(|r| values(r) == [3.0]), "{r:?}");
+}
+
+/// A push some of whose keys are applied already cannot be held: every server must
+/// apply it, so the answer says so, here while its other key still waits and after
+/// it has been answered.
+#[test]
+fn a_push_partly_applied_is_not_held() {
+    let mut store = Store::<f32, u32>::new("s".into(), Mode::Sync, 2, Update::Sum);
+    assert!(
+        store
+            .handle(0, req(0, 1, Op::Push, &[4, 5], &[1, 1], vec![1.0, 1.0]))
+            .is_empty()
+    );
+    assert!(
+        store
+            .handle(1, req(1, 1, Op::Push, &[4], &[1], vec![1.0]))
+            .len()
+            == 1
+    );
+    assert_eq!(hold(&mut store, 0, 1, &[4, 5]), HoldAnswer::Applied);
+    let r = store.handle(1, req(1, 2, Op::Push, &[5], &[1], vec![1.0]));
+    assert_eq!(r.len(), 2, "key 5's round is not held: {r:?}");
+    assert_eq!(hold(&mut store, 0, 1, &[4, 5]), HoldAnswer::Applied);
 }
 
 /// Large pushes go back to the pool once summed in, and a round's snapshot once every
@@ -355,19 +451,18 @@ fn large_rounds_reuse_the_pools_buffers() {
         let expected: f32 = (1..=round + 1).map(|r| 3.0 * r as f32).sum();
         assert_eq!(replies.len(), 2);
         for r in &replies {
-            let (_, frames) = r.body.as_ref().unwrap();
-            buffers.insert(frames[0].as_ptr() as usize);
+            buffers.insert(frames(r)[0].as_ptr() as usize);
             assert!(values(r).iter().all(|&v| v == expected), "round {round}");
         }
         drop(replies);
-        // One buffer waits for the next round's first push: the one the snapshot
-        // used, back now that the replies are gone (the rest are the key's running
-        // sum and the buffers this round's pushes took).
-        assert_eq!(pool.spare(), 1, "round {round}");
+        // Two buffers wait for the next round's pushes: the one the sum was made in
+        // and the one the snapshot used, back now that the replies are gone (the
+        // second push's went back when it was added in, and the snapshot took it).
+        assert_eq!(pool.spare(), 2, "round {round}");
         seen_after.push(buffers.len());
     }
-    // Three buffers circulate (two pushes and a snapshot, one of them the key's
-    // running sum at a time), all made in the first two rounds.
+    // Three buffers circulate (two pushes and a snapshot), all made in the first two
+    // rounds.
     assert_eq!(
         seen_after[1..],
         [seen_after[1]; 5],

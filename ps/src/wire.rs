@@ -38,6 +38,19 @@ pub(crate) const REPLICA_ACK: Kind = Kind::User(BASE + 8);
 pub(crate) const CHECK: Kind = Kind::User(BASE + 9);
 /// Lets go of what a [`CHECK`] held (same sequence number): another server refused.
 pub(crate) const RELEASE: Kind = Kind::User(BASE + 10);
+/// The first phase of withdrawing a push whose sync round did not complete in time
+/// (same sequence number as the push): the server answers [`HOLD_ANSWER`] and, unless
+/// some of the push is already applied, keeps every round it is in from completing
+/// until the worker decides ([`LET_GO`] or [`WITHDRAW`]).
+pub(crate) const HOLD: Kind = Kind::User(BASE + 11);
+/// A server's answer to a [`HOLD`]: a [`HoldAnswer`] in frame 0.
+pub(crate) const HOLD_ANSWER: Kind = Kind::User(BASE + 12);
+/// Ends a [`HOLD`]: another server had already applied the push, so it stays in its
+/// rounds here too, which may now complete.
+pub(crate) const LET_GO: Kind = Kind::User(BASE + 13);
+/// Ends a [`HOLD`]: every server held the push, so each takes it out of its rounds and
+/// never answers it; the worker reports the round incomplete.
+pub(crate) const WITHDRAW: Kind = Kind::User(BASE + 14);
 
 /// Most bytes a metadata or control frame may have.
 const META_LIMIT: usize = 64 << 20;
@@ -219,6 +232,44 @@ pub(crate) struct KvMeta {
     pub(crate) elem: String,
 }
 
+/// A server's answer to a [`HOLD`] of one push.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum HoldAnswer {
+    /// Some of the push is in this server's values already: it cannot be withdrawn,
+    /// so every server must apply it.
+    Applied,
+    /// Nothing of the push is applied here, and nothing will be until the worker lets
+    /// go; `round` describes a round it waits in (none if the push is not here).
+    Held { round: Option<RoundState> },
+}
+
+/// Where a key's sync round stands: who pushed, who did not.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct RoundState {
+    pub(crate) key: u64,
+    pub(crate) pushed: Vec<u32>,
+    pub(crate) missing: Vec<u32>,
+}
+
+impl HoldAnswer {
+    /// A [`HOLD_ANSWER`] message from `src` to `dst` about request `id`.
+    pub(crate) fn msg(&self, src: Addr, dst: Addr, id: u64) -> Msg {
+        let frame = payload::frame_from_value(self).unwrap_or_default();
+        Msg::new(src, dst, HOLD_ANSWER)
+            .with_seq(id)
+            .with_frame(frame)
+    }
+
+    /// The answer in a [`HOLD_ANSWER`] message from `from`.
+    pub(crate) fn read(msg: &Msg, from: &str) -> Result<HoldAnswer, PsError> {
+        let frame = msg
+            .frames()
+            .first()
+            .ok_or_else(|| PsError::protocol(from, "hold answer without a frame"))?;
+        payload::frame_to_value(frame, META_LIMIT).map_err(|e| PsError::protocol(from, e))
+    }
+}
+
 /// Why a server refused a request: the frame of a [`REFUSE`] message, so that the
 /// worker reports the same typed [`PsError`] the server found.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -229,13 +280,6 @@ pub(crate) enum Refusal {
     TypeMismatch { stored: String, sent: String },
     /// A pull asked for a key nobody pushed.
     NeverPushed { key: u64 },
-    /// A keyed round did not complete in time; `missing` workers never pushed.
-    RoundIncomplete {
-        key: u64,
-        pushed: Vec<u32>,
-        missing: Vec<u32>,
-        waited_ms: u64,
-    },
     /// Anything else, as text.
     Other(String),
 }
@@ -283,18 +327,6 @@ impl Refusal {
                 sent,
             },
             Refusal::NeverPushed { key } => PsError::NeverPushed { key, server },
-            Refusal::RoundIncomplete {
-                key,
-                pushed,
-                missing,
-                waited_ms,
-            } => PsError::RoundIncomplete {
-                key,
-                server,
-                pushed,
-                missing,
-                waited: std::time::Duration::from_millis(waited_ms),
-            },
             Refusal::Other(reason) => PsError::Remote {
                 node: server,
                 reason,

@@ -3,18 +3,19 @@
 use super::node::{self, Node};
 use super::shard::Placement;
 use super::split::{self, KvValues};
-use super::wire::{self, Group, KvMeta, NodeRole, Refusal};
+use super::wire::{self, Group, HoldAnswer, KvMeta, NodeRole, Refusal, RoundState};
 use super::{PsConfig, PsError, Value};
 use bytes::Bytes;
 use std::collections::{HashMap, HashSet};
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
-/// How much longer than [`PsConfig::request_timeout`] a push waits, so that a server
-/// that refuses an incomplete sync round at that timeout is heard saying why.
-const EXPLAIN_GRACE: Duration = Duration::from_secs(1);
 use switchyard_msg::{Kind, Msg};
 use switchyard_transports::{Dealer, DealerSocket, Pollable, Poller, Socket};
+
+/// How long a worker waits for the servers' answers to a hold (a live server answers
+/// at once) before it reports the push's outcome unknown.
+const HOLD_GRACE: Duration = Duration::from_secs(1);
 
 /// A request in flight, returned by the `start_*` calls; [`KvWorker::wait`] ends it.
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -47,6 +48,29 @@ struct Pending {
     pieces: Vec<(usize, u64, u64, Bytes)>,
     error: Option<PsError>,
     started: Instant,
+    /// Push and push_pull: each server's part of the request (its keys), for a
+    /// withdrawal.
+    parts: Vec<(usize, KvMeta)>,
+    /// Where a push that outwaited the request timeout stands.
+    overdue: Overdue,
+}
+
+/// A push past [`PsConfig::request_timeout`]: whether it is being withdrawn.
+#[derive(Debug, Default)]
+enum Overdue {
+    /// Within the timeout.
+    #[default]
+    No,
+    /// Every server was asked to hold the push (since the instant given); the
+    /// answers so far.
+    Holding {
+        since: Instant,
+        held: HashMap<usize, Option<RoundState>>,
+        applied: HashSet<usize>,
+    },
+    /// Some server has applied the push, so every other must too: the worker waits
+    /// one more request timeout for them.
+    Applied,
 }
 
 /// A worker of a parameter-server job.
@@ -271,11 +295,15 @@ impl<T: Value> KvWorker<T> {
         let me = self.node.addr();
         let mut owed = HashSet::new();
         let mut sent = Vec::new();
+        let mut parts = Vec::new();
         for (s, (mut meta, frames)) in requests.into_iter().enumerate() {
             if meta.keys.is_empty() {
                 continue;
             }
             meta.elem = std::any::type_name::<T>().to_string();
+            if matches!(op, Op::Push | Op::PushPull) {
+                parts.push((s, meta.clone()));
+            }
             let msg = wire::kv_msg(
                 me,
                 wire::addr(NodeRole::Server, s as u32),
@@ -299,6 +327,8 @@ impl<T: Value> KvWorker<T> {
             pieces: Vec::new(),
             error: None,
             started: Instant::now(),
+            parts,
+            overdue: Overdue::No,
         };
         self.pending.insert(id, pending);
         Ok(Ticket { id })
@@ -306,41 +336,174 @@ impl<T: Value> KvWorker<T> {
 
     /// Waits for a request to complete: the keys' values for a pull or push_pull,
     /// empty values for a push or init.
+    ///
+    /// A push whose sync rounds have not completed within
+    /// [`PsConfig::request_timeout`] is withdrawn from every server it reached, in
+    /// two phases: each server holds it (no round with it completes), then, if none
+    /// has applied any of it, each takes it out and the call fails with
+    /// [`PsError::RoundIncomplete`]; if one has, the others keep it and the call waits
+    /// one more timeout for them. So a push is applied by every server or by none.
     pub fn wait(&mut self, ticket: Ticket) -> Result<KvValues<T>, PsError> {
+        let id = ticket.id;
         loop {
-            let Some(p) = self.pending.get(&ticket.id) else {
+            let Some(p) = self.pending.get(&id) else {
                 return Err(PsError::BadArguments(format!(
-                    "ticket {} is not in flight",
-                    ticket.id
+                    "ticket {id} is not in flight"
                 )));
             };
             if p.owed.is_empty() || p.error.is_some() {
-                let p = self.pending.remove(&ticket.id).ok_or(PsError::Finished)?;
+                let p = self.pending.remove(&id).ok_or(PsError::Finished)?;
+                if p.error.is_some() {
+                    // A refusal: whatever still holds the push lets go of it, as
+                    // the refusing server applied none of it.
+                    self.end_hold(id, &p, wire::WITHDRAW);
+                }
                 return self.complete(p);
             }
-            let limit = match p.op {
-                Op::Push | Op::PushPull => self.node.config.request_timeout + EXPLAIN_GRACE,
-                _ => self.node.config.request_timeout,
-            };
-            if p.started.elapsed() > limit {
-                let owed: Vec<&str> = p.owed.iter().map(|&s| self.names[s].as_str()).collect();
-                let err = PsError::Timeout {
-                    what: format!(
-                        "worker {} waiting for request {}",
-                        self.node.rank, ticket.id
-                    ),
-                    waited: p.started.elapsed(),
-                    owed: owed.join(", "),
-                    setting: "PsConfig::request_timeout",
-                };
-                self.pending.remove(&ticket.id);
-                return Err(err);
+            if let Some(result) = self.overdue_step(id) {
+                return result;
             }
             if let Err(e) = self.node.check().and_then(|()| self.follow_failovers()) {
-                self.pending.remove(&ticket.id);
+                if let Some(p) = self.pending.remove(&id) {
+                    self.end_hold(id, &p, wire::LET_GO);
+                }
                 return Err(e);
             }
             self.receive()?;
+        }
+    }
+
+    /// Moves request `id` on once it has waited past the request timeout: a push is
+    /// held, then withdrawn or kept (see [`KvWorker::wait`]); anything else fails
+    /// with [`PsError::Timeout`]. `Some` is the call's result.
+    fn overdue_step(&mut self, id: u64) -> Option<Result<KvValues<T>, PsError>> {
+        let timeout = self.node.config.request_timeout;
+        let p = self.pending.get_mut(&id)?;
+        let waited = p.started.elapsed();
+        let is_push = matches!(p.op, Op::Push | Op::PushPull);
+        match &mut p.overdue {
+            Overdue::No if waited <= timeout => None,
+            Overdue::No if is_push && p.owed.len() == p.parts.len() => {
+                // No server has answered: ask each to hold the push.
+                let me = self.node.addr();
+                for (s, meta) in &p.parts {
+                    let to = wire::addr(NodeRole::Server, *s as u32);
+                    let sent =
+                        wire::kv_msg(me, to, wire::HOLD, id, meta, Vec::new()).and_then(|msg| {
+                            node::send_to(&mut self.servers[self.route[*s]], msg, &self.names[*s])
+                        });
+                    if let Err(e) = sent {
+                        p.error.get_or_insert(e);
+                    }
+                }
+                p.overdue = Overdue::Holding {
+                    since: Instant::now(),
+                    held: HashMap::new(),
+                    applied: HashSet::new(),
+                };
+                None
+            }
+            Overdue::No if is_push => {
+                // A server answered, so it applied the push: the others must too.
+                p.overdue = Overdue::Applied;
+                None
+            }
+            Overdue::Holding {
+                since,
+                held,
+                applied,
+            } => {
+                let answered = held.len() + applied.len() == p.parts.len();
+                if answered && !applied.is_empty() {
+                    let mut p = self.pending.remove(&id)?;
+                    self.end_hold(id, &p, wire::LET_GO);
+                    p.overdue = Overdue::Applied;
+                    self.pending.insert(id, p);
+                    return None;
+                }
+                if answered {
+                    let p = self.pending.remove(&id)?;
+                    self.end_hold(id, &p, wire::WITHDRAW);
+                    return Some(Err(self.round_incomplete(&p)));
+                }
+                if since.elapsed() <= HOLD_GRACE.max(self.node.config.dead_timeout) {
+                    return None;
+                }
+                let p = self.pending.remove(&id)?;
+                self.end_hold(id, &p, wire::LET_GO);
+                Some(Err(self.timed_out(
+                    id,
+                    &p,
+                    "to answer whether the push can be withdrawn",
+                )))
+            }
+            Overdue::Applied if waited <= timeout * 2 => None,
+            _ => {
+                let p = self.pending.remove(&id)?;
+                let what = if is_push {
+                    "to apply a push that other servers have applied (its rounds wait for workers that have not pushed)"
+                } else {
+                    "to answer"
+                };
+                Some(Err(self.timed_out(id, &p, what)))
+            }
+        }
+    }
+
+    /// The error of request `id` that waited too long for the servers it still owes.
+    fn timed_out(&self, id: u64, p: &Pending, what: &str) -> PsError {
+        let owed: Vec<&str> = p.owed.iter().map(|&s| self.names[s].as_str()).collect();
+        PsError::Timeout {
+            what: format!("worker {} waiting for request {id} {what}", self.node.rank),
+            waited: p.started.elapsed(),
+            owed: owed.join(", "),
+            setting: "PsConfig::request_timeout",
+        }
+    }
+
+    /// The error of a push that every server held and that is now withdrawn.
+    fn round_incomplete(&self, p: &Pending) -> PsError {
+        let Overdue::Holding { held, .. } = &p.overdue else {
+            return self.timed_out(0, p, "");
+        };
+        let (server, round) = p
+            .parts
+            .iter()
+            .find_map(|(s, _)| Some((*s, held.get(s)?.clone()?)))
+            .unwrap_or_else(|| {
+                let s = p.parts.first().map_or(0, |(s, _)| *s);
+                let key = p.keys.first().copied().unwrap_or_default();
+                let round = RoundState {
+                    key,
+                    pushed: Vec::new(),
+                    missing: Vec::new(),
+                };
+                (s, round)
+            });
+        PsError::RoundIncomplete {
+            key: round.key,
+            server: self.names.get(server).cloned().unwrap_or_default(),
+            pushed: round.pushed,
+            missing: round.missing,
+            waited: p.started.elapsed(),
+        }
+    }
+
+    /// Ends the hold of push `id` on every server that answered it held: `kind` is
+    /// [`wire::LET_GO`] or [`wire::WITHDRAW`]. Nothing happens for a request that
+    /// was never held.
+    fn end_hold(&mut self, id: u64, p: &Pending, kind: Kind) {
+        let Overdue::Holding { held, .. } = &p.overdue else {
+            return;
+        };
+        let me = self.node.addr();
+        for (s, meta) in p.parts.iter().filter(|(s, _)| held.contains_key(s)) {
+            let to = wire::addr(NodeRole::Server, *s as u32);
+            // A decision that does not arrive means the server is gone, which the
+            // scheduler reports to everyone.
+            if let Ok(msg) = wire::kv_msg(me, to, kind, id, meta, Vec::new()) {
+                let _ = node::send_to(&mut self.servers[self.route[*s]], msg, &self.names[*s]);
+            }
         }
     }
 
@@ -361,7 +524,10 @@ impl<T: Value> KvWorker<T> {
             // the last one it has from this worker as already counted.
             let mut ids: Vec<u64> = self.pending.keys().copied().collect();
             ids.sort_unstable();
-            for p in ids.iter().filter_map(|id| self.pending.get(id)) {
+            for (id, p) in ids
+                .iter()
+                .filter_map(|id| Some((*id, self.pending.get(id)?)))
+            {
                 if !p.owed.contains(&dead) {
                     continue;
                 }
@@ -371,6 +537,22 @@ impl<T: Value> KvWorker<T> {
                         msg.clone(),
                         &self.names[by],
                     )?;
+                }
+                if let Overdue::Holding { held, applied, .. } = &p.overdue {
+                    // A hold the dead server did not answer goes to its successor too.
+                    let unanswered = !held.contains_key(&dead) && !applied.contains(&dead);
+                    if let Some((_, meta)) = p.parts.iter().find(|(s, _)| *s == dead) {
+                        if unanswered {
+                            let me = self.node.addr();
+                            let to = wire::addr(NodeRole::Server, dead as u32);
+                            let msg = wire::kv_msg(me, to, wire::HOLD, id, meta, Vec::new())?;
+                            node::send_to(
+                                &mut self.servers[self.route[dead]],
+                                msg,
+                                &self.names[by],
+                            )?;
+                        }
+                    }
                 }
             }
         }
@@ -403,6 +585,21 @@ impl<T: Value> KvWorker<T> {
     fn on_reply(&mut self, s: usize, msg: Msg) {
         let name = &self.names[s];
         let Some(p) = self.pending.get_mut(&msg.header.seq) else {
+            if msg.header.kind == wire::HOLD_ANSWER
+                && matches!(HoldAnswer::read(&msg, name), Ok(HoldAnswer::Held { .. }))
+            {
+                // Held after the worker gave up on the answers: let go, so that the
+                // push's rounds are not kept from completing for ever.
+                let me = self.node.addr();
+                let to = wire::addr(NodeRole::Server, s as u32);
+                let meta = KvMeta::default();
+                if let Ok(msg) =
+                    wire::kv_msg(me, to, wire::LET_GO, msg.header.seq, &meta, Vec::new())
+                {
+                    let _ = node::send_to(&mut self.servers[self.route[s]], msg, name);
+                }
+                return;
+            }
             tracing::debug!(
                 "ps worker {}: reply to request {} no longer waited on",
                 self.node.rank,
@@ -410,6 +607,22 @@ impl<T: Value> KvWorker<T> {
             );
             return;
         };
+        if msg.header.kind == wire::HOLD_ANSWER {
+            let answer = HoldAnswer::read(&msg, name);
+            match (&mut p.overdue, answer) {
+                (Overdue::Holding { applied, .. }, Ok(HoldAnswer::Applied)) => {
+                    applied.insert(s);
+                }
+                (Overdue::Holding { held, .. }, Ok(HoldAnswer::Held { round })) => {
+                    held.insert(s, round);
+                }
+                (_, Err(e)) => {
+                    p.error.get_or_insert(e);
+                }
+                _ => {}
+            }
+            return;
+        }
         p.owed.remove(&s);
         if msg.header.kind == wire::REFUSE {
             p.error

@@ -169,6 +169,139 @@ fn a_sync_round_missing_a_worker_says_which() {
     job.end_ok();
 }
 
+/// Where worker threads wait for each other outside the job (whose barriers time out
+/// at the request timeout), for a minute at most.
+#[derive(Default)]
+struct Meeting {
+    arrived: std::sync::Mutex<usize>,
+    all_here: std::sync::Condvar,
+}
+
+impl Meeting {
+    fn wait(&self, n: usize) {
+        let mut arrived = self.arrived.lock().unwrap();
+        *arrived += 1;
+        self.all_here.notify_all();
+        let (arrived, timeout) = self
+            .all_here
+            .wait_timeout_while(arrived, Duration::from_secs(60), |a| *a < n)
+            .unwrap();
+        assert!(!timeout.timed_out(), "{} of {n} threads met", *arrived);
+    }
+}
+
+/// Two keys of which server 0 holds one and server 1 the other.
+fn keys_on_two_servers(w: &KvWorker<f32>) -> [u64; 2] {
+    let placement = w.placement();
+    let on = |server| {
+        // Small keys and the largest ones: range sharding gives them to the first
+        // and the last server, hash sharding to both.
+        (0..1_000u64)
+            .chain((0..1_000).map(|k| u64::MAX - 1_000 + k))
+            .find(|&k| placement.owner(k).ok() == Some(server))
+            .expect("a key for each server")
+    };
+    [on(0), on(1)]
+}
+
+/// Worker 0 pushes two keys on two servers in one request; worker 1 pushes the first
+/// key at once and the second only after the request timeout. Server 0's round
+/// completes with worker 0's push in it, so worker 0's push must be applied by server
+/// 1 too: it waits for worker 1's late push instead of being refused there (a server
+/// that expired its round on its own clock refused it, and the two keys then held
+/// sums of different rounds).
+#[test]
+fn a_push_that_one_server_applied_is_applied_by_every_server() {
+    let timeout = Duration::from_secs(2);
+    let config = config(2, 2).with_request_timeout(timeout);
+    let job = Job::start(
+        &endpoint("local", "applied-by-one"),
+        config.clone(),
+        Mode::Sync,
+        Update::Sum,
+    );
+    let e = job.endpoint.clone();
+    let pushed = std::sync::Arc::new(Meeting::default());
+    let results = on_workers(2, move |_| {
+        let mut w = KvWorker::<f32>::join(&e, &config)?;
+        let [a, b] = keys_on_two_servers(&w);
+        let outcome = if w.rank() == 0 {
+            w.push(&[a, b], &[1, 1], vec![1.0, 10.0])
+        } else {
+            w.push(&[a], &[1], vec![2.0])?;
+            // Past worker 0's request timeout (and any server's), well within twice it.
+            std::thread::sleep(timeout + timeout / 2);
+            w.push(&[b], &[1], vec![20.0])
+        };
+        pushed.wait(2);
+        let pulled = w.pull(&[a, b])?.values().to_vec();
+        w.finish()?;
+        Ok((outcome, pulled))
+    });
+    for (rank, r) in results.into_iter().enumerate() {
+        let (outcome, pulled) = r.unwrap();
+        assert!(outcome.is_ok(), "worker {rank}: {outcome:?}");
+        assert_eq!(pulled, [3.0, 30.0], "worker {rank}");
+    }
+    job.end_ok();
+}
+
+/// The outside test's timing: worker 1 pushes the same two keys (on two servers)
+/// 0-70 ms after worker 0's request timeout. Whichever way the race goes, the two
+/// servers decide alike: both workers succeed and both keys hold the sum, or both
+/// fail with `RoundIncomplete` and both keys keep their values.
+#[test]
+fn a_push_arriving_at_the_timeout_is_applied_by_both_servers_or_by_neither() {
+    let timeout = Duration::from_millis(500);
+    for late in [0, 30, 70] {
+        let config = config(2, 2).with_request_timeout(timeout);
+        let job = Job::start(
+            &endpoint("local", "at-the-timeout"),
+            config.clone(),
+            Mode::Sync,
+            Update::Sum,
+        );
+        let e = job.endpoint.clone();
+        // The pushes may take two request timeouts: the workers meet here, not at a
+        // barrier of the job, which would time out first.
+        let pushed = std::sync::Arc::new(Meeting::default());
+        let results = on_workers(2, move |_| {
+            let mut w = KvWorker::<f32>::join(&e, &config)?;
+            let [a, b] = keys_on_two_servers(&w);
+            if w.rank() == 0 {
+                w.init(&[a, b], &[1, 1], vec![5.0, 5.0])?;
+            }
+            w.barrier(Group::Workers)?;
+            if w.rank() == 1 {
+                std::thread::sleep(timeout + Duration::from_millis(late));
+            }
+            let outcome = w.push(&[a, b], &[1, 1], vec![1.0, 1.0]);
+            pushed.wait(2);
+            let pulled = w.pull(&[a, b])?.values().to_vec();
+            w.finish()?;
+            Ok((outcome, pulled))
+        });
+        let results: Vec<_> = results.into_iter().map(Result::unwrap).collect();
+        let applied = results[0].0.is_ok();
+        for (rank, (outcome, pulled)) in results.iter().enumerate() {
+            if applied {
+                assert!(
+                    outcome.is_ok(),
+                    "late {late} ms, worker {rank}: {outcome:?}"
+                );
+                assert_eq!(pulled, &[7.0, 7.0], "late {late} ms, worker {rank}");
+            } else {
+                assert!(
+                    matches!(outcome, Err(PsError::RoundIncomplete { .. })),
+                    "late {late} ms, worker {rank}: {outcome:?}"
+                );
+                assert_eq!(pulled, &[5.0, 5.0], "late {late} ms, worker {rank}");
+            }
+        }
+        job.end_ok();
+    }
+}
+
 /// Server 1 stops (its thread returns without serving): every worker waiting on it
 /// gets an error naming it, the scheduler reports it, server 0 returns.
 #[test]
