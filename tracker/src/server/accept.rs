@@ -1,15 +1,15 @@
 //! The accept loop, the first bytes of every connection (magic, then which protocol),
 //! and the wait of a `start` for its batch.
 
+use super::cap::Admit;
 use super::shared::{Go, Inbox, Shared};
 use super::{classic_conn, json_conn};
 use crate::common::ConnId;
 use crate::wire::{Deadline, MAGIC, WireError, write_all_within};
 use crossbeam_channel::RecvTimeoutError;
 use std::io;
-use std::net::{TcpListener, TcpStream};
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// How often a waiting `start` checks its connection and the tracker's stop flag.
@@ -44,33 +44,38 @@ pub(crate) fn run(shared: &Arc<Shared>, listener: &TcpListener) {
                 continue;
             }
         };
+        // Numbered here, on the one accept thread, so that a worker's connections are
+        // numbered and placed in the order it opened them (see `sequence`).
+        let conn = shared.next_conn();
         // A flood must not exhaust threads: past the cap the oldest connection that
-        // has not said who it is makes room, or else the newcomer is refused.
-        let max = shared.config.max_connections;
-        if shared.open_conns.load(Ordering::SeqCst) >= max {
-            match shared.greeting.evict_oldest() {
-                Some(idle) => shared.dropped(
-                    &idle,
-                    format!("closed to make room: {max} connections open (TrackerConfig::max_connections) and it had not said who it is"),
+        // has not started a rank makes room (see `cap`).
+        match shared.cap.admit(conn, stream.try_clone().ok()) {
+            Admit::Room => {}
+            Admit::Evict(idle) => shared.dropped(
+                &close(&idle),
+                format!(
+                    "closed to make room: {} connections open \
+                     (TrackerConfig::max_connections) and it had not started a rank",
+                    shared.cap.max()
                 ),
-                None => {
-                    shared.dropped(
-                        &peer.to_string(),
-                        format!("more than {max} connections open, all of them workers'"),
-                    );
-                    continue;
-                }
+            ),
+            Admit::Full => {
+                shared.dropped(
+                    &peer.to_string(),
+                    format!(
+                        "refused: {} connections open (TrackerConfig::max_connections), \
+                         every one a worker's start waiting for its batch or negotiating; \
+                         the cap is below what this job needs",
+                        shared.cap.max()
+                    ),
+                );
+                continue;
             }
         }
-        shared.open_conns.fetch_add(1, Ordering::SeqCst);
         // An IPv4 peer of a dual-stack listener shows as ::ffff:a.b.c.d; workers want
         // a.b.c.d.
         let host = peer.ip().to_canonical().to_string();
-        // Here, on the one accept thread, so that a worker's connections are numbered
-        // and placed in the order it opened them (see `sequence`).
-        let conn = shared.next_conn();
         shared.sequence.enter(conn, &host);
-        shared.greeting.enter(conn, &stream);
         let sh = Arc::clone(shared);
         let spawned = std::thread::Builder::new()
             .name(format!("tracker-{peer}"))
@@ -78,14 +83,12 @@ pub(crate) fn run(shared: &Arc<Shared>, listener: &TcpListener) {
                 if let Err(e) = session(&sh, conn, &stream, &host) {
                     sh.dropped(&peer.to_string(), e.to_string());
                 }
-                sh.greeting.leave(conn);
                 sh.sequence.settle(conn);
-                sh.open_conns.fetch_sub(1, Ordering::SeqCst);
+                sh.cap.leave(conn);
             });
         if let Err(e) = spawned {
-            shared.greeting.leave(conn);
             shared.sequence.settle(conn);
-            shared.open_conns.fetch_sub(1, Ordering::SeqCst);
+            shared.cap.leave(conn);
             shared.dropped(&peer.to_string(), format!("cannot start a thread: {e}"));
         }
     }
@@ -102,7 +105,6 @@ fn session(shared: &Shared, conn: ConnId, stream: &TcpStream, host: &str) -> Res
     // world of at least 8827).
     let mut head = [0u8; 8];
     r.read_exact(&mut head, "hello")?;
-    shared.greeting.leave(conn);
     let first = i32::from_le_bytes([head[0], head[1], head[2], head[3]]);
     let second = [head[4], head[5], head[6], head[7]];
     if second[..2] == *b"{\"" {
@@ -118,6 +120,17 @@ fn session(shared: &Shared, conn: ConnId, stream: &TcpStream, host: &str) -> Res
             &mut r,
         )
     }
+}
+
+/// Closes a connection evicted by the cap (its read ends at once, and its thread with
+/// it); returns its peer's address.
+fn close(stream: &TcpStream) -> String {
+    let peer = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| "a peer".into());
+    let _ = stream.shutdown(Shutdown::Both);
+    peer
 }
 
 /// Why a waiting `start` stopped waiting.

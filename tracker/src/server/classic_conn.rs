@@ -91,6 +91,10 @@ fn start(
     // Taken in (or refused): its wait for the batch must not hold back the worker's
     // later prints.
     sh.sequence.settle(conn);
+    if decided.is_ok() {
+        // A worker's by what it did, not what it claimed: never evicted by the cap.
+        sh.cap.started(conn);
+    }
     if let Err(reason) = decided {
         refuse(sh, stream);
         return Err(Bad::Refused(reason));

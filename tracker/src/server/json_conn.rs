@@ -119,6 +119,10 @@ fn start(
     // Taken in (or refused): its wait for the batch must not hold back the worker's
     // later prints.
     sh.sequence.settle(conn);
+    if taken.is_ok() {
+        // A worker's by what it did, not what it claimed: never evicted by the cap.
+        sh.cap.started(conn);
+    }
     taken.map_err(Bad::Refused)?;
     let mut reply = Vec::new();
     put_json(

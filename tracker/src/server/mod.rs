@@ -9,8 +9,8 @@
 
 mod accept;
 pub(crate) mod auth;
+mod cap;
 mod classic_conn;
-mod greeting;
 mod json_conn;
 mod machines;
 mod sequence;
@@ -55,8 +55,11 @@ pub struct TrackerConfig {
     /// that worker's `shutdown` forever.
     pub job_timeout: Option<Duration>,
     /// Most connections served at once (default 4096). Past it, the oldest
-    /// connection that has not yet said who it is (an idle stranger, say) is closed to
-    /// make room; when every connection is a worker's, the newcomer is refused.
+    /// connection that has not started a rank (an idle stranger, or one that sent a
+    /// hello and stalled, whatever it claimed to be) is closed to make room. Only when
+    /// every open connection is a worker's `start` (waiting for its batch or
+    /// negotiating), which needs a cap below about twice the number of workers, is the
+    /// newcomer refused.
     pub max_connections: usize,
 }
 

@@ -2,6 +2,7 @@
 //! through which a machine's decision reaches another connection's thread, event
 //! subscribers, and the job's ending.
 
+use super::cap::Cap;
 use super::machines::Machines;
 use super::sequence::Sequence;
 use super::{Event, JobOutcome, TrackerConfig};
@@ -12,7 +13,8 @@ use crate::json::{self, Json};
 use crate::record::Record;
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use switchyard_secret::JobSecret;
 
@@ -53,13 +55,12 @@ pub(crate) struct Shared {
     inboxes: Mutex<HashMap<ConnId, Sender<Go>>>,
     /// Keeps each host's `print`s and `shutdown`s in accept order.
     pub(crate) sequence: Sequence,
-    /// Connections that have not yet said who they are, to evict when full.
-    pub(crate) greeting: super::greeting::Greeting,
+    /// Open connections, and those to evict first when there are too many.
+    pub(crate) cap: Cap<TcpStream>,
     subscribers: Mutex<Vec<Sender<Event>>>,
     pub(crate) end: Mutex<Option<Ending>>,
     pub(crate) ended: Condvar,
     pub(crate) stopping: AtomicBool,
-    pub(crate) open_conns: AtomicUsize,
     next_conn: AtomicU64,
 }
 
@@ -81,6 +82,7 @@ impl Shared {
             }
             j
         });
+        let max_connections = config.max_connections;
         let shared = Shared {
             config,
             secret,
@@ -92,12 +94,11 @@ impl Shared {
             changed: Condvar::new(),
             inboxes: Mutex::new(HashMap::new()),
             sequence: Sequence::default(),
-            greeting: super::greeting::Greeting::default(),
+            cap: Cap::new(max_connections),
             subscribers: Mutex::new(Vec::new()),
             end: Mutex::new(None),
             ended: Condvar::new(),
             stopping: AtomicBool::new(false),
-            open_conns: AtomicUsize::new(0),
             next_conn: AtomicU64::new(1),
         };
         shared.check_done(&lock(&shared.machines));

@@ -82,6 +82,48 @@ fn idle_strangers_past_the_connection_cap_make_room_for_workers() {
     drop(idle);
 }
 
+/// Connections past `max_connections` that send a whole classic `print` hello and then
+/// stall (what they claim to be costs nothing without a secret) are evicted like idle
+/// ones: a connection counts as a worker's only once its `start` was given a place in
+/// the job, so the real workers are served at once instead of refused.
+#[test]
+fn stalled_print_hellos_past_the_connection_cap_make_room_for_workers() {
+    let mut config = TrackerConfig::new(2);
+    config.max_connections = 8;
+    let t = Tracker::start(config).unwrap();
+    let events = t.events();
+    let stalled: Vec<_> = (0..8)
+        .map(|_| hello(t.addr(), 0, -1, "NULL", "print"))
+        .collect();
+    // Let the tracker read every stranger's hello before the workers come.
+    std::thread::sleep(Duration::from_millis(300));
+    good_job(&t, 2);
+    let reason = dropped(&events, "closed to make room");
+    assert!(reason.contains("had not started a rank"), "{reason}");
+    drop(stalled);
+}
+
+/// A cap below what the job needs: with every open connection a worker's `start`, the
+/// newcomer is refused, saying so.
+#[test]
+fn a_cap_full_of_worker_starts_refuses_the_newcomer_saying_why() {
+    let mut config = TrackerConfig::new(3);
+    config.max_connections = 2;
+    let t = Tracker::start(config).unwrap();
+    let events = t.events();
+    // Two JSON `start`s wait for their batch, answered with the world size once taken
+    // in: workers' by what they did.
+    let _starts = [
+        json_start(t.addr(), "w0", 40000, 0),
+        json_start(t.addr(), "w1", 40001, 0),
+    ];
+    let mut newcomer = connect(t.addr());
+    let reason = dropped(&events, "connections open");
+    assert!(reason.contains("every one a worker's start"), "{reason}");
+    let mut b = [0u8; 1];
+    assert_eq!(newcomer.read(&mut b).unwrap_or(0), 0, "{reason}");
+}
+
 /// docs/rabit-protocol.md, *Connections closed mid-message*: a peer closing mid-message
 /// is an end of stream, not a spin.
 #[test]
