@@ -42,10 +42,27 @@ pub enum PsError {
     LengthChanged {
         /// The key.
         key: u64,
-        /// Values held by the server (for this server's piece of the key).
+        /// The key's whole length as stored (all servers' pieces of a split key).
         stored: u64,
-        /// Values pushed.
+        /// The whole length pushed.
         pushed: u64,
+        /// The server.
+        server: String,
+    },
+    /// A push carried a different number of values for a key than another worker's
+    /// first push of it, which every server has checked but which has not completed.
+    #[error(
+        "key {key}: pushed {pushed} values but worker {worker}'s first push of it, checked by {server} and not yet completed, has {held} (a key's length is fixed by its first push)"
+    )]
+    LengthHeld {
+        /// The key.
+        key: u64,
+        /// The whole length the first push has.
+        held: u64,
+        /// The whole length pushed.
+        pushed: u64,
+        /// The worker whose first push holds the length.
+        worker: u32,
         /// The server.
         server: String,
     },

@@ -11,7 +11,7 @@
 
 use super::pool::ValuePool;
 use super::replica::Backups;
-use super::store::{Backup, Op, Reply, Request, Store};
+use super::store::{self, Backup, Op, Reply, Request, Store};
 use super::update::{Mode, Update};
 use super::wire::{self, Refusal};
 use super::{PsError, ServerReport, Value};
@@ -272,6 +272,14 @@ fn decode<T: Value>(msg: &Msg, peer: &PeerId, pool: &ValuePool<T>) -> Result<Req
         other => return Err(PsError::protocol(from, format!("unexpected {other:?}"))),
     };
     let (meta, count) = wire::read_meta(msg, &from)?;
+    // Before the values are read: values of another width would not add up to the
+    // count, and the worker should hear of the type, not of a malformed message.
+    if !matches!(op, Op::Release | Op::Hold | Op::LetGo | Op::Withdraw) {
+        let server = format!("the server (request from {from})");
+        if let Some(e) = store::type_mismatch::<T>(&meta, server) {
+            return Err(e);
+        }
+    }
     let values = if matches!(
         op,
         Op::Pull | Op::Check | Op::Release | Op::Hold | Op::LetGo | Op::Withdraw

@@ -354,17 +354,8 @@ impl<T: Value, P: Clone> Store<T, P> {
 
     fn validate(&self, req: &Request<T>) -> Result<(), PsError> {
         let meta = &req.meta;
-        let stored = std::any::type_name::<T>();
-        if meta.elem != stored {
-            return Err(PsError::TypeMismatch {
-                server: self.name.clone(),
-                stored: stored.to_string(),
-                sent: if meta.elem.is_empty() {
-                    "no element type".to_string()
-                } else {
-                    meta.elem.clone()
-                },
-            });
+        if let Some(e) = type_mismatch::<T>(meta, self.name.clone()) {
+            return Err(e);
         }
         let mut seen = HashSet::with_capacity(meta.keys.len());
         for (i, &key) in meta.keys.iter().enumerate() {
@@ -383,18 +374,37 @@ impl<T: Value, P: Clone> Store<T, P> {
                 }
                 continue;
             }
-            if let Some(e) = entry {
-                let same = e.value.len() as u64 == meta.lens[i]
-                    && e.offset == meta.offsets[i]
-                    && e.total == meta.totals[i];
-                if !same {
-                    return Err(PsError::LengthChanged {
+            let Some(e) = entry else {
+                continue;
+            };
+            // Whole lengths first: a split key's pieces differ when its length does,
+            // and the user knows the key by its whole length.
+            if e.total != meta.totals[i] {
+                return Err(match e.held_by.filter(|_| !e.pushed) {
+                    Some((worker, _)) => PsError::LengthHeld {
                         key,
-                        stored: e.value.len() as u64,
-                        pushed: meta.lens[i],
+                        held: e.total,
+                        pushed: meta.totals[i],
+                        worker,
                         server: self.name.clone(),
-                    });
-                }
+                    },
+                    None => PsError::LengthChanged {
+                        key,
+                        stored: e.total,
+                        pushed: meta.totals[i],
+                        server: self.name.clone(),
+                    },
+                });
+            }
+            if e.value.len() as u64 != meta.lens[i] || e.offset != meta.offsets[i] {
+                return Err(PsError::BadArguments(format!(
+                    "key {key}: this request cuts it into other pieces than the key's first push (values {}..{} here, {}..{} at {}); every worker must use the same number of servers, sharding and split threshold",
+                    meta.offsets[i],
+                    meta.offsets[i] + meta.lens[i],
+                    e.offset,
+                    e.offset + e.value.len() as u64,
+                    self.name
+                )));
             }
         }
         Ok(())
@@ -705,6 +715,20 @@ impl<T: Value, P: Clone> Store<T, P> {
             e.from.clear();
         }
     }
+}
+
+/// The error for a request whose element type is not `T`, the one `server` stores.
+pub(crate) fn type_mismatch<T>(meta: &KvMeta, server: String) -> Option<PsError> {
+    let stored = std::any::type_name::<T>();
+    (meta.elem != stored).then(|| PsError::TypeMismatch {
+        server,
+        stored: stored.to_string(),
+        sent: if meta.elem.is_empty() {
+            "no element type".to_string()
+        } else {
+            meta.elem.clone()
+        },
+    })
 }
 
 fn finish<P>(id: u64, primary: u32, p: Pending<P>) -> Reply<P> {

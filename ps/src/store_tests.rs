@@ -277,10 +277,21 @@ fn a_check_holds_new_lengths_until_released_and_pulls_do_not_see_them() {
         PsError::NeverPushed { key: 7, .. }
     ));
     let r = store.handle(1, req(1, 2, Op::Push, &[7], &[2], vec![1.0; 2]));
-    assert!(matches!(
-        refused(&r[0], "s"),
-        PsError::LengthChanged { key: 7, .. }
-    ));
+    let err = refused(&r[0], "s");
+    assert!(
+        matches!(
+            err,
+            PsError::LengthHeld {
+                key: 7,
+                held: 3,
+                pushed: 2,
+                worker: 0,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("worker 0's first push"), "{err}");
     // Released by its own request only: then any length may come first.
     assert!(
         store
@@ -288,7 +299,7 @@ fn a_check_holds_new_lengths_until_released_and_pulls_do_not_see_them() {
             .is_empty()
     );
     let r = store.handle(1, req(1, 3, Op::Push, &[7], &[2], vec![1.0; 2]));
-    assert!(matches!(refused(&r[0], "s"), PsError::LengthChanged { .. }));
+    assert!(matches!(refused(&r[0], "s"), PsError::LengthHeld { .. }));
     store.handle(0, req(0, 1, Op::Release, &[7], &[3], vec![]));
     assert!(
         store
@@ -468,4 +479,44 @@ fn large_rounds_reuse_the_pools_buffers() {
         [seen_after[1]; 5],
         "buffers made: {seen_after:?}"
     );
+}
+
+/// A split key's length error names the key's whole lengths (150 stored, 200
+/// pushed), not this server's pieces of them; a request that cuts the key into other
+/// pieces (workers with other split settings) says so.
+#[test]
+fn a_split_keys_length_error_names_its_whole_lengths() {
+    let mut store = Store::<f32, u32>::new("s".into(), Mode::Async, 1, Update::Sum);
+    let piece = |id, offset: u64, len: u64, total: u64| Request {
+        worker: 0,
+        id,
+        op: Op::Push,
+        meta: KvMeta {
+            keys: vec![9],
+            lens: vec![len],
+            offsets: vec![offset],
+            totals: vec![total],
+            must_have: true,
+            elem: std::any::type_name::<f32>().to_string(),
+        },
+        values: vec![1.0; len as usize],
+    };
+    assert!(store.handle(0, piece(1, 100, 50, 150))[0].body.is_ok());
+    let r = store.handle(0, piece(2, 134, 66, 200));
+    let err = refused(&r[0], "s");
+    assert!(
+        matches!(
+            err,
+            PsError::LengthChanged {
+                key: 9,
+                stored: 150,
+                pushed: 200,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let r = store.handle(0, piece(3, 90, 60, 150));
+    let err = refused(&r[0], "s");
+    assert!(err.to_string().contains("other pieces"), "{err}");
 }

@@ -276,6 +276,13 @@ impl HoldAnswer {
 pub(crate) enum Refusal {
     /// A push carried another length for a key than its first push fixed.
     LengthChanged { key: u64, stored: u64, pushed: u64 },
+    /// A push carried another length for a key than a first push still under way.
+    LengthHeld {
+        key: u64,
+        held: u64,
+        pushed: u64,
+        worker: u32,
+    },
     /// The request's element type is not the server's.
     TypeMismatch { stored: String, sent: String },
     /// A pull asked for a key nobody pushed.
@@ -298,6 +305,18 @@ impl Refusal {
                 stored: *stored,
                 pushed: *pushed,
             },
+            PsError::LengthHeld {
+                key,
+                held,
+                pushed,
+                worker,
+                ..
+            } => Refusal::LengthHeld {
+                key: *key,
+                held: *held,
+                pushed: *pushed,
+                worker: *worker,
+            },
             PsError::TypeMismatch { stored, sent, .. } => Refusal::TypeMismatch {
                 stored: stored.clone(),
                 sent: sent.clone(),
@@ -319,6 +338,18 @@ impl Refusal {
                 key,
                 stored,
                 pushed,
+                server,
+            },
+            Refusal::LengthHeld {
+                key,
+                held,
+                pushed,
+                worker,
+            } => PsError::LengthHeld {
+                key,
+                held,
+                pushed,
+                worker,
                 server,
             },
             Refusal::TypeMismatch { stored, sent } => PsError::TypeMismatch {

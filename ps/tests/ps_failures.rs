@@ -138,6 +138,28 @@ fn a_worker_of_another_element_type_is_refused() {
     job.end_ok();
 }
 
+/// An `f64` worker against `f32` servers (another width, so its values do not add up
+/// to the count the servers expect) hears of the types too, not of a malformed
+/// message.
+#[test]
+fn a_worker_of_a_wider_element_type_is_refused_naming_the_types() {
+    let config = config(1, 1);
+    let job = Job::start(
+        &endpoint("local", "elemwidth"),
+        config.clone(),
+        Mode::Sync,
+        Update::Sum,
+    );
+    let mut doubles = KvWorker::<f64>::join(&job.endpoint, &config).unwrap();
+    let err = doubles.push(&[3], &[2], vec![1.0, 1.0]).unwrap_err();
+    assert!(
+        matches!(&err, PsError::TypeMismatch { stored, sent, .. } if stored == "f32" && sent == "f64"),
+        "{err}"
+    );
+    doubles.finish().unwrap();
+    job.end_ok();
+}
+
 /// A sync key pushed by only one of two workers: the push fails at
 /// `request_timeout`, saying which workers never pushed it, not with a bare timeout.
 #[test]
