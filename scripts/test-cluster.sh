@@ -7,8 +7,8 @@
 #                                              start HOSTS hosts (default 3), state in DIR
 #   scripts/test-cluster.sh exec DIR I CMD...  run CMD on host I (its network, its name)
 #   scripts/test-cluster.sh stop-sshd DIR I    stop host I's sshd (a host that refuses)
-#   scripts/test-cluster.sh down DIR           stop everything, remove DIR
-#   scripts/test-cluster.sh sweep              take down clusters whose owner has died
+#   scripts/test-cluster.sh down DIR           stop everything, remove what `up` wrote
+#   scripts/test-cluster.sh sweep              take down test clusters whose owner has died
 #   scripts/test-cluster.sh sshd-in DIR NETNS=ADDR...
 #                                              an sshd in each of these namespaces (made
 #                                              by the caller, who also ends them), keys
@@ -31,14 +31,25 @@
 #                host-key prompts); `switchyard launch --ssh-args "-F DIR/ssh_config"`
 #   hostfile     one host name per line, node0 first
 #   hosts        the /etc/hosts every host sees
-#   owner        the PID whose death lets `sweep` take the cluster down (SYC_OWNER,
-#                default the caller's PID; SYC_TAG=syc<owner>x<n> names the cluster
-#                for callers that start several at once)
+#   owner        (test clusters only) the PID of the test process that owns it
+# and nothing else: DIR may hold files of its own, but none of the names above, nor
+# hostfile, host_key*, user_key*, authorized_keys, sshd-node*, slurm/, munge/ or
+# munge-socket/ (`up` refuses).
+#
+# A cluster is a test's when its caller sets SYC_OWNER (the test process's PID;
+# SYC_TAG=syc<owner>x<n> names the cluster for callers that start several at once):
+# once that process has died, the next `up` or `sweep` takes the cluster down. A
+# cluster brought up by hand (no SYC_OWNER) is never swept: it runs until `down`.
 #
 # `down` kills every process inside the hosts' namespaces (the daemons and whatever
 # was started through them) and the cluster's munged, deletes the namespaces, unmounts
-# the name and mount namespaces and removes DIR: nothing stays running or mounted. It
-# is safe to call twice.
+# the name and mount namespaces and removes what `up` wrote into DIR (DIR itself only
+# if `up` made it and it is left empty): nothing stays running or mounted, and the
+# user's own files in DIR stay. It is safe to call twice. An `up` that fails (or is
+# interrupted) takes down what it had made the same way.
+#
+# Nothing here sends a packet outside the namespaces: the only daemon outside them,
+# munged, is given its origin address rather than looking its host name up.
 set -euo pipefail
 
 SUBNET=10.79.0
@@ -49,8 +60,24 @@ die() {
     exit 1
 }
 
-# The tag that names a cluster's namespaces: syc<owner pid>x<counter>.
+# The tag that names a cluster's namespaces: syc<owner pid>x<counter> for a test's,
+# sycm<counter> for one brought up by hand.
 tag_of() { cat "$1/tag"; }
+
+# What `up` writes into DIR (globs), and `down` removes: nothing else there is ours.
+MADE_BY_UP="tag owner dir dir-made hosts hostfile ssh_config host_key host_key.pub
+user_key user_key.pub authorized_keys sshd-node*.pid sshd-node*.log slurm munge
+munge-socket"
+
+# The start time of process PID (field 22 of /proc/PID/stat, read after the command
+# name, which may hold spaces), empty if it is gone: a PID and its start time name one
+# process, even after the PID is reused.
+start_time() {
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+    stat=${stat##*) }
+    echo "$stat" | cut -d' ' -f20
+}
 host_ns() { echo "$(tag_of "$1")h$2"; }
 # The folder that holds the cluster's persistent name and mount namespaces: a private
 # mount of its own (a mount namespace can be bound to a file only off shared mounts).
@@ -83,26 +110,48 @@ up() {
             [ -x "/usr/sbin/$daemon" ] || die "--slurm needs /usr/sbin/$daemon (apt install slurmctld slurmd munge)"
         done
     fi
+    local made_dir=
+    if [ -d "$dir" ]; then
+        # `down` removes these names: they must not be the user's.
+        local name
+        for name in $(cd "$dir" && echo $MADE_BY_UP); do
+            [ -e "$dir/$name" ] && die "$dir/$name exists, and up would write it (and down remove it): use another DIR"
+        done
+    else
+        made_dir=1
+    fi
     mkdir -p "$dir"
     dir=$(cd "$dir" && pwd)
     case "$dir" in *[[:space:]]*) die "DIR must have no spaces: $dir" ;; esac
-    local owner=${SYC_OWNER:-$PPID} tag
+    local owner=${SYC_OWNER:-} tag
     if [ -n "${SYC_TAG:-}" ]; then
         # A caller that starts several clusters at once names each (syc<owner>x<n>).
         tag=$SYC_TAG
+        [ -n "$owner" ] || die "SYC_TAG needs SYC_OWNER"
         case "$tag" in "syc${owner}x"*) ;; *) die "SYC_TAG must start with syc${owner}x" ;; esac
     else
-        local n=0
-        while ip netns list | grep -qE "^syc${owner}x${n}(h[0-9]+|br)$"; do n=$((n + 1)); done
-        tag="syc${owner}x${n}"
+        local prefix=sycm n=0
+        [ -n "$owner" ] && prefix="syc${owner}x"
+        while ip netns list | grep -qE "^${prefix}${n}(h[0-9]+|br)$" || [ -e "$STATE_ROOT/${prefix}${n}" ]; do
+            n=$((n + 1))
+        done
+        tag="${prefix}${n}"
     fi
     echo "$tag" >"$dir/tag"
-    echo "$owner" >"$dir/owner"
+    [ -n "$made_dir" ] && : >"$dir/dir-made"
     echo "$dir" >"$dir/dir"
+    # From here on a failure (a failed command in any function, `die`, an interrupt)
+    # takes down what was made: an EXIT trap, which `exit` and `set -e` both run (an
+    # ERR trap is not inherited by functions, and `die` is no error).
+    trap "down $(printf %q "$dir") >/dev/null 2>&1 || true" EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
     mkdir -p "$STATE_ROOT/$tag/ns" /run/sshd
     echo "$dir" >"$STATE_ROOT/$tag/dir"
-    # From here on a failure takes down what was made.
-    trap 'down "$dir" >/dev/null 2>&1 || true' ERR
+    if [ -n "$owner" ]; then
+        echo "$owner" >"$dir/owner"
+        echo "$owner $(start_time "$owner")" >"$STATE_ROOT/$tag/test-owner"
+    fi
     mount --bind "$STATE_ROOT/$tag/ns" "$STATE_ROOT/$tag/ns"
     mount --make-private "$STATE_ROOT/$tag/ns"
     {
@@ -146,7 +195,7 @@ up() {
     done
     wait_sshd "$dir" "$hosts"
     if [ "$slurm" = --slurm ]; then start_slurm "$dir" "$hosts"; fi
-    trap - ERR
+    trap - EXIT INT TERM
 }
 
 # munged (outside the namespaces: its socket is a path every host sees), then
@@ -163,7 +212,10 @@ start_slurm() {
     dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
     chown munge:munge "$dir/munge/munge.key"
     chmod 400 "$dir/munge/munge.key"
+    # --origin: by address, so that munged does not look this machine's name up (a
+    # DNS query from outside the namespaces when /etc/hosts lacks it).
     runuser -u munge -- /usr/sbin/munged \
+        --origin=127.0.0.1 \
         --socket="$dir/munge-socket/munge.sock" \
         --key-file="$dir/munge/munge.key" \
         --pid-file="$dir/munge/munged.pid" \
@@ -195,7 +247,8 @@ start_slurm() {
         echo "SelectTypeParameters=CR_CPU"
         echo "# 4 CPUs a host, whatever this machine has."
         echo "SlurmdParameters=config_overrides"
-        echo "# Job completions in a file, read by `sacct --completion` (no accounting database)."
+        # (Single quotes inside: backquotes in double quotes would run sacct here.)
+        echo "# Job completions in a file, read by 'sacct --completion' (no accounting database)."
         echo "JobCompType=jobcomp/filetxt"
         echo "JobCompLoc=$s/jobcomp.txt"
         echo "JobAcctGatherType=jobacct_gather/none"
@@ -335,7 +388,17 @@ down() {
         ip netns del "$ns" 2>/dev/null || true
     done
     unmount_state "$STATE_ROOT/$tag"
-    rm -rf "$dir"
+    remove_made "$dir"
+}
+
+# Removes what `up` wrote into DIR, and DIR if `up` made it and nothing else is left.
+remove_made() {
+    local dir=$1 name made_dir=
+    [ -e "$dir/dir-made" ] && made_dir=1
+    for name in $(cd "$dir" && echo $MADE_BY_UP); do
+        rm -rf "${dir:?}/$name"
+    done
+    if [ -n "$made_dir" ]; then rmdir "$dir" 2>/dev/null || true; fi
 }
 
 # Unmounts a cluster's namespace files and their folder, and removes its state.
@@ -349,14 +412,16 @@ unmount_state() {
     rm -rf "$state"
 }
 
-# Clusters whose owner process no longer runs.
+# Test clusters whose owner process no longer runs (a PID now running another
+# process counts as dead). Clusters brought up by hand have no test owner: left alone.
 sweep() {
-    local state owner dir
+    local state owner start dir
     for state in "$STATE_ROOT"/syc*; do
         [ -d "$state" ] || continue
-        owner=${state##*/syc}
-        owner=${owner%%x*}
-        [ -d "/proc/$owner" ] && continue
+        [ -r "$state/test-owner" ] || continue
+        read -r owner start <"$state/test-owner" || true
+        [ -n "${owner:-}" ] || continue
+        if [ -n "${start:-}" ] && [ "$(start_time "$owner")" = "$start" ]; then continue; fi
         dir=$(cat "$state/dir" 2>/dev/null || true)
         if [ -n "$dir" ] && [ -e "$dir/tag" ]; then
             down "$dir"

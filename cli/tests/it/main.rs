@@ -11,6 +11,7 @@ mod robust_support;
 mod support;
 
 mod cluster_mpi;
+mod cluster_script;
 mod cluster_secret;
 mod cluster_slurm;
 mod cluster_ssh;

@@ -8,7 +8,7 @@
 //! (set by `.ci/run`) makes that a failure. Dropping the [`Cluster`] takes it down
 //! (every process in its hosts killed, namespaces deleted, nothing left mounted), also
 //! when the test panics; a test process killed outright leaves it to the next
-//! `up`, which sweeps clusters whose owner has died.
+//! `up`, which sweeps test clusters (`SYC_OWNER`) whose owner has died.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::Ipv4Addr;
@@ -67,17 +67,26 @@ impl Cluster {
         Cluster::up(hosts)
     }
 
+    /// Whether a cluster (with Slurm if `slurm`) can start here; if not, says why
+    /// (or fails the test under [`ENV_REQUIRE`]) and returns false.
+    pub(crate) fn can_start(slurm: bool) -> bool {
+        let uid = Command::new("id").arg("-u").output().map(|o| o.stdout);
+        let why = if !uid.is_ok_and(|u| u.trim_ascii() == b"0") {
+            "not root: network namespaces need it"
+        } else if !Path::new("/usr/sbin/sshd").exists() {
+            "no /usr/sbin/sshd (apt install openssh-server)"
+        } else if slurm && !Path::new("/usr/sbin/slurmctld").exists() {
+            "no /usr/sbin/slurmctld (apt install slurmctld slurmd munge)"
+        } else {
+            return true;
+        };
+        skip(why).is_some()
+    }
+
     fn start(hosts: usize, slurm: bool) -> Option<Cluster> {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let uid = Command::new("id").arg("-u").output().map(|o| o.stdout);
-        if !uid.is_ok_and(|u| u.trim_ascii() == b"0") {
-            return skip("not root: network namespaces need it");
-        }
-        if !Path::new("/usr/sbin/sshd").exists() {
-            return skip("no /usr/sbin/sshd (apt install openssh-server)");
-        }
-        if slurm && !Path::new("/usr/sbin/slurmctld").exists() {
-            return skip("no /usr/sbin/slurmctld (apt install slurmctld slurmd munge)");
+        if !Cluster::can_start(slurm) {
+            return None;
         }
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
@@ -281,7 +290,11 @@ impl Drop for Cluster {
             .stdin(Stdio::null())
             .output();
         match out {
-            Ok(out) if out.status.success() => {}
+            // `down` leaves files the tests wrote (batch scripts, hostfiles): the
+            // folder is this test's own.
+            Ok(out) if out.status.success() => {
+                let _ = std::fs::remove_dir_all(&self.dir);
+            }
             Ok(out) => eprintln!(
                 "cluster harness: down failed: {}",
                 String::from_utf8_lossy(&out.stderr).trim()
