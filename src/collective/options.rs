@@ -256,7 +256,7 @@ impl CommOptions {
     /// | `SWITCHYARD_GATHER_THRESHOLD` | `gather_threshold`, bytes |
     /// | `SWITCHYARD_BOARD_MAX_BYTES` | `board_max_bytes`, bytes |
     /// | `SWITCHYARD_HIERARCHICAL` | `hierarchical`: `1` or `0` (`true` or `false`) |
-    /// | `SWITCHYARD_PIECE_BYTES` | `piece_bytes` |
+    /// | `SWITCHYARD_PIECE_BYTES` | `piece_bytes`, bytes (above 0) |
     /// | `SWITCHYARD_SPIN_US` | `spin`, microseconds |
     /// | `SWITCHYARD_DATA_PATH` ([`ENV_DATA_PATH`]) | `data_path`: `tcp` or `zmq` |
     /// | `SWITCHYARD_CHECK` ([`ENV_CHECK`]) | `check`: `1` or `0` (`true` or `false`) |
@@ -302,8 +302,14 @@ impl CommOptions {
         if let Some(on) = env::flag(lookup, "SWITCHYARD_HIERARCHICAL")? {
             o.hierarchical = on;
         }
-        if let Some(bytes) = env::usize(lookup, "SWITCHYARD_PIECE_BYTES")? {
-            o.piece_bytes = bytes.max(1);
+        // Zero is refused, not raised to 1: one-byte pieces are a typo's cost, not a choice.
+        if let Some(bytes) = env::parse_with(
+            lookup,
+            "SWITCHYARD_PIECE_BYTES",
+            "a positive number of bytes",
+            |s| s.parse::<usize>().ok().filter(|&b| b > 0),
+        )? {
+            o.piece_bytes = bytes;
         }
         if let Some(spin) = env::micros(lookup, "SWITCHYARD_SPIN_US")? {
             o.spin = Some(spin);
@@ -527,7 +533,7 @@ mod tests {
             (ENV_LARGE_THRESHOLD, "1024"),
             ("SWITCHYARD_DIRECT_MAX_RANKS", "3"),
             ("SWITCHYARD_GATHER_THRESHOLD", "4096"),
-            ("SWITCHYARD_PIECE_BYTES", "0"),
+            ("SWITCHYARD_PIECE_BYTES", "7"),
             ("SWITCHYARD_BOARD_MAX_BYTES", "65536"),
             ("SWITCHYARD_HIERARCHICAL", "0"),
             ("SWITCHYARD_SPIN_US", "7"),
@@ -539,7 +545,7 @@ mod tests {
         assert_eq!(o.timeout, Duration::from_millis(2500));
         assert_eq!(o.deadline, None);
         assert_eq!((o.large_threshold, o.direct_max_ranks), (1024, 3));
-        assert_eq!((o.gather_threshold, o.piece_bytes), (4096, 1));
+        assert_eq!((o.gather_threshold, o.piece_bytes), (4096, 7));
         assert_eq!(o.board_max_bytes, 65536);
         assert!(!o.hierarchical);
         assert_eq!(o.spin, Some(Duration::from_micros(7)));
@@ -561,6 +567,8 @@ mod tests {
             ("SWITCHYARD_DIRECT_MAX_RANKS", "eight"),
             ("SWITCHYARD_GATHER_THRESHOLD", "-5"),
             ("SWITCHYARD_PIECE_BYTES", "1.5"),
+            // Zero was raised to 1 without a word.
+            ("SWITCHYARD_PIECE_BYTES", "0"),
             ("SWITCHYARD_SPIN_US", "fast"),
             (ENV_HEARTBEAT, "abc"),
             (ENV_CHECK, "yes"),
