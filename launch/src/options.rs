@@ -104,7 +104,8 @@ pub struct LaunchOptions {
     pub launcher_args: Vec<String>,
     /// The address the tracker and the rendezvous bind and that processes are told.
     /// `None`: `127.0.0.1` for local jobs; for the other launchers, bind every
-    /// interface and tell this machine's host name.
+    /// interface and tell this machine's outward address (the source address of its
+    /// route outwards; loopback only when it has none), with the tracker or without.
     pub host: Option<String>,
     /// Serve the rabit tracker and set the `DMLC_*` variables (default true).
     pub tracker: bool,

@@ -61,7 +61,9 @@ pub fn run_local(options: &LaunchOptions) -> Result<(), LaunchError> {
     };
     let rendezvous = RendezvousServer::bind(&bind, options.processes)?;
     let port = rendezvous.port();
-    // Processes are told the tracker's own choice when it bound every interface.
+    // Processes are told the tracker's own choice when it bound every interface, and
+    // the same rule's answer without a tracker: remote processes cannot reach this
+    // machine's loopback.
     let told = match (&told, &tracker) {
         (Some(host), _) => host.clone(),
         (None, Some(t)) => t
@@ -69,8 +71,8 @@ pub fn run_local(options: &LaunchOptions) -> Result<(), LaunchError> {
             .into_iter()
             .find(|(k, _)| k == ENV_TRACKER_URI)
             .map(|(_, v)| v)
-            .unwrap_or_else(|| "127.0.0.1".into()),
-        (None, None) => "127.0.0.1".into(),
+            .unwrap_or_else(outward_address),
+        (None, None) => outward_address(),
     };
     let rendezvous_addr = format!("{told}:{port}");
     rendezvous.spawn(done.clone(), move |index| {
@@ -275,6 +277,16 @@ fn addresses(options: &LaunchOptions) -> (String, Option<String>) {
         (None, LauncherKind::Local) => ("127.0.0.1".into(), Some("127.0.0.1".into())),
         (None, _) => ("0.0.0.0".into(), None),
     }
+}
+
+/// The address this machine would reach other hosts from (the tracker's rule for a
+/// wildcard bind: the source address of the route outwards, no packet sent), or
+/// loopback when it has no route.
+fn outward_address() -> String {
+    let outside = std::net::SocketAddr::from(([10, 255, 255, 255], 1));
+    switchyard_net::route::local_address_towards(outside)
+        .map(|ip| ip.to_string())
+        .unwrap_or_else(|_| "127.0.0.1".into())
 }
 
 /// Every process with its variables: workers `0..processes`, then the servers.

@@ -311,3 +311,55 @@ fn an_unknown_launcher_is_refused_by_the_command_line() {
         "{stderr}"
     );
 }
+
+/// The value of `NAME=` among the words of a stand-in's log line.
+fn word_value<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
+}
+
+/// Without `--host`, processes on other hosts are told this machine's outward
+/// address (their own loopback is not this machine's), with the tracker or without it
+/// (`--no-tracker`): the rendezvous and the parameter-server root as the tracker.
+#[test]
+fn without_the_tracker_remote_processes_are_told_the_trackers_outward_address() {
+    let cluster = Cluster::new("remote-no-tracker", HOSTS);
+    let hostfile = cluster.hostfile();
+    for launcher in ["ssh", "slurm", "mpi"] {
+        let run = |extra: &[&str]| {
+            let _ = std::fs::remove_file(cluster.0.join("log"));
+            let mut args = vec!["-n", "1", "--launcher", launcher, "--hostfile"];
+            args.push(hostfile.to_str().unwrap());
+            args.extend(extra);
+            args.extend(["--", "true"]);
+            let (out, _) = run_bounded(cluster.launch(&args), Duration::from_secs(60));
+            assert!(
+                out.status.success(),
+                "{launcher} {extra:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            cluster.log()
+        };
+        let with = run(&[]);
+        let tracker = word_value(&with[0], "DMLC_TRACKER_URI")
+            .unwrap()
+            .to_string();
+        let without = run(&["--no-tracker", "--servers", "1"]);
+        assert_eq!(without.len(), 2, "{without:?}");
+        let worker = line_of(&without, 0);
+        assert_eq!(word_value(worker, "DMLC_TRACKER_URI"), None, "{worker}");
+        let rendezvous = word_value(worker, "SWITCHYARD_RENDEZVOUS").unwrap();
+        assert_eq!(
+            rendezvous.rsplit_once(':').map(|(host, _)| host),
+            Some(tracker.as_str()),
+            "{launcher}: {worker}"
+        );
+        for line in &without {
+            assert_eq!(
+                word_value(line, "DMLC_PS_ROOT_URI"),
+                Some(tracker.as_str()),
+                "{launcher}: {line}"
+            );
+        }
+    }
+}
