@@ -17,7 +17,8 @@
 //! allocation, where rank 0 is not. The port is `MASTER_PORT`, else
 //! [`DEFAULT_PORT`] plus `SLURM_JOB_ID mod 1000` under Slurm (so that two jobs
 //! sharing a node rarely collide). The job tag is derived from the convention, the
-//! root and the scheduler's job id, so every rank computes the same one. The world
+//! root and the job id (`SWITCHYARD_JOB_ID`, else the scheduler's), so every rank
+//! computes the same one and two jobs with their own ids on one root stay apart. The world
 //! size is not part of it: ranks told different sizes reach the same root, which
 //! refuses the odd ones naming both sizes, where different tags read as strangers.
 
@@ -202,9 +203,12 @@ fn root_addr(var: &str, host: &str, port: u16) -> Result<SocketAddr, BootstrapEr
         .ok_or_else(|| EnvError::malformed(var, host, "a host name with an address").into())
 }
 
-/// The scheduler's job id, when one is known, so two jobs on one root differ.
+/// The job id, when one is known, so two jobs on one root differ: `SWITCHYARD_JOB_ID`
+/// first (the one a user sets for jobs started by hand, as for the job secret's
+/// credentials), else the scheduler's.
 fn job_id(lookup: &(impl Lookup + ?Sized)) -> String {
     [
+        switchyard_secret::ENV_JOB_ID,
         "TORCHELASTIC_RUN_ID",
         "SLURM_JOB_ID",
         "OMPI_MCA_ess_base_jobid",
@@ -247,6 +251,35 @@ mod tests {
         assert_eq!(first_host("a[10-12],b[1-2]").as_deref(), Some("a10"));
         assert_eq!(first_host(""), None);
         assert_eq!(first_host(","), None);
+    }
+
+    /// Two jobs started by hand on one `MASTER_PORT` with their own `SWITCHYARD_JOB_ID`
+    /// get different tags, so each root closes the other job's ranks (they formed one
+    /// mixed world before); ranks of one job still agree.
+    #[test]
+    fn switchyard_job_id_separates_jobs_on_one_root() {
+        let tag_of = |job: &str| {
+            let vars = [
+                ("MASTER_ADDR", "127.0.0.1"),
+                ("MASTER_PORT", "29511"),
+                ("RANK", "0"),
+                ("WORLD_SIZE", "2"),
+                ("SWITCHYARD_JOB_ID", job),
+            ];
+            torchrun(&vars).ok().flatten().map(|f| f.id.tag())
+        };
+        assert!(tag_of("a").is_some());
+        assert_eq!(tag_of("a"), tag_of("a"));
+        assert_ne!(tag_of("a"), tag_of("b"));
+        // Unset (empty) is no job id: the tag without one, as before.
+        let without = [
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "29511"),
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+        ];
+        let plain = torchrun(&without).ok().flatten().map(|f| f.id.tag());
+        assert_eq!(tag_of(""), plain);
     }
 
     #[test]
