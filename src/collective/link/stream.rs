@@ -24,6 +24,7 @@
 mod board;
 mod io;
 mod pipe;
+mod spin;
 
 pub(super) use pipe::Pipe;
 
@@ -118,7 +119,7 @@ pub struct StreamLink {
     size: usize,
     peers: Vec<Option<Peer>>,
     pending: Pending,
-    spin: Duration,
+    spin: spin::Spin,
     pool: Pool,
     /// The heartbeat, when this link has a deadline for silent peers. It beats while
     /// `drop` flushes the last messages, and is declared after the connections on
@@ -212,7 +213,11 @@ impl StreamLink {
             None => (None, Vec::new()),
         };
         let oversubscribed = !fits_cores(&connections);
-        let spin = spin.unwrap_or(if oversubscribed { SPIN } else { LOCAL_SPIN });
+        let spin = match spin {
+            Some(spin) => spin::Spin::fixed(spin),
+            None if oversubscribed => spin::Spin::chosen(SPIN),
+            None => spin::Spin::chosen(LOCAL_SPIN),
+        };
         let peers = connections
             .into_iter()
             .map(|connection| {

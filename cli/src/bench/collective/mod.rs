@@ -26,11 +26,16 @@
 //! the checked mesh as `ours` and the default mesh as `baseline`: the price of
 //! checked mode, while the `nN` rows stay comparable with earlier runs.
 //!
+//! `allreduce` also runs under load (`loaded.rs`): rows of case `nN-loaded`, the mesh
+//! against MPI's shared memory and against a fixed 1 ms spin while a load generator
+//! keeps every core busy.
+//!
 //! `allreduce --python PYTHON` adds rows of case `nN-python`: the Python package's
 //! allreduce on numpy arrays (`python -m switchyard._bench`, the same loop) against
 //! the Rust worker and against mpi4py's `Allreduce` under `mpirun` when PYTHON has
 //! mpi4py, the three launched in turn three times each.
 
+mod loaded;
 mod worker;
 
 use super::Row;
@@ -154,6 +159,8 @@ enum Mesh {
     Checked,
     /// With shared memory off: every pair over loopback TCP.
     Tcp,
+    /// With a fixed 1 ms spin (`SWITCHYARD_SPIN_US=1000`), whatever the host does.
+    FixedSpin,
 }
 
 /// Runs the mesh job as `mesh` says and reads its times.
@@ -172,8 +179,10 @@ fn run_mesh(
     let mut options = LaunchOptions::new(n as u32, exe.display().to_string())
         .with_args(args)
         .with_timeout(Duration::from_secs(1800));
-    if mesh == Mesh::Tcp {
-        options = options.with_env("SWITCHYARD_SHM", "0");
+    match mesh {
+        Mesh::Tcp => options = options.with_env("SWITCHYARD_SHM", "0"),
+        Mesh::FixedSpin => options = options.with_env("SWITCHYARD_SPIN_US", "1000"),
+        Mesh::Default | Mesh::Checked => {}
     }
     run_local(&options)?;
     read_times(out)
@@ -282,6 +291,11 @@ pub(crate) fn run(op: Op, args: CollectiveArgs) -> Result<()> {
     } else {
         None
     };
+    let loaded = if op == Op::Allreduce {
+        Some(loaded::run(op, n, &args.common, !args.mesh_only, &scratch)?)
+    } else {
+        None
+    };
     let python_exe = args
         .python
         .clone()
@@ -310,6 +324,9 @@ pub(crate) fn run(op: Op, args: CollectiveArgs) -> Result<()> {
         );
     }
     report(op, n, &args, &series, checked.as_ref(), &tcp, &python)?;
+    if let Some(loaded) = &loaded {
+        loaded::report(op.name(), n, args.common.json, loaded);
+    }
     Ok(())
 }
 
