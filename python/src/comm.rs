@@ -249,7 +249,10 @@ impl Comm {
     /// not called when robust mode recovers the result. When `prepare` raises, the
     /// call runs on no rank: its exception is raised here, and the other ranks' calls
     /// fail naming this rank and "prepare failed" (none computes a result without
-    /// this rank's input).
+    /// this rank's input). As after any failed call, every rank's `Comm` then raises
+    /// "this communicator is unusable after an earlier call failed" for every later
+    /// call: make a new one to go on (in robust mode the failing rank's stays usable,
+    /// and its next call must be this allreduce again).
     #[pyo3(signature = (buf, op, prepare=None))]
     fn allreduce(
         &self,

@@ -25,11 +25,19 @@ impl Communicator {
             root,
         })?;
         let len = u64::from_ne_bytes(len);
-        let len = usize::try_from(len).map_err(|_| CollectiveError::Malformed {
-            call: Call::Broadcast,
-            rank: root,
-            reason: format!("a length of {len} bytes"),
-        })?;
+        let len = match usize::try_from(len) {
+            Ok(len) => len,
+            Err(_) => {
+                let e = CollectiveError::Malformed {
+                    call: Call::Broadcast,
+                    rank: root,
+                    reason: format!("a length of {len} bytes"),
+                };
+                // The root goes on with the bytes, which this rank cannot take.
+                self.poison(&e);
+                return Err(e);
+            }
+        };
         buf.resize(len, 0);
         self.run(Collective::Broadcast {
             buf,
@@ -193,6 +201,103 @@ impl Communicator {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// Whether `result` is the refusal of a poisoned communicator, naming the first
+    /// failure.
+    fn refused<R: std::fmt::Debug>(what: &str, result: Result<R, CollectiveError>) {
+        match result {
+            Err(CollectiveError::Poisoned { first, .. }) => {
+                assert!(
+                    first.contains("prepare failed on rank 0: no data"),
+                    "{what}: {first}"
+                );
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+
+    /// After a failed call every kind of call is refused, naming the first failure;
+    /// arguments refused before any traffic leave a communicator usable.
+    #[test]
+    fn a_poisoned_communicator_refuses_every_kind_of_call() {
+        let mut comm = Communicator::solo();
+        // Refused by the call's own checks: still usable.
+        let mut one = [1u32];
+        assert!(matches!(
+            comm.broadcast(&mut one, 3),
+            Err(CollectiveError::InvalidArgument { .. })
+        ));
+        assert!(comm.allreduce(&mut [1.5f32], ReduceOp::BitOr).is_err());
+        assert!(comm.checkpoint(b"model", None).is_err());
+        assert!(!comm.is_poisoned());
+        comm.broadcast(&mut one, 0).unwrap();
+
+        let e = comm
+            .try_allreduce_lazy(&mut one, ReduceOp::Sum, |_| Err("no data"))
+            .unwrap_err();
+        assert!(matches!(e, CollectiveError::PrepareFailed { .. }), "{e}");
+        assert!(comm.is_poisoned());
+        let text = comm.barrier().unwrap_err().to_string();
+        assert!(
+            text.contains("barrier: this communicator is unusable after an earlier call failed")
+                && text.contains("make a new communicator"),
+            "{text}"
+        );
+
+        let mut words = [0u64; 2];
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut words);
+        refused("allreduce", comm.allreduce(&mut one, ReduceOp::Sum));
+        refused(
+            "allreduce_raw",
+            comm.allreduce_raw(bytes, DType::U64, ReduceOp::Sum),
+        );
+        refused(
+            "allreduce_lazy",
+            comm.allreduce_lazy(&mut one, ReduceOp::Sum, |b| b[0] = 1),
+        );
+        refused(
+            "try_allreduce_lazy",
+            comm.try_allreduce_lazy(&mut one, ReduceOp::Sum, |_| Ok::<(), String>(())),
+        );
+        refused(
+            "allreduce_with",
+            comm.allreduce_with(&mut one, |a, b| *a += *b),
+        );
+        refused(
+            "allreduce_serde",
+            comm.allreduce_serde(&mut [String::new()], |a, b| a.push_str(b)),
+        );
+        refused("broadcast", comm.broadcast(&mut one, 0));
+        refused("broadcast_raw", comm.broadcast_raw(bytes, DType::U8, 0));
+        refused(
+            "broadcast_bytes",
+            comm.broadcast_bytes(&mut b"data".to_vec(), 0),
+        );
+        refused(
+            "broadcast_value",
+            comm.broadcast_value(&mut "value".to_string(), 0),
+        );
+        refused("allgather", comm.allgather(&[1u8], &mut [0u8]));
+        refused(
+            "allgather_raw",
+            comm.allgather_raw(&[1u8], &mut [0u8], DType::U8),
+        );
+        refused("allgather_varied", comm.allgather_varied(&[1u8, 2]));
+        refused(
+            "reduce_scatter",
+            comm.reduce_scatter(&mut words, ReduceOp::Sum),
+        );
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut words);
+        refused(
+            "reduce_scatter_raw",
+            comm.reduce_scatter_raw(bytes, DType::U64, ReduceOp::Max),
+        );
+        refused("barrier", comm.barrier());
+        // Nothing was touched: the buffers hold what they held.
+        assert_eq!(one, [1]);
+        // Closing still works.
+        comm.finalize().unwrap();
+    }
 
     /// The raw calls read bytes as elements in place: a buffer off its element
     /// boundary is refused by name, an empty one (any pointer) passes.

@@ -227,6 +227,16 @@ pub(crate) trait Engine: Send {
         copy_then_allreduce(self, input, out, dtype, op)
     }
 
+    /// Whether a communicator on this engine may still run calls after one failed
+    /// here with `e`: only where the engine itself brings every rank back into the
+    /// same call before the next one runs. No engine but recovery does (after a
+    /// failed `prepare`), so the default is `false`: the communicator refuses every
+    /// later call ([`CollectiveError::Poisoned`]).
+    fn usable_after(&self, e: &CollectiveError) -> bool {
+        let _ = e;
+        false
+    }
+
     /// The recovery engine, for checkpoints; `None` on every other engine.
     fn robust(&mut self) -> Option<&mut super::robust::RobustEngine> {
         None
@@ -508,12 +518,13 @@ mod tests {
 
         // Rank 1 again, with no network: every result comes from what was kept.
         let (live, seen) = &ranks[1];
-        let mut comm = Communicator::with_engine(
-            Box::new(Gone { rank: 1, size: n }),
-            CommOptions::default(),
-            "replay".into(),
+        let mut gone = Gone { rank: 1, size: n };
+        assert!(
+            gone.run(&mut Collective::Barrier).is_err(),
+            "the inner engine must refuse"
         );
-        assert!(comm.barrier().is_err(), "the inner engine must refuse");
+        let mut comm =
+            Communicator::with_engine(Box::new(gone), CommOptions::default(), "replay".into());
         let kept = seen.iter().map(|(_, _, bytes)| bytes.clone()).collect();
         let log = wrap(&mut comm, kept);
         let replayed = script(&mut comm).expect("replay");

@@ -80,8 +80,14 @@ impl std::fmt::Display for Call {
 /// Why a collective call failed. Every variant names the call and, where one is to
 /// blame, the peer rank.
 ///
-/// After an error the communicator's peers may be in the middle of the same call:
-/// the communicator should be dropped, not reused (as with Gloo and MPI).
+/// After an error the communicator's peers may be in the middle of the same call,
+/// or past it: the communicator refuses every later call with
+/// [`Poisoned`](CollectiveError::Poisoned) (as Gloo's and NCCL's do), except after
+/// an argument refused before any traffic
+/// ([`InvalidArgument`](CollectiveError::InvalidArgument) from the call's own
+/// checks), [`NotRobust`](CollectiveError::NotRobust), and, in robust mode, a
+/// failed `prepare` on this rank. See the
+/// [`Communicator`](super::Communicator)'s "After a failed call".
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CollectiveError {
@@ -284,7 +290,10 @@ pub enum CollectiveError {
     /// The `prepare` closure of a lazy call
     /// ([`Communicator::try_allreduce_lazy`](super::Communicator::try_allreduce_lazy))
     /// failed on this rank: the call did not run here, and the other ranks were told
-    /// (theirs fail with `Aborted` naming this rank and "prepare failed").
+    /// (theirs fail with `Aborted` naming this rank and "prepare failed"). Like any
+    /// failed call it makes the communicator unusable
+    /// ([`Poisoned`](CollectiveError::Poisoned)), except in robust mode, whose
+    /// agreement brings the ranks back into step.
     #[error("{call}: prepare failed on rank {rank}: {reason}")]
     PrepareFailed {
         /// The call.
@@ -293,6 +302,22 @@ pub enum CollectiveError {
         rank: usize,
         /// The closure's error, in words.
         reason: String,
+    },
+    /// An earlier call on this communicator failed on this rank, so this one was
+    /// refused before it touched any peer: after a failed call the ranks may be in
+    /// different calls (a peer one call ahead or behind, a message or host board
+    /// part of the failed call still on its way), and a later call could otherwise
+    /// take another call's data for its own. `first` is that first failure, in
+    /// words. The communicator stays unusable: make a new one (on every rank) to go
+    /// on. See the [`Communicator`](super::Communicator)'s "After a failed call".
+    #[error(
+        "{call}: this communicator is unusable after an earlier call failed ({first}); make a new communicator"
+    )]
+    Poisoned {
+        /// The call refused.
+        call: Call,
+        /// The first failure on this communicator, in words.
+        first: String,
     },
     /// The transport or MPI failed.
     #[error("{call}: transport error with rank {rank}: {reason}")]

@@ -108,12 +108,41 @@ use switchyard_msg::payload::Element;
 /// Not `Sync`: one thread drives a communicator at a time, as with MPI
 /// communicators and rabit. Every call blocks until this rank's part is done, and
 /// waits at most [`CommOptions::timeout`] for any peer.
+///
+/// # After a failed call
+///
+/// A call that fails leaves the ranks where the failure found them: a peer may have
+/// finished the call, or given up on it, or still wait in it, and a message or host
+/// board part of it may still be on its way. So the first call that fails on a rank
+/// makes that rank's communicator unusable: every later call on it, of any kind
+/// (checkpoints and `load_checkpoint` included), fails at once with
+/// [`CollectiveError::Poisoned`], which names the first failure, and touches no
+/// peer. Every rank whose call failed must make a new communicator to go on (a
+/// notebook or a `try`/`except` loop that catches the error and calls again gets
+/// that error, never another call's data). A rank whose own call succeeded while a
+/// peer's failed (a broadcast's root, which only sends) is not refused, but the
+/// peer takes part in nothing more: a later call that waits for it fails, by the
+/// peer's abort notice or at [`CommOptions::timeout`].
+///
+/// Two failures leave the communicator usable, because no rank has communicated
+/// anything of the call: arguments refused by the call's own checks before any
+/// traffic ([`CollectiveError::InvalidArgument`] from a root outside the world, a
+/// buffer of the wrong length or alignment, an operation the type lacks), and
+/// [`CollectiveError::NotRobust`]. In robust mode ([`CommOptions::robust`]) a lazy
+/// call whose `prepare` failed here leaves it usable too: the recovery's agreement,
+/// which compares every rank's call, number, signature and length, brings the ranks
+/// back into step before the next call runs (see
+/// [`try_allreduce_lazy`](Communicator::try_allreduce_lazy)); any other failure
+/// that robust mode returns makes it unusable like any other.
 pub struct Communicator {
     rank: usize,
     size: usize,
     engine: Box<dyn Engine>,
     options: CommOptions,
     processor_name: String,
+    /// The first failure of a call on this communicator, in words, once one failed:
+    /// every later call is refused with it (see "After a failed call").
+    failed: Option<String>,
     /// The tracker session of a communicator formed through a tracker; last, so that
     /// the engine's links close before its `shutdown` goes out.
     tracker: Option<tracked::TrackerLink>,
@@ -126,6 +155,7 @@ impl std::fmt::Debug for Communicator {
             .field("size", &self.size)
             .field("engine", &self.engine.name())
             .field("tracker", &self.tracker.is_some())
+            .field("failed", &self.failed)
             .finish()
     }
 }
@@ -143,8 +173,63 @@ impl Communicator {
             engine,
             options,
             processor_name,
+            failed: None,
             tracker: None,
         }
+    }
+
+    /// Whether an earlier call failed on this communicator, which now refuses every
+    /// call with [`CollectiveError::Poisoned`] (see "After a failed call" above).
+    ///
+    /// ```
+    /// use switchyard::collective::{CollectiveError, Communicator, ReduceOp};
+    /// let mut comm = Communicator::solo();
+    /// let mut sums = [0.0f64; 2];
+    /// let _ = comm.try_allreduce_lazy(&mut sums, ReduceOp::Sum, |_| Err("no data"));
+    /// assert!(comm.is_poisoned());
+    /// let e = comm.barrier().unwrap_err();
+    /// assert!(matches!(e, CollectiveError::Poisoned { .. }));
+    /// assert!(e.to_string().contains("prepare failed on rank 0: no data"), "{e}");
+    /// ```
+    pub fn is_poisoned(&self) -> bool {
+        self.failed.is_some()
+    }
+
+    /// Refuses any call once an earlier one failed.
+    fn usable(&self, call: Call) -> Result<(), CollectiveError> {
+        match &self.failed {
+            Some(first) => Err(CollectiveError::Poisoned {
+                call,
+                first: first.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Marks this communicator unusable after `e`, unless an earlier failure did.
+    fn poison(&mut self, e: &CollectiveError) {
+        if self.failed.is_none() {
+            tracing::warn!(rank = self.rank, error = %e, "communicator unusable after a failed call");
+            self.failed = Some(e.to_string());
+        }
+    }
+
+    /// Runs `work`, the engine's part of a `call`, unless an earlier call failed; a
+    /// failure of its own makes this communicator unusable, unless the engine brings
+    /// the ranks back into step after it ([`Engine::usable_after`]).
+    fn guarded<R>(
+        &mut self,
+        call: Call,
+        work: impl FnOnce(&mut dyn Engine) -> Result<R, CollectiveError>,
+    ) -> Result<R, CollectiveError> {
+        self.usable(call)?;
+        let result = work(self.engine.as_mut());
+        if let Err(e) = &result {
+            if !self.engine.usable_after(e) {
+                self.poison(e);
+            }
+        }
+        result
     }
 
     /// This process's rank, `0..world_size()`.
@@ -179,9 +264,9 @@ impl Communicator {
         &self.options
     }
 
-    /// Runs one call on the engine.
+    /// Runs one call on the engine (refused once an earlier call failed).
     fn run(&mut self, mut request: Collective<'_>) -> Result<(), CollectiveError> {
-        self.engine.run(&mut request)
+        self.guarded(request.call(), |engine| engine.run(&mut request))
     }
 
     fn check_root(&self, call: Call, root: usize) -> Result<(), CollectiveError> {

@@ -421,11 +421,15 @@ impl Communicator {
 
     /// Closes the communicator: the mesh first, then (when formed through a tracker)
     /// the `shutdown` to the tracker, whose failure is returned. Dropping a
-    /// communicator does the same but can only log a failed `shutdown`.
+    /// communicator does the same but can only log a failed `shutdown`. A
+    /// communicator made unusable by a failed call closes without robust mode's last
+    /// agreement (its peers are no longer in step with it).
     pub fn finalize(mut self) -> Result<(), CollectiveError> {
         // Robust mode's last agreement: a survivor must not leave while a restarted
         // rank still needs results it kept.
-        self.engine.finish()?;
+        if !self.is_poisoned() {
+            self.engine.finish()?;
+        }
         let link = self.tracker.take();
         drop(self);
         match link {

@@ -17,6 +17,7 @@ mod collective;
 mod collective_clocks;
 mod collective_mismatch;
 mod collective_mpi;
+mod failed_call;
 mod heartbeat;
 mod interrupt;
 mod newcomer;

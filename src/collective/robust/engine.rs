@@ -857,6 +857,15 @@ impl Engine for RobustEngine {
         e
     }
 
+    /// After a failed `prepare` only: this rank left the mesh, its peers recover
+    /// without a result of the call, and the next call of any rank runs through the
+    /// agreement, which compares every rank's call number, signature and length
+    /// before any data moves. Every other failure that reaches the caller leaves
+    /// the ranks where it found them.
+    fn usable_after(&self, e: &CollectiveError) -> bool {
+        matches!(e, CollectiveError::PrepareFailed { .. })
+    }
+
     fn robust(&mut self) -> Option<&mut RobustEngine> {
         Some(self)
     }

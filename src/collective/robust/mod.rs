@@ -197,11 +197,22 @@ pub struct Checkpoint {
 }
 
 impl Communicator {
-    fn robust_engine(&mut self, call: Call) -> Result<&mut RobustEngine, CollectiveError> {
+    /// Runs `work` on the recovery engine as [`Communicator::guarded`] does: refused
+    /// on a communicator that is not in robust mode (before anything else, leaving
+    /// it usable) or after a failed call.
+    fn robust_call<R>(
+        &mut self,
+        call: Call,
+        work: impl FnOnce(&mut RobustEngine) -> Result<R, CollectiveError>,
+    ) -> Result<R, CollectiveError> {
         let engine = self.engine.name();
-        self.engine
-            .robust()
-            .ok_or(CollectiveError::NotRobust { call, engine })
+        if self.engine.robust().is_none() {
+            return Err(CollectiveError::NotRobust { call, engine });
+        }
+        self.guarded(call, |inner| match inner.robust() {
+            Some(robust) => work(robust),
+            None => Err(CollectiveError::NotRobust { call, engine }),
+        })
     }
 
     /// The last checkpoint: `None` when there is none (a fresh start: begin at
@@ -215,7 +226,7 @@ impl Communicator {
     /// [`CollectiveError::LocalModelLost`] when this rank's local model and every copy
     /// of it are gone.
     pub fn load_checkpoint(&mut self) -> Result<Option<Checkpoint>, CollectiveError> {
-        self.robust_engine(Call::LoadCheckpoint)?.load()
+        self.robust_call(Call::LoadCheckpoint, RobustEngine::load)
     }
 
     /// Commits a checkpoint: `global`, the model every rank holds alike, and this
@@ -234,8 +245,7 @@ impl Communicator {
     ) -> Result<(), CollectiveError> {
         let global = Global::Bytes(Arc::new(global.to_vec()));
         let local = local.map(<[u8]>::to_vec);
-        self.robust_engine(Call::Checkpoint)?
-            .checkpoint(global, local)
+        self.robust_call(Call::Checkpoint, |robust| robust.checkpoint(global, local))
     }
 
     /// [`checkpoint`](Communicator::checkpoint) of a global model without copying it
@@ -250,8 +260,9 @@ impl Communicator {
         &mut self,
         global: impl Fn() -> Vec<u8> + Send + Sync + 'static,
     ) -> Result<(), CollectiveError> {
-        self.robust_engine(Call::Checkpoint)?
-            .checkpoint(Global::Lazy(Arc::new(global)), None)
+        self.robust_call(Call::Checkpoint, |robust| {
+            robust.checkpoint(Global::Lazy(Arc::new(global)), None)
+        })
     }
 
     /// [`checkpoint`](Communicator::checkpoint) of serde values (bincode, as
@@ -348,7 +359,15 @@ impl Communicator {
     /// ranks' calls fail with [`CollectiveError::Aborted`] naming this rank and
     /// "prepare failed" (in robust mode they recover instead, as after any aborted
     /// call, and keep no result of it). No rank ever gets a result computed from an
-    /// input that was not prepared. Under MPI, whose collectives cannot be aborted
+    /// input that was not prepared.
+    ///
+    /// Like any failed call, it leaves every rank's communicator unusable: later
+    /// calls fail with [`CollectiveError::Poisoned`] until the program makes a new
+    /// one. In robust mode the failing rank's communicator stays usable: its next
+    /// call goes through the recovery's agreement, where the other ranks still wait
+    /// in this call, so that the next call must be the same allreduce again (its
+    /// `prepare` run anew), or the agreement fails with
+    /// [`CollectiveError::Disagree`]. Under MPI, whose collectives cannot be aborted
     /// halfway, every rank first tells the others whether its `prepare` succeeded
     /// (one small allgather per lazy call) and the call runs only if all did.
     ///
@@ -413,7 +432,9 @@ impl Communicator {
             None => Ok(()),
         };
         let mut request = Collective::Allreduce { buf, dtype, op };
-        self.engine.run_prepared(&mut request, &mut on_bytes)
+        self.guarded(call, |engine| {
+            engine.run_prepared(&mut request, &mut on_bytes)
+        })
     }
 }
 

@@ -647,3 +647,90 @@ fn robust_options_name_a_malformed_variable_and_its_value() {
         );
     }
 }
+
+/// Rank 1's `prepare` fails and it goes on with the same communicator, as a
+/// `try`/`except` loop does: robust mode's agreement brings it back into step with
+/// the others, who wait in the failed call. When rank 1 makes the same allreduce
+/// again (`retry`), every rank gets that call's sum and then the broadcast after it;
+/// when it moves on to the broadcast instead, no rank gets data of another call: the
+/// agreement refuses, and every rank's communicator is then unusable. Returns each
+/// rank's results (its sum, then its broadcast value) or errors in words.
+fn robust_after_a_failed_prepare(retry: bool) -> Vec<Vec<Result<u64, String>>> {
+    let world = 3;
+    let gens = Generations::new(world);
+    let handles: Vec<_> = (0..world)
+        .map(|rank| {
+            let gens = Arc::clone(&gens);
+            std::thread::spawn(move || {
+                let options = RobustOptions::default();
+                let mut comm = robust(&gens, rank, 0, options);
+                let mut seen = Vec::new();
+                let mut sum = [0u64];
+                let first = comm.try_allreduce_lazy(&mut sum, ReduceOp::Sum, |buf| {
+                    if rank == 1 {
+                        return Err("prepare raised");
+                    }
+                    buf[0] = rank as u64 + 1;
+                    Ok(())
+                });
+                seen.push(first.map(|()| sum[0]).map_err(|e| e.to_string()));
+                if rank == 1 {
+                    assert!(!comm.is_poisoned(), "robust mode resynchronises");
+                    if retry {
+                        let again = comm.allreduce_lazy(&mut sum, ReduceOp::Sum, |buf| buf[0] = 2);
+                        seen.push(again.map(|()| sum[0]).map_err(|e| e.to_string()));
+                    }
+                }
+                let mut note = [if rank == 0 { 77u64 } else { 0 }];
+                let broadcast = comm.broadcast(&mut note, 0);
+                seen.push(broadcast.map(|()| note[0]).map_err(|e| e.to_string()));
+                seen
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("rank"))
+        .collect()
+}
+
+#[test]
+fn a_rank_whose_prepare_failed_rejoins_when_it_calls_again() {
+    let seen = robust_after_a_failed_prepare(true);
+    // The others' first call is the one rank 1 made again: 1 + 2 + 3.
+    assert_eq!(seen[0], [Ok(6), Ok(77)]);
+    assert_eq!(seen[2], [Ok(6), Ok(77)]);
+    assert_eq!(seen[1][1..], [Ok(6), Ok(77)]);
+    assert!(
+        seen[1][0]
+            .as_ref()
+            .is_err_and(|e| e.contains("prepare failed on rank 1: prepare raised")),
+        "{:?}",
+        seen[1]
+    );
+}
+
+#[test]
+fn a_rank_whose_prepare_failed_and_moved_on_gets_no_other_calls_data() {
+    let seen = robust_after_a_failed_prepare(false);
+    // Rank 1's broadcast met the others' allreduce in the agreement: every rank
+    // fails there, and the others' broadcast after it is refused.
+    for (rank, calls) in seen.iter().enumerate() {
+        assert_eq!(calls.len(), 2, "rank {rank}: {calls:?}");
+        let at = usize::from(rank == 1);
+        assert!(
+            calls[at]
+                .as_ref()
+                .is_err_and(|e| e.contains("ranks disagree")),
+            "rank {rank}: {calls:?}"
+        );
+        if rank != 1 {
+            assert!(
+                calls[1]
+                    .as_ref()
+                    .is_err_and(|e| e.contains("unusable after an earlier call failed")),
+                "rank {rank}: {calls:?}"
+            );
+        }
+    }
+}
