@@ -38,6 +38,14 @@ pub enum ClientError {
         /// What the resolver said.
         reason: String,
     },
+    /// The job secret in this process's environment (`SWITCHYARD_JOB_SECRET` or
+    /// `SWITCHYARD_JOB_SECRET_FILE`) cannot be used: too short, both variables set, or
+    /// an unreadable file. Found before anything connects.
+    #[error(
+        "the job secret cannot be used, so nothing was connected: {0} (fix \
+         SWITCHYARD_JOB_SECRET or SWITCHYARD_JOB_SECRET_FILE, or unset both)"
+    )]
+    Secret(#[source] switchyard_secret::SecretError),
     /// No connection to the tracker after every try.
     #[error(
         "cannot connect to the tracker at {addr} after {attempts} tries: {source} \

@@ -14,10 +14,16 @@ use switchyard_secret::{HANDSHAKE_LIMIT, JobSecret};
 /// connection (no rank claimed: the tracker assigns ranks, and peers check ranks in
 /// their own handshake).
 fn prove(stream: &mut TcpStream, purpose: &str) -> io::Result<()> {
-    if let Some(secret) = JobSecret::from_env().map_err(io::Error::other)? {
+    let secret = JobSecret::from_env().map_err(io::Error::other)?;
+    prove_with(stream, secret.as_ref(), purpose)
+}
+
+/// [`prove`] with the secret already read (`None`: nothing to prove).
+fn prove_with(stream: &mut TcpStream, secret: Option<&JobSecret>, purpose: &str) -> io::Result<()> {
+    if let Some(secret) = secret {
         switchyard_secret::connect(
             stream,
-            &secret,
+            secret,
             purpose,
             u32::MAX,
             Instant::now() + HANDSHAKE_LIMIT,
@@ -46,18 +52,22 @@ pub(crate) fn resolve(host: &str, port: u16) -> Result<SocketAddr, ClientError> 
         .ok_or_else(|| fail("no address".into()))
 }
 
-/// A connection to the tracker, retried per [`ClientConfig`]'s schedule.
+/// A connection to the tracker, retried per [`ClientConfig`]'s schedule. The job
+/// secret of the environment is read first: an unusable one (too short, both
+/// variables set, an unreadable file) is [`ClientError::Secret`] before anything
+/// connects, not a refusal blamed on the tracker or a wait for one that is not up.
 pub(crate) fn connect_tracker(
     addr: SocketAddr,
     config: &ClientConfig,
 ) -> Result<TcpStream, ClientError> {
+    let secret = JobSecret::from_env().map_err(ClientError::Secret)?;
     let mut retries = config.retries();
     let mut k = 0;
     loop {
         k += 1;
         match TcpStream::connect_timeout(&addr, config.connect_timeout) {
             Ok(mut stream) => {
-                if let Err(e) = prove(&mut stream, TRACKER_PURPOSE) {
+                if let Err(e) = prove_with(&mut stream, secret.as_ref(), TRACKER_PURPOSE) {
                     return Err(ClientError::Refused {
                         addr: addr.to_string(),
                         reason: e.to_string(),

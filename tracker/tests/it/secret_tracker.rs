@@ -285,3 +285,115 @@ impl Drop for Guard {
         let _ = self.0.wait();
     }
 }
+
+const SHORT_CLIENT_CHILD: &str = "SWITCHYARD_TRACKER_SHORT_SECRET_CLIENT_CHILD";
+
+/// Runs both clients against `port` with the child's short secret; each must fail at
+/// once with the secret error, having connected to nothing.
+fn short_secret_clients(port: u16, config: &ClientConfig) {
+    let started = Instant::now();
+    let classic = ClassicClient::new("127.0.0.1", port, Some("c0".into()), config.clone())
+        .unwrap()
+        .start(None, None)
+        .unwrap_err();
+    let json = JsonClient::new("127.0.0.1", port, Some("j0".into()), config.clone())
+        .unwrap()
+        .start()
+        .unwrap_err();
+    for err in [classic, json] {
+        let text = err.to_string();
+        assert!(
+            matches!(err, switchyard_tracker::client::ClientError::Secret(_)),
+            "not a secret error: {text}"
+        );
+        for needle in [
+            "job secret",
+            "SWITCHYARD_JOB_SECRET",
+            "5 bytes",
+            "at least 16",
+        ] {
+            assert!(text.contains(needle), "no {needle:?} in {text}");
+        }
+    }
+    // Before, a closed port cost every connect retry and a listener got connections.
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the clients took {:?}",
+        started.elapsed()
+    );
+}
+
+/// A library client with a too short secret is told so before anything connects
+/// (as the README promises): with no tracker it no longer retries for the connect
+/// schedule first, and with something listening it connects to nothing and does not
+/// blame the tracker ("tracker ... refused this worker").
+#[test]
+fn a_too_short_job_secret_stops_a_client_before_it_connects() {
+    if std::env::var_os(SHORT_CLIENT_CHILD).is_some() {
+        // Five tries over about 5 s against a closed port before the fix.
+        let config = ClientConfig::default().with_timeout(Duration::from_secs(5));
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        short_secret_clients(closed, &config);
+        let listening = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        short_secret_clients(listening.local_addr().unwrap().port(), &config);
+        listening.set_nonblocking(true).unwrap();
+        match listening.accept() {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("accept failed: {e}"),
+            Ok((_, peer)) => panic!("a client connected from {peer} with an unusable secret"),
+        }
+        println!("short secret clients: ok");
+        return;
+    }
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            support::test_name(
+                module_path!(),
+                "a_too_short_job_secret_stops_a_client_before_it_connects",
+            )
+            .as_str(),
+            "--nocapture",
+        ])
+        .env(SHORT_CLIENT_CHILD, "1")
+        .env("SWITCHYARD_JOB_SECRET", "short")
+        .env_remove("SWITCHYARD_JOB_SECRET_FILE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut guard = Guard(child);
+    let started = Instant::now();
+    while guard.0.try_wait().unwrap().is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the child ran over 60 s"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    guard
+        .0
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    guard
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let status = guard.0.wait().unwrap();
+    assert!(
+        status.success() && stdout.contains("short secret clients: ok"),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+}
