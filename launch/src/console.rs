@@ -7,6 +7,7 @@
 //! readable and greppable. All writes go through one lock, so a child's line is never
 //! cut by the status line or by another child's line.
 
+use super::remote::{RemoteReport, split_status};
 use crossbeam_channel::Sender;
 use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
 use std::sync::{Arc, Mutex};
@@ -132,18 +133,36 @@ pub(crate) fn format_summary(rows: &[SummaryRow]) -> String {
 }
 
 /// Copies a child's output line by line, each prefixed with `prefix` (`[3] `); sends on
-/// `done` when the stream closes.
+/// `done` when the stream closes. With `report` (an ssh process's stderr), the remote
+/// shell's status report is taken out of the output and handed to `report`.
 pub(crate) fn forward_output(
     console: Arc<Console>,
     prefix: String,
     stream: impl Read + Send + 'static,
     to_stderr: bool,
     done: Sender<()>,
+    report: Option<Arc<RemoteReport>>,
 ) {
     std::thread::spawn(move || {
         for line in BufReader::new(stream).lines() {
             let Ok(line) = line else { break };
-            console.child_line(to_stderr, &format!("{prefix}{line}"));
+            let text = match &report {
+                Some(report) => match split_status(&line) {
+                    (before, Some(status)) => {
+                        report.report(status);
+                        if before.is_empty() {
+                            continue;
+                        }
+                        before
+                    }
+                    (line, None) => line,
+                },
+                None => &line,
+            };
+            console.child_line(to_stderr, &format!("{prefix}{text}"));
+        }
+        if let Some(report) = &report {
+            report.close();
         }
         let _ = done.send(());
     });

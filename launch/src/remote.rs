@@ -6,24 +6,33 @@
 //!
 //! | launcher | command |
 //! |---|---|
-//! | `ssh` | `ssh [ARGS] -o BatchMode=yes -o ConnectTimeout=15 HOST 'cd DIR && WATCH && exec env K=V... PROGRAM ARGS...'` |
+//! | `ssh` | `ssh [ARGS] -o BatchMode=yes -o ConnectTimeout=15 HOST 'cd DIR && START env K=V... PROGRAM ARGS... && WATCH && REPORT'` |
 //! | `slurm` | `srun [ARGS] --nodes=1 --ntasks=1 --exact [--nodelist=HOST] env K=V... PROGRAM ARGS...` |
 //! | `mpi` | `mpirun [ARGS] -np 1 [--host HOST] env K=V... PROGRAM ARGS...` |
 //!
 //! `ARGS` are the user's `--launcher-args`, first, so that theirs win where ssh takes
 //! the first value of an option (`-o ConnectTimeout=60`).
 //!
-//! A real `ssh` does not end the remote process when the local `ssh` ends: without a
-//! terminal, sshd sends no signal when the connection drops, and the process runs on
-//! until it next writes. `WATCH` closes that hole. It starts, beside the program, a
-//! shell that reads the session's standard input (which the launcher holds open as a
-//! pipe for the process's life) and, at its end (the launcher stopped `ssh`, was
-//! killed, or the connection dropped), sends the program SIGTERM and, after the
-//! launcher's grace, SIGKILL. The program is `exec`'d in place of the login shell, so
-//! it is the session's own process (its exit status and signals reach `ssh` as they
-//! are) and the watcher finds it by the shell's PID. When the program ends first, the
-//! watcher's input ends just after (sshd closes the session) and its SIGTERM finds no
-//! process: PIDs are not reused within those milliseconds.
+//! The remote login shell starts the program in the background (`START`, its
+//! standard input the session's) and keeps its PID. A real `ssh` does not end the
+//! remote process when the local `ssh` ends: without a terminal, sshd sends no signal
+//! when the connection drops, and the process runs on until it next writes. `WATCH`
+//! closes that hole. It starts, beside the program, a shell that reads the session's
+//! standard input (which the launcher holds open as a pipe for the process's life)
+//! and, at its end (the launcher stopped `ssh`, was killed, or the connection
+//! dropped), sends the program SIGTERM and, after the launcher's grace, SIGKILL. When
+//! the program ends first, the login shell reports and exits, the watcher's input
+//! ends just after (sshd closes the session) and its SIGTERM finds no process: PIDs
+//! are not reused within those milliseconds.
+//!
+//! `REPORT`: the login shell waits for the program and prints its status on stderr
+//! after [`STATUS_MARKER`], then exits with it. `ssh` exits with 255 both for its own
+//! failures (a host that refuses, a failed login, a dropped connection) and for a
+//! remote program killed by a signal; with the report the launcher tells them apart
+//! (a program killed by SIGKILL, the OOM killer's signal, is no longer blamed on
+//! ssh), and the report line never reaches the job's output. The status follows the
+//! shell's rule: a program killed by signal N reports 128+N (as does one that exits
+//! with 128+N itself, which the shell cannot tell apart), and `ssh` exits with it.
 //!
 //! The variables travel on the command line (`env K=V`) rather than through the
 //! wrapper's environment, because `ssh` does not forward it and `srun`/`mpirun` forward
@@ -69,16 +78,129 @@ pub(crate) struct Wrapper<'a> {
 /// user's own `-o ConnectTimeout=` in `--launcher-args` comes first and wins).
 const SSH_CONNECT_TIMEOUT_S: u32 = 15;
 
+/// What the remote shell prints on stderr before the program's status, once the
+/// program has ended (see the module's documentation). It starts with an ASCII record
+/// separator, which programs do not print before a fixed text by chance.
+pub(crate) const STATUS_MARKER: &str = "\u{1e}switchyard-remote-status ";
+
 /// The remote shell's watcher (see the module's documentation), for a grace of
-/// `grace_tenths` tenths of a second. Standard input is kept as fd 3 for the watcher;
-/// the watcher's own standard streams are /dev/null, so that it never holds the
-/// session's output open (sshd would wait for it), and the program does not inherit fd 3.
+/// `grace_tenths` tenths of a second; the program's PID is in `sy_pid`. Standard input
+/// is kept as fd 3 for the watcher; the watcher's own standard streams are /dev/null,
+/// so that it never holds the session's output open (sshd would wait for it).
 fn watcher(grace_tenths: u128) -> String {
     format!(
-        "exec 3<&0 && {{ (cat <&3 >/dev/null 2>&1; kill -TERM $$ 2>/dev/null || exit 0; \
-         n=0; while kill -0 $$ 2>/dev/null && [ $n -lt {grace_tenths} ]; do sleep 0.1; n=$((n+1)); done; \
-         kill -KILL $$ 2>/dev/null) </dev/null >/dev/null 2>&1 & }}"
+        "{{ (cat <&3 >/dev/null 2>&1; kill -TERM $sy_pid 2>/dev/null || exit 0; \
+         n=0; while kill -0 $sy_pid 2>/dev/null && [ $n -lt {grace_tenths} ]; do sleep 0.1; n=$((n+1)); done; \
+         kill -KILL $sy_pid 2>/dev/null) </dev/null >/dev/null 2>&1 & }}"
     )
+}
+
+/// The remote shell's last words: wait for the program, report its status on stderr
+/// after [`STATUS_MARKER`], exit with it. (`wait`'s own stderr is dropped: shells
+/// announce a job killed by a signal there, "Killed", which would cut into the job's
+/// output.)
+fn report() -> String {
+    "{ wait $sy_pid 2>/dev/null; sy_status=$?; printf '\\036switchyard-remote-status %s\\n' $sy_status >&2; \
+     exit $sy_status; }"
+        .to_string()
+}
+
+/// `line` (a line of an ssh process's stderr) without the remote status report at
+/// its end, and the status reported, if the line ends with one. The report follows
+/// whatever the program printed last without a newline.
+pub(crate) fn split_status(line: &str) -> (&str, Option<i32>) {
+    match line.rsplit_once(STATUS_MARKER) {
+        Some((before, status)) => match status.trim().parse::<i32>() {
+            Ok(status) => (before, Some(status)),
+            Err(_) => (line, None),
+        },
+        None => (line, None),
+    }
+}
+
+/// What the remote side of one `ssh` start reported, shared by the thread that
+/// forwards its stderr and the supervision loop.
+#[derive(Debug, Default)]
+pub(crate) struct RemoteReport {
+    /// The status reported, and whether the stream has closed.
+    state: std::sync::Mutex<(Option<i32>, bool)>,
+    changed: std::sync::Condvar,
+}
+
+impl RemoteReport {
+    fn update(&self, f: impl FnOnce(&mut (Option<i32>, bool))) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut state);
+        self.changed.notify_all();
+    }
+
+    /// The remote shell reported `status`.
+    pub(crate) fn report(&self, status: i32) {
+        self.update(|s| s.0 = Some(status));
+    }
+
+    /// The stream ended: no report will come after this.
+    pub(crate) fn close(&self) {
+        self.update(|s| s.1 = true);
+    }
+
+    /// The status reported, once the stream has closed or `limit` has passed. `ssh`
+    /// has exited when this is asked, so its stream ends at once unless something
+    /// else holds it; the report, if sent, is read by then.
+    pub(crate) fn wait(&self, limit: std::time::Duration) -> Option<i32> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let (state, _) = self
+            .changed
+            .wait_timeout_while(state, limit, |s| !s.1)
+            .unwrap_or_else(|e| e.into_inner());
+        state.0
+    }
+}
+
+/// How an `ssh` start ended, for the job's messages: ssh's own `status`, explained
+/// by what the remote shell reported (`remote`), or, when nothing came back and ssh
+/// exited with 255, as ssh's own failure.
+pub(crate) fn describe_ssh_exit(status: std::process::ExitStatus, remote: Option<i32>) -> String {
+    let text = status.to_string();
+    match remote {
+        None if status.code() == Some(255) => format!(
+            "{text} (ssh's own failure, no status came back from the remote host: the host refused or could not be reached, the login failed or the connection dropped; ssh's message is above)"
+        ),
+        None | Some(0) => text,
+        Some(code @ 129..=192) => {
+            let signal = code - 128;
+            let name = signal_name(signal);
+            let why = match signal {
+                libc::SIGKILL => ", e.g. by the kernel's OOM killer",
+                libc::SIGABRT => ": it aborted",
+                _ => "",
+            };
+            format!("{text} (reported by the remote host: the program was killed by {name}{why})")
+        }
+        Some(code) if status.code() == Some(code) => {
+            format!("{text} (the program's own, reported by the remote host)")
+        }
+        Some(code) => format!("{text} (the remote host reported exit status {code})"),
+    }
+}
+
+/// `SIGKILL` for 9: the signals a program commonly dies of, by name; others by number.
+fn signal_name(signal: i32) -> String {
+    let name = match signal {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGTERM => "SIGTERM",
+        _ => return format!("signal {signal}"),
+    };
+    name.to_string()
 }
 
 /// The command that starts `spec` with `wrapper`; `cwd` is the directory a remote
@@ -105,15 +227,21 @@ pub(crate) fn command(
                 "cd".to_string(),
                 quote(&cwd.display().to_string()),
                 "&&".into(),
-                watcher(wrapper.grace.as_millis().div_ceil(100).max(1)),
-                "&&".into(),
                 "exec".into(),
+                "3<&0".into(),
+                "&&".into(),
+                "{".into(),
                 "env".into(),
             ];
             words.extend(env_words().map(|w| quote(&w)));
             words.push(quote(spec.program));
             words.extend(spec.args.iter().map(|a| quote(a)));
-            words.push("3<&-".into());
+            // A background program's input would be /dev/null: it gets the session's,
+            // as a foreground one would; not the watcher's fd 3.
+            words.extend(["<&3", "3<&-", "&", "}", "&&", "sy_pid=$!", "&&"].map(String::from));
+            words.push(watcher(wrapper.grace.as_millis().div_ceil(100).max(1)));
+            words.push("&&".into());
+            words.push(report());
             let mut c = Command::new("ssh");
             c.args(wrapper.args)
                 .args(["-o", "BatchMode=yes", "-o"])
@@ -231,17 +359,17 @@ mod tests {
         assert_eq!(words.len(), 9, "{words:?}");
         let line = &words[8];
         assert!(
-            line.starts_with("cd '/work/dir x' && exec 3<&0 && "),
+            line.starts_with(
+                "cd '/work/dir x' && exec 3<&0 && { env DMLC_TASK_ID=3 sh -c 'echo a b' <&3 3<&- & } && sy_pid=$! && "
+            ),
             "{line}"
         );
-        assert!(
-            line.ends_with(" && exec env DMLC_TASK_ID=3 sh -c 'echo a b' 3<&-"),
-            "{line}"
-        );
+        assert!(line.ends_with(&format!(" && {}", report())), "{line}");
     }
 
     /// The remote line run by a local `sh` whose standard input is a pipe we hold, as
-    /// sshd runs it: `program` (with `args`) is ended when the pipe closes.
+    /// sshd runs it: `program` (with `args`) is ended when the pipe closes. Its stderr
+    /// is piped (the remote shell's report is there).
     fn run_watched(program: &str, args: &[String]) -> std::process::Child {
         let host = Host { name: "h".into() };
         let spec = Spec {
@@ -255,8 +383,30 @@ mod tests {
         std::process::Command::new("sh")
             .args(["-c", &line])
             .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap()
+    }
+
+    /// The rest of `child`'s stderr, split into what the program printed and the
+    /// remote shell's report.
+    fn stderr_and_report(child: &mut std::process::Child) -> (Vec<String>, Vec<i32>) {
+        use std::io::Read;
+        let mut text = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut text)
+            .unwrap();
+        let mut lines = Vec::new();
+        let mut reports = Vec::new();
+        for line in text.lines() {
+            let (before, status) = split_status(line);
+            lines.extend((!before.is_empty()).then(|| before.to_string()));
+            reports.extend(status);
+        }
+        (lines, reports)
     }
 
     /// Waits up to `limit` for `child` to end.
@@ -278,7 +428,6 @@ mod tests {
 
     #[test]
     fn the_remote_program_ends_when_the_session_input_closes() {
-        use std::os::unix::process::ExitStatusExt;
         let mut child = run_watched("sleep", &["30".to_string()]);
         std::thread::sleep(std::time::Duration::from_millis(300));
         assert!(
@@ -288,12 +437,13 @@ mod tests {
         drop(child.stdin.take());
         let status = ends_within(&mut child, std::time::Duration::from_secs(5))
             .expect("still running 5 s after its input closed");
-        assert_eq!(status.signal(), Some(libc::SIGTERM), "{status}");
+        // The shell's status for a program ended by SIGTERM, reported and passed on.
+        assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status}");
+        assert_eq!(stderr_and_report(&mut child).1, [128 + libc::SIGTERM]);
     }
 
     #[test]
     fn a_remote_program_that_ignores_sigterm_is_killed_after_the_grace() {
-        use std::os::unix::process::ExitStatusExt;
         let script = "trap '' TERM; while :; do sleep 0.1; done".to_string();
         let mut child = run_watched("sh", &["-c".to_string(), script]);
         std::thread::sleep(std::time::Duration::from_millis(300));
@@ -301,7 +451,7 @@ mod tests {
         drop(child.stdin.take());
         let status = ends_within(&mut child, std::time::Duration::from_secs(6))
             .expect("still running 6 s after its input closed");
-        assert_eq!(status.signal(), Some(libc::SIGKILL), "{status}");
+        assert_eq!(status.code(), Some(128 + libc::SIGKILL), "{status}");
         assert!(
             closed.elapsed() >= std::time::Duration::from_millis(900),
             "killed before the 1 s grace: {:?}",
@@ -314,6 +464,49 @@ mod tests {
         let mut child = run_watched("sh", &["-c".to_string(), "exit 7".to_string()]);
         let status = ends_within(&mut child, std::time::Duration::from_secs(5)).unwrap();
         assert_eq!(status.code(), Some(7));
+        assert_eq!(stderr_and_report(&mut child), (vec![], vec![7]));
+    }
+
+    #[test]
+    fn a_remote_program_killed_by_a_signal_is_reported_as_such() {
+        for (signal, name) in [(libc::SIGKILL, "KILL"), (libc::SIGABRT, "ABRT")] {
+            // Its last line lacks a newline: the report follows it on the same line.
+            let script = format!("printf 'last words' >&2; kill -{name} $$");
+            let mut child = run_watched("sh", &["-c".to_string(), script]);
+            let status = ends_within(&mut child, std::time::Duration::from_secs(5)).unwrap();
+            assert_eq!(status.code(), Some(128 + signal), "{status}");
+            let (lines, reports) = stderr_and_report(&mut child);
+            assert_eq!(lines, ["last words"]);
+            assert_eq!(reports, [128 + signal]);
+        }
+    }
+
+    #[test]
+    fn ssh_exits_are_explained_by_the_remote_report() {
+        use std::os::unix::process::ExitStatusExt;
+        let exited = |code: i32| std::process::ExitStatus::from_raw(code << 8);
+        // No report and 255: ssh's own failure.
+        let text = describe_ssh_exit(exited(255), None);
+        assert!(text.contains("ssh's own failure"), "{text}");
+        // 255 with a report: the program's own 255.
+        let text = describe_ssh_exit(exited(255), Some(255));
+        assert!(text.contains("the program's own"), "{text}");
+        assert!(!text.contains("ssh's own"), "{text}");
+        // A remote program killed by SIGKILL (ssh exits 255 when the remote side
+        // dies of a signal, with the shell's 137 when the shell reports it).
+        for ssh in [exited(255), exited(137)] {
+            let text = describe_ssh_exit(ssh, Some(137));
+            assert!(text.contains("killed by SIGKILL"), "{text}");
+            assert!(!text.contains("ssh's own"), "{text}");
+        }
+        let text = describe_ssh_exit(exited(134), Some(134));
+        assert!(text.contains("killed by SIGABRT: it aborted"), "{text}");
+        assert_eq!(describe_ssh_exit(exited(1), None), "exit status: 1");
+        assert_eq!(
+            split_status("out\u{1e}switchyard-remote-status 9"),
+            ("out", Some(9))
+        );
+        assert_eq!(split_status("plain"), ("plain", None));
     }
 
     #[test]

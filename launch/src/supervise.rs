@@ -9,7 +9,7 @@
 use super::console::{Console, SummaryRow, forward_output};
 use super::group;
 use super::hostfile::Host;
-use super::remote::{self, Spec};
+use super::remote::{self, RemoteReport, Spec};
 use super::{LaunchError, LaunchOptions, LauncherKind, signals};
 use crossbeam_channel::{Receiver, Sender};
 use std::path::PathBuf;
@@ -19,6 +19,11 @@ use std::time::{Duration, Instant};
 
 /// How often the loop looks at everything.
 const POLL: Duration = Duration::from_millis(10);
+
+/// How long the loop waits, after an `ssh` failed, for the rest of its stderr (where
+/// the remote shell's status report is). Bounded because something else (a
+/// multiplexing master of ssh's) may hold the stream open.
+const REPORT_WAIT: Duration = Duration::from_secs(2);
 
 /// What the rendezvous and the tracker tell the loop.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +70,8 @@ pub(crate) struct Proc {
     /// Where it runs.
     pub(crate) host: Option<Host>,
     child: Option<Child>,
+    /// What the remote side of the running start reports (ssh only).
+    report: Option<Arc<RemoteReport>>,
     /// Restarts so far (`DMLC_NUM_ATTEMPT`).
     attempt: u32,
     first_start: Option<Instant>,
@@ -87,6 +94,7 @@ impl Proc {
             env,
             host,
             child: None,
+            report: None,
             attempt: 0,
             first_start: None,
             end: None,
@@ -260,6 +268,8 @@ impl<'a> Supervisor<'a> {
             reason: e.to_string(),
         })?;
         let prefix = proc.prefix();
+        // The remote shell reports the program's status on stderr (see `remote`).
+        proc.report = (options.launcher == LauncherKind::Ssh).then(Arc::default);
         if let Some(out) = child.stdout.take() {
             forward_output(
                 self.console.clone(),
@@ -267,6 +277,7 @@ impl<'a> Supervisor<'a> {
                 out,
                 false,
                 self.output_done.clone(),
+                None,
             );
             self.streams += 1;
         }
@@ -277,6 +288,7 @@ impl<'a> Supervisor<'a> {
                 err,
                 true,
                 self.output_done.clone(),
+                proc.report.clone(),
             );
             self.streams += 1;
         }
@@ -359,6 +371,7 @@ impl<'a> Supervisor<'a> {
             };
             let pid = child.id();
             proc.child = None;
+            let report = proc.report.take();
             // Whatever it left running in its group goes with it: no orphans.
             group::signal_group(pid, libc::SIGKILL);
             if status.success() {
@@ -367,6 +380,13 @@ impl<'a> Supervisor<'a> {
                 self.console.event(&text);
                 continue;
             }
+            // ssh's status alone cannot tell its own failure from a remote program's
+            // death by a signal (255 for both): the remote shell's report, read to the
+            // end of ssh's stderr, can.
+            let status = match report {
+                Some(report) => remote::describe_ssh_exit(status, report.wait(REPORT_WAIT)),
+                None => status.to_string(),
+            };
             if proc.role == Role::Server && self.replicated_servers && self.servers_lost == 0 {
                 self.servers_lost += 1;
                 let text = format!(
@@ -394,18 +414,12 @@ impl<'a> Supervisor<'a> {
                 self.start(i)?;
                 continue;
             }
-            proc.end = Some((status.to_string(), Instant::now()));
+            proc.end = Some((status.clone(), Instant::now()));
             let restarts = proc.attempt;
             let name = match &proc.host {
                 Some(host) => format!("{} on {}", proc.name(), host.name),
                 None => proc.name(),
             };
-            let mut status = status.to_string();
-            if self.options.launcher == LauncherKind::Ssh && status.ends_with("status: 255") {
-                status.push_str(
-                    " (ssh's own failure: the host refused or could not be reached, or the login failed; ssh's message is above)",
-                );
-            }
             self.console.event(&format!("{name} failed ({status})"));
             self.stop_all("stopped (another process failed)");
             return Ok(Some(LaunchError::RankFailed {

@@ -19,12 +19,23 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// `switchyard launch -n N --launcher ssh` on node0 over the cluster's hostfile,
-/// running `program ARGS`.
+/// running the example `program ARGS`.
 fn launch(
     cluster: &Cluster,
     n: usize,
     launch_args: &[&str],
     program: &str,
+    args: &[&str],
+) -> Command {
+    launch_path(cluster, n, launch_args, example(program).as_os_str(), args)
+}
+
+/// As [`launch`], for any program.
+fn launch_path(
+    cluster: &Cluster,
+    n: usize,
+    launch_args: &[&str],
+    program: &std::ffi::OsStr,
     args: &[&str],
 ) -> Command {
     let mut c = cluster.command(0, env!("CARGO_BIN_EXE_switchyard"));
@@ -46,7 +57,7 @@ fn launch(
         ])
         .args(launch_args)
         .arg("--")
-        .arg(example(program))
+        .arg(program)
         .args(args);
     c
 }
@@ -162,6 +173,37 @@ fn a_host_whose_sshd_is_down_is_named_within_seconds() {
     );
     let left = cluster.wait_none_running("netns_worker", Duration::from_secs(10));
     assert!(left.is_empty(), "left running (host, pid): {left:?}");
+}
+
+/// `ssh` exits with 255 for its own failures and for a remote program killed by a
+/// signal alike: the remote side's report tells a rank killed by SIGKILL (the OOM
+/// killer's signal) or SIGABRT apart from a host that refused.
+#[test]
+fn a_rank_killed_by_a_signal_is_not_blamed_on_ssh() {
+    let Some(cluster) = Cluster::up(2) else {
+        return;
+    };
+    for (signal, name) in [("KILL", "SIGKILL"), ("ABRT", "SIGABRT")] {
+        let script = format!("[ \"$DMLC_TASK_ID\" = 1 ] && kill -{signal} $$; exec sleep 20");
+        let command = launch_path(&cluster, 2, &[], "sh".as_ref(), &["-c", &script]);
+        let (out, took) = run_bounded(command, Duration::from_secs(60));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(took < Duration::from_secs(15), "took {took:?}:\n{stderr}");
+        let last = stderr
+            .lines()
+            .rev()
+            .find(|l| l.starts_with("switchyard: "))
+            .unwrap_or_default();
+        assert!(
+            last.contains("rank 1 on node1 exited with")
+                && last.contains(&format!("the program was killed by {name}"))
+                && !last.contains("ssh's own failure"),
+            "{name}: {last:?}\n{stderr}"
+        );
+        // The report is the launcher's, not the job's output.
+        assert!(!stderr.contains("switchyard-remote-status"), "{stderr}");
+    }
 }
 
 /// Starts a 3-rank job that runs until stopped, and waits until every rank has

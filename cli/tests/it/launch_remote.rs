@@ -13,9 +13,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 use support::{run_bounded, switchyard};
 
-/// `ssh [-o OPT]... HOST COMMAND`: run COMMAND with sh, as a remote login shell would.
+/// `ssh [-o OPT]... HOST COMMAND`: run COMMAND with sh, as a remote login shell would
+/// (logged with printf: dash's echo would expand the command's backslashes).
 const SSH: &str = r#"#!/bin/sh
-echo "ssh $*" >> "$STANDIN_LOG"
+printf '%s\n' "ssh $*" >> "$STANDIN_LOG"
 while [ "$1" = "-o" ]; do shift 2; done
 shift
 exec sh -c "$*"
@@ -137,9 +138,12 @@ fn ssh_runs_each_process_on_its_host_in_this_directory() {
         assert!(line.contains(&cwd.display().to_string()), "{line}");
         assert!(line.contains("DMLC_TRACKER_URI=127.0.0.1 "), "{line}");
         assert!(line.contains("DMLC_NUM_ATTEMPT=0 "), "{line}");
-        // The program's argument is one quoted word for the remote shell.
-        // (then `3<&-`: the program does not inherit the watcher's copy of the input).
-        assert!(line.ends_with(&format!("sh -c '{PRINT}' 3<&-")), "{line}");
+        // The program's argument is one quoted word for the remote shell (then the
+        // session's input as its own, not the watcher's copy, in the background).
+        assert!(
+            line.contains(&format!("sh -c '{PRINT}' <&3 3<&- & }}")),
+            "{line}"
+        );
     }
 }
 
