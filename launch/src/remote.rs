@@ -6,7 +6,7 @@
 //!
 //! | launcher | command |
 //! |---|---|
-//! | `ssh` | `ssh [ARGS] -o BatchMode=yes -o ConnectTimeout=15 HOST 'cd DIR && START env K=V... PROGRAM ARGS... && WATCH && REPORT'` |
+//! | `ssh` | `ssh [ARGS] -o BatchMode=yes -o ConnectTimeout=15 HOST 'cd DIR && START setsid env K=V... PROGRAM ARGS... && WATCH && REPORT'` |
 //! | `slurm` | `srun [ARGS] --nodes=1 --ntasks=1 --exact [--nodelist=HOST] env K=V... PROGRAM ARGS...` |
 //! | `mpi` | `mpirun [ARGS] -np 1 [--host HOST] env K=V... PROGRAM ARGS...` |
 //!
@@ -14,16 +14,20 @@
 //! the first value of an option (`-o ConnectTimeout=60`).
 //!
 //! The remote login shell starts the program in the background (`START`, its
-//! standard input the session's) and keeps its PID. A real `ssh` does not end the
-//! remote process when the local `ssh` ends: without a terminal, sshd sends no signal
-//! when the connection drops, and the process runs on until it next writes. `WATCH`
-//! closes that hole. It starts, beside the program, a shell that reads the session's
+//! standard input the session's) and keeps its PID. `setsid` (util-linux, on every
+//! Linux) makes the program lead a process group of its own, as the local launcher's
+//! children do, so that what it starts (a shell's commands, a job script's steps, a
+//! Python parent's workers) is stopped with it. A real `ssh` does not end the remote
+//! process when the local `ssh` ends: without a terminal, sshd sends no signal when
+//! the connection drops, and the process runs on until it next writes. `WATCH` closes
+//! that hole. It starts, beside the program, a shell that reads the session's
 //! standard input (which the launcher holds open as a pipe for the process's life)
 //! and, at its end (the launcher stopped `ssh`, was killed, or the connection
-//! dropped), sends the program SIGTERM and, after the launcher's grace, SIGKILL. When
-//! the program ends first, the login shell reports and exits, the watcher's input
-//! ends just after (sshd closes the session) and its SIGTERM finds no process: PIDs
-//! are not reused within those milliseconds.
+//! dropped), sends the program's group SIGTERM and, once the program has exited or
+//! after the launcher's grace, SIGKILL. When the program ends first, the login shell
+//! SIGKILLs what it left in its group (as the local launcher does), reports and
+//! exits; the watcher's input ends just after (sshd closes the session) and its
+//! SIGTERM finds no group: group ids are not reused within those milliseconds.
 //!
 //! `REPORT`: the login shell waits for the program and prints its status on stderr
 //! after [`STATUS_MARKER`], then exits with it. `ssh` exits with 255 both for its own
@@ -84,24 +88,27 @@ const SSH_CONNECT_TIMEOUT_S: u32 = 15;
 pub(crate) const STATUS_MARKER: &str = "\u{1e}switchyard-remote-status ";
 
 /// The remote shell's watcher (see the module's documentation), for a grace of
-/// `grace_tenths` tenths of a second; the program's PID is in `sy_pid`. Standard input
-/// is kept as fd 3 for the watcher; the watcher's own standard streams are /dev/null,
-/// so that it never holds the session's output open (sshd would wait for it).
+/// `grace_tenths` tenths of a second; the program's PID, which is its process group's
+/// id, is in `sy_pid`. Standard input is kept as fd 3 for the watcher; the watcher's
+/// own standard streams are /dev/null, so that it never holds the session's output
+/// open (sshd would wait for it). The grace waits for the program itself, not its
+/// whole group: a group member that has died but was not reaped still counts in
+/// `kill -0`.
 fn watcher(grace_tenths: u128) -> String {
     format!(
-        "{{ (cat <&3 >/dev/null 2>&1; kill -TERM $sy_pid 2>/dev/null || exit 0; \
+        "{{ (cat <&3 >/dev/null 2>&1; kill -TERM -$sy_pid 2>/dev/null || exit 0; \
          n=0; while kill -0 $sy_pid 2>/dev/null && [ $n -lt {grace_tenths} ]; do sleep 0.1; n=$((n+1)); done; \
-         kill -KILL $sy_pid 2>/dev/null) </dev/null >/dev/null 2>&1 & }}"
+         kill -KILL -$sy_pid 2>/dev/null) </dev/null >/dev/null 2>&1 & }}"
     )
 }
 
-/// The remote shell's last words: wait for the program, report its status on stderr
-/// after [`STATUS_MARKER`], exit with it. (`wait`'s own stderr is dropped: shells
-/// announce a job killed by a signal there, "Killed", which would cut into the job's
-/// output.)
+/// The remote shell's last words: wait for the program, SIGKILL what it left running
+/// in its group, report its status on stderr after [`STATUS_MARKER`], exit with it.
+/// (`wait`'s own stderr is dropped: shells announce a job killed by a signal there,
+/// "Killed", which would cut into the job's output.)
 fn report() -> String {
-    "{ wait $sy_pid 2>/dev/null; sy_status=$?; printf '\\036switchyard-remote-status %s\\n' $sy_status >&2; \
-     exit $sy_status; }"
+    "{ wait $sy_pid 2>/dev/null; sy_status=$?; kill -KILL -$sy_pid 2>/dev/null; \
+     printf '\\036switchyard-remote-status %s\\n' $sy_status >&2; exit $sy_status; }"
         .to_string()
 }
 
@@ -231,6 +238,7 @@ pub(crate) fn command(
                 "3<&0".into(),
                 "&&".into(),
                 "{".into(),
+                "setsid".into(),
                 "env".into(),
             ];
             words.extend(env_words().map(|w| quote(&w)));
@@ -360,7 +368,7 @@ mod tests {
         let line = &words[8];
         assert!(
             line.starts_with(
-                "cd '/work/dir x' && exec 3<&0 && { env DMLC_TASK_ID=3 sh -c 'echo a b' <&3 3<&- & } && sy_pid=$! && "
+                "cd '/work/dir x' && exec 3<&0 && { setsid env DMLC_TASK_ID=3 sh -c 'echo a b' <&3 3<&- & } && sy_pid=$! && "
             ),
             "{line}"
         );
@@ -383,9 +391,42 @@ mod tests {
         std::process::Command::new("sh")
             .args(["-c", &line])
             .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap()
+    }
+
+    /// The PID a watched program printed as its first line.
+    fn first_line_pid(child: &mut std::process::Child) -> libc::pid_t {
+        use std::io::BufRead;
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        line.trim().parse().unwrap()
+    }
+
+    /// Whether process `pid` has ended (gone, or a zombie nobody reaped yet) within
+    /// `limit`; it is SIGKILLed either way, so that a failed test leaves nothing.
+    fn ended_within(pid: libc::pid_t, limit: std::time::Duration) -> bool {
+        let start = std::time::Instant::now();
+        let ended = loop {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let state = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next());
+            if matches!(state, None | Some('Z')) {
+                break true;
+            }
+            if start.elapsed() >= limit {
+                break false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        // SAFETY: kill(2) with plain integers.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        ended
     }
 
     /// The rest of `child`'s stderr, split into what the program printed and the
@@ -465,6 +506,35 @@ mod tests {
         let status = ends_within(&mut child, std::time::Duration::from_secs(5)).unwrap();
         assert_eq!(status.code(), Some(7));
         assert_eq!(stderr_and_report(&mut child), (vec![], vec![7]));
+    }
+
+    #[test]
+    fn what_the_remote_program_started_is_stopped_with_it() {
+        // A wrapper (a shell, a job script, a Python parent) and its worker: SIGTERM
+        // to the wrapper alone ends it and orphans the worker.
+        let script = "sleep 30 & echo $!; wait".to_string();
+        let mut child = run_watched("sh", &["-c".to_string(), script]);
+        let worker = first_line_pid(&mut child);
+        drop(child.stdin.take());
+        ends_within(&mut child, std::time::Duration::from_secs(5))
+            .expect("still running 5 s after its input closed");
+        assert!(
+            ended_within(worker, std::time::Duration::from_secs(5)),
+            "the program's child {worker} outlived it"
+        );
+    }
+
+    #[test]
+    fn what_a_remote_program_left_running_is_stopped_when_it_ends() {
+        let script = "sleep 30 & echo $!".to_string();
+        let mut child = run_watched("sh", &["-c".to_string(), script]);
+        let worker = first_line_pid(&mut child);
+        let status = ends_within(&mut child, std::time::Duration::from_secs(5)).unwrap();
+        assert!(status.success(), "{status}");
+        assert!(
+            ended_within(worker, std::time::Duration::from_secs(5)),
+            "the program's child {worker} outlived it"
+        );
     }
 
     #[test]

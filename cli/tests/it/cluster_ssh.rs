@@ -210,22 +210,27 @@ fn a_rank_killed_by_a_signal_is_not_blamed_on_ssh() {
 /// joined. The ranks print nothing after that: a remote process that writes would
 /// die of SIGPIPE once its `ssh` is gone, and hide an orphan that a silent one (a
 /// long computation) shows.
-fn running_job(cluster: &Cluster) -> (ChildGuard, mpsc::Receiver<String>) {
-    let mut command = launch(
-        cluster,
-        3,
-        &[],
-        "netns_worker",
-        &[
-            "env",
-            "--iters",
-            "0",
-            "--timeout",
-            "20",
-            "--progress",
-            "1000000000000",
-        ],
-    );
+/// With `wrapped`, each rank is a shell that starts the worker and waits for it (as
+/// a job script or a Python parent does), and stopping the shell alone would leave
+/// the worker running.
+fn running_job(cluster: &Cluster, wrapped: bool) -> (ChildGuard, mpsc::Receiver<String>) {
+    let worker = example("netns_worker");
+    let worker_args = [
+        "env",
+        "--iters",
+        "0",
+        "--timeout",
+        "20",
+        "--progress",
+        "1000000000000",
+    ];
+    let mut command = if wrapped {
+        let mut args = vec!["-c", "\"$0\" \"$@\" & wait", worker.to_str().unwrap()];
+        args.extend(worker_args);
+        launch_path(cluster, 3, &[], "sh".as_ref(), &args)
+    } else {
+        launch(cluster, 3, &[], "netns_worker", &worker_args)
+    };
     command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -280,10 +285,21 @@ fn exit_within(guard: &mut ChildGuard, limit: Duration) -> ExitStatus {
 
 #[test]
 fn ctrl_c_on_the_launcher_ends_every_remote_process() {
+    ctrl_c_ends_every_remote_process(false);
+}
+
+#[test]
+fn ctrl_c_on_the_launcher_ends_what_each_remote_program_started() {
+    ctrl_c_ends_every_remote_process(true);
+}
+
+/// Ctrl-C on the launcher of a [`running_job`]: it exits with 130 and nothing runs
+/// the worker on any host.
+fn ctrl_c_ends_every_remote_process(wrapped: bool) {
     let Some(cluster) = Cluster::up(3) else {
         return;
     };
-    let (mut guard, rx) = running_job(&cluster);
+    let (mut guard, rx) = running_job(&cluster, wrapped);
     let pid = guard.0.as_ref().unwrap().id();
     let sent = Command::new("kill")
         .args(["-INT", &pid.to_string()])
@@ -309,7 +325,7 @@ fn a_killed_launcher_leaves_no_remote_process() {
     let Some(cluster) = Cluster::up(3) else {
         return;
     };
-    let (mut guard, _rx) = running_job(&cluster);
+    let (mut guard, _rx) = running_job(&cluster, false);
     // SIGKILL: the launcher stops nothing itself; its ssh sessions' input closes.
     guard.0.as_mut().unwrap().kill().unwrap();
     let _ = exit_within(&mut guard, Duration::from_secs(5));
