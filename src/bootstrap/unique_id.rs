@@ -25,7 +25,9 @@
 //!    ring listener of its successor (`rank + 1 mod world`) and that of its
 //!    predecessor.
 //! 4. Each rank connects to its successor and sends `"SYUR"`, the tag and its rank; it
-//!    accepts one connection from its predecessor (others are closed and logged).
+//!    accepts one connection from its predecessor (others are closed and logged). Its
+//!    ring listener is accepted from the moment it is bound, before step 1's check-in
+//!    announces it, so that strangers filling its backlog hold no connect up.
 //! 5. The mesh endpoints go round the ring: at step `k` a rank sends entry `rank − k`
 //!    to its successor and receives entry `rank − k − 1` from its predecessor.
 //!
@@ -53,9 +55,9 @@
 //! 1 and 4 starts with the secret's challenge-response (purposes `unique-id-root` and
 //! `unique-id-ring`, the connector claiming its rank) before any of the bytes above.
 //! The root and the ring listener log and close a connection that fails it and go on
-//! accepting. On the ring every rank connects before it accepts, so the connector's
-//! proof (and its ring hello) runs on a side thread: proofs made one after another
-//! would wait on each other all the way round.
+//! accepting. The connector's proof (and its ring hello) runs on a side thread while
+//! the rank waits for its predecessor, and every ring listener accepts and
+//! authenticates from its bind on, so that no proof waits for another rank's connect.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -66,11 +68,13 @@ use std::time::{Duration, Instant};
 use switchyard_secret::JobSecret;
 use thiserror::Error;
 
+mod ring;
 mod root;
 mod wire;
 
 use super::handshakes::{self, Handshakes, accept_all};
 
+use ring::RingAcceptor;
 pub(crate) use root::{RootState, Verdict};
 use wire::{Wire, put_text};
 
@@ -586,12 +590,25 @@ pub fn exchange(
     endpoint: &str,
     timeout: Duration,
 ) -> Result<Vec<String>, IdError> {
+    let secret = JobSecret::from_env().map_err(|e| IdError::Secret(e.to_string()))?;
+    exchange_with(id, (rank, world), (ip, endpoint), timeout, secret, &|_| {})
+}
+
+/// [`exchange`] with the job secret given, calling `announced` with this rank's ring
+/// listener address once it is bound and before it is announced (tests fill it there).
+fn exchange_with(
+    id: &UniqueId,
+    (rank, world): (u32, u32),
+    (ip, endpoint): (IpAddr, &str),
+    timeout: Duration,
+    secret: Option<JobSecret>,
+    announced: &dyn Fn(SocketAddr),
+) -> Result<Vec<String>, IdError> {
     if world == 0 || rank >= world {
         return Err(IdError::BadRank { rank, world });
     }
     let started = Instant::now();
     let until = started + timeout;
-    let secret = JobSecret::from_env().map_err(|e| IdError::Secret(e.to_string()))?;
     let root = if rank == 0 {
         let listener = match take_parked(id.tag) {
             Some(l) => l,
@@ -617,12 +634,11 @@ pub fn exchange(
     };
     let result = ring_exchange(
         id,
-        rank,
-        world,
+        (rank, world),
         (ip, endpoint),
         secret.as_ref(),
-        until,
-        started,
+        (until, started),
+        announced,
     );
     if let Some(root) = root {
         let served = root
@@ -663,23 +679,27 @@ pub fn exchange(
 
 fn ring_exchange(
     id: &UniqueId,
-    rank: u32,
-    world: u32,
+    (rank, world): (u32, u32),
     (ip, endpoint): (IpAddr, &str),
     secret: Option<&JobSecret>,
-    until: Instant,
-    started: Instant,
+    (until, started): (Instant, Instant),
+    announced: &dyn Fn(SocketAddr),
 ) -> Result<Vec<String>, IdError> {
     if endpoint.len() > MAX_TEXT as usize {
         return Err(IdError::Address(format!(
             "endpoint longer than {MAX_TEXT} bytes"
         )));
     }
+    let (next_rank, prev_rank) = ((rank + 1) % world, (rank + world - 1) % world);
     let ring =
         TcpListener::bind((ip, 0)).map_err(|e| IdError::Address(format!("bind {ip}: {e}")))?;
     let ring_addr = ring
         .local_addr()
         .map_err(|e| IdError::Address(e.to_string()))?;
+    // Accepting starts before the address is announced: see `ring`. Dropped on an
+    // early return, it stops.
+    let acceptor = RingAcceptor::start(ring, id.tag, prev_rank, secret.cloned(), until)?;
+    announced(ring_addr);
     let mut to_root = connect(id.root, until, started, None)?;
     if let Some(secret) = secret {
         switchyard_secret::connect(&mut to_root, secret, ROOT_PURPOSE, rank, until)
@@ -745,7 +765,7 @@ fn ring_exchange(
         }
     };
     drop(to_root);
-    let (next_rank, prev_rank) = ((rank + 1) % world, (rank + world - 1) % world);
+    acceptor.predecessor_at(predecessor);
     // Its ring listener was bound before it checked in: refused means it is gone.
     let next = connect(successor, until, started, Some(next_rank))?;
     let mut hello = RING.to_vec();
@@ -757,8 +777,8 @@ fn ring_exchange(
         peer: next_name.clone(),
         until,
     };
-    // The successor proves nothing until it accepts, after its own connect: prove and
-    // say hello on a side thread while this rank accepts its predecessor.
+    // Prove and say hello on a side thread while this rank waits for its predecessor,
+    // so that a successor slow to prove delays neither wait.
     let greeter = {
         let mut own = next
             .try_clone()
@@ -777,10 +797,11 @@ fn ring_exchange(
             .write(&hello, "ring hello")
         })
     };
-    let prev = accept_predecessor(ring, id.tag, (prev_rank, predecessor), secret, until);
+    let prev = acceptor.join();
     // Without a predecessor this rank fails: the successor's side thread may then wait
     // in vain, so it is not waited for.
-    let prev = prev?;
+    // The listener stays bound until this rank is done (see `ring::Accepted`).
+    let (prev, _ring) = prev?;
     greeter
         .join()
         .unwrap_or_else(|_| Err(IdError::Address("the ring greeter thread panicked".into())))
@@ -828,87 +849,67 @@ fn ring_closed(e: IdError, neighbour: u32) -> IdError {
     }
 }
 
-/// Reads a ring hello (after the job secret's proof, with a secret): tag and rank.
-fn read_ring_hello(
-    mut stream: TcpStream,
-    peer: SocketAddr,
-    secret: Option<&JobSecret>,
-    until: Instant,
-) -> Result<(TcpStream, u64, u32), String> {
-    let by = until.min(Instant::now() + CHECK_IN_READ);
-    if let Some(secret) = secret {
-        switchyard_secret::accept(&mut stream, secret, RING_PURPOSE, by)
-            .map_err(|e| format!("job secret not proven: {e}"))?;
-    }
-    let wire = Wire {
-        stream: &stream,
-        peer: peer.to_string(),
-        until: by,
-    };
-    let hello = (|| {
-        wire.magic(RING)?;
-        Ok::<_, IdError>((wire.u64("job tag")?, wire.u32("rank")?))
-    })();
-    let (tag, rank) = hello.map_err(|e| e.to_string())?;
-    Ok((stream, tag, rank))
-}
-
-/// Accepts the predecessor's (`want`, whose ring listener is at `addr`) ring
-/// connection, serving every connection's handshake concurrently; strangers are
-/// closed and logged. While it has not come, its ring listener is probed now and then:
-/// a refused probe means it left, and waiting ends at once.
-fn accept_predecessor(
-    ring: TcpListener,
-    tag: u64,
-    (want, addr): (u32, SocketAddr),
-    secret: Option<&JobSecret>,
-    until: Instant,
-) -> Result<TcpStream, IdError> {
-    ring.set_nonblocking(true)
-        .map_err(|e| IdError::Address(e.to_string()))?;
-    let mut handshakes = Handshakes::new(handshakes::DEFAULT_LIMIT);
-    let mut probed = Instant::now();
-    loop {
-        accept_all(&ring, &mut handshakes, {
-            let secret = secret.cloned();
-            move |s, peer| read_ring_hello(s, peer, secret.as_ref(), until)
-        });
-        if Instant::now() >= until {
-            return Err(IdError::Protocol {
-                peer: format!("ring predecessor {addr} (rank {want})"),
-                reason: "never connected before the timeout".into(),
-            });
-        }
-        if probed.elapsed() >= WATCH_EVERY * 2 {
-            probed = Instant::now();
-            if let Err(e) = TcpStream::connect_timeout(&addr, PROBE_CONNECT) {
-                if e.kind() == std::io::ErrorKind::ConnectionRefused {
-                    return Err(gone(want, addr));
-                }
-            }
-        }
-        let Some(done) = handshakes.next(RETRY) else {
-            continue;
-        };
-        let peer = done.peer;
-        match done.result {
-            Ok((stream, t, r)) if t == tag && r == want => return Ok(stream),
-            Ok((_, t, r)) => {
-                tracing::warn!(%peer, rank = r, tag = format!("{t:016x}"), "bootstrap ring: not the predecessor, closed")
-            }
-            // A probe of another rank's (connects and closes at once) is no stranger.
-            Err(e) if e.contains("closed the connection") => {
-                tracing::debug!(%peer, error = %e, "bootstrap ring: connection closed before a hello")
-            }
-            Err(e) => tracing::warn!(%peer, error = %e, "bootstrap ring: hello dropped"),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    /// Every ring listener's backlog filled with silent strangers as soon as it is
+    /// bound, before its rank checks in: the job still forms, with and without the job
+    /// secret. Before, a rank accepted only after its own connect to its successor had
+    /// ended, and with every backlog full the kernel dropped every connect's SYN: each
+    /// rank waited on the next until the timeout.
+    #[test]
+    fn ring_listeners_with_full_backlogs_still_form_the_job() {
+        let key = JobSecret::new(b"0123456789abcdef0123456789abcdef".to_vec(), "test").unwrap();
+        for secret in [None, Some(key)] {
+            let world = 3u32;
+            let id = UniqueId::new_on(IpAddr::from([127, 0, 0, 1])).unwrap();
+            let strangers = std::sync::Arc::new(Mutex::new(Vec::new()));
+            let started = Instant::now();
+            let ranks: Vec<_> = (0..world)
+                .map(|rank| {
+                    let strangers = strangers.clone();
+                    let secret = secret.clone();
+                    std::thread::spawn(move || {
+                        // std's backlog is 128: 129 connections fill it, and the next
+                        // connect is not answered. Stop there, or at 200 when the
+                        // listener keeps accepting.
+                        let fill = |addr: SocketAddr| {
+                            for _ in 0..200 {
+                                match TcpStream::connect_timeout(&addr, Duration::from_millis(200))
+                                {
+                                    Ok(s) => strangers.lock().unwrap().push(s),
+                                    Err(_) => break,
+                                }
+                            }
+                        };
+                        exchange_with(
+                            &id,
+                            (rank, world),
+                            (IpAddr::from([127, 0, 0, 1]), &format!("tcp://r{rank}")),
+                            Duration::from_secs(8),
+                            secret,
+                            &fill,
+                        )
+                    })
+                })
+                .collect();
+            let want: Vec<String> = (0..world).map(|r| format!("tcp://r{r}")).collect();
+            let results: Vec<_> = ranks.into_iter().map(|h| h.join().unwrap()).collect();
+            for got in &results {
+                assert_eq!(
+                    got.as_ref().ok(),
+                    Some(&want),
+                    "{results:?} (secret: {})",
+                    secret.is_some()
+                );
+            }
+            // 129 strangers at least were in each listener's backlog or accepted.
+            assert!(strangers.lock().unwrap().len() >= 3 * 129);
+            assert!(started.elapsed() < Duration::from_secs(8));
+        }
+    }
 
     #[test]
     fn ids_parse_and_print() {
