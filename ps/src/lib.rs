@@ -80,6 +80,7 @@ mod testing;
 mod update;
 mod value;
 mod wire;
+mod withdraw;
 mod worker;
 
 // The tests below drive the crate-private hooks (`KvServer::run_until`, `testing`) and
@@ -94,6 +95,8 @@ mod failure_tests;
 mod ps_support;
 #[cfg(test)]
 mod replication_tests;
+#[cfg(test)]
+mod sim_tests;
 
 pub use config::{PsConfig, PsEnv, PsRole};
 pub use error::PsError;

@@ -483,6 +483,14 @@ impl<T: Value, P: Clone> Store<T, P> {
             .unwrap_or_else(|| req.meta.keys.clone())
     }
 
+    /// Whether request `by`'s push of `key` waits in the key's rounds here.
+    #[cfg(test)]
+    pub(crate) fn waits(&self, by: ReqKey, key: u64) -> bool {
+        self.keys
+            .get(&key)
+            .is_some_and(|e| e.round.iter().chain(&e.deferred).any(|c| c.req == by))
+    }
+
     /// Ends a hold with the push kept: its rounds complete if they are full.
     fn let_go(&mut self, req: &Request<T>) -> Vec<Reply<P>> {
         let keys = self.end_hold(req);

@@ -4,6 +4,7 @@ use super::node::{self, Node};
 use super::shard::Placement;
 use super::split::{self, KvValues};
 use super::wire::{self, Group, HoldAnswer, KvMeta, NodeRole, Refusal, RoundState};
+use super::withdraw::{Progress, Verdict, Withdrawal};
 use super::{PsConfig, PsError, Value};
 use bytes::Bytes;
 use std::collections::{HashMap, HashSet};
@@ -52,25 +53,7 @@ struct Pending {
     /// withdrawal.
     parts: Vec<(usize, KvMeta)>,
     /// Where a push that outwaited the request timeout stands.
-    overdue: Overdue,
-}
-
-/// A push past [`PsConfig::request_timeout`]: whether it is being withdrawn.
-#[derive(Debug, Default)]
-enum Overdue {
-    /// Within the timeout.
-    #[default]
-    No,
-    /// Every server was asked to hold the push (since the instant given); the
-    /// answers so far.
-    Holding {
-        since: Instant,
-        held: HashMap<usize, Option<RoundState>>,
-        applied: HashSet<usize>,
-    },
-    /// Some server has applied the push, so every other must too: the worker waits
-    /// one more request timeout for them.
-    Applied,
+    overdue: Withdrawal,
 }
 
 /// A worker of a parameter-server job.
@@ -328,7 +311,7 @@ impl<T: Value> KvWorker<T> {
             error: None,
             started: Instant::now(),
             parts,
-            overdue: Overdue::No,
+            overdue: Withdrawal::OnTime,
         };
         self.pending.insert(id, pending);
         Ok(Ticket { id })
@@ -352,11 +335,12 @@ impl<T: Value> KvWorker<T> {
                 )));
             };
             if p.owed.is_empty() || p.error.is_some() {
-                let p = self.pending.remove(&id).ok_or(PsError::Finished)?;
+                let mut p = self.pending.remove(&id).ok_or(PsError::Finished)?;
                 if p.error.is_some() {
                     // A refusal: whatever still holds the push lets go of it, as
                     // the refusing server applied none of it.
-                    self.end_hold(id, &p, wire::WITHDRAW);
+                    let send = p.overdue.end(wire::WITHDRAW);
+                    self.send_decisions(id, &p, send);
                 }
                 return self.complete(p);
             }
@@ -364,8 +348,9 @@ impl<T: Value> KvWorker<T> {
                 return result;
             }
             if let Err(e) = self.node.check().and_then(|()| self.follow_failovers()) {
-                if let Some(p) = self.pending.remove(&id) {
-                    self.end_hold(id, &p, wire::LET_GO);
+                if let Some(mut p) = self.pending.remove(&id) {
+                    let send = p.overdue.end(wire::LET_GO);
+                    self.send_decisions(id, &p, send);
                 }
                 return Err(e);
             }
@@ -374,80 +359,52 @@ impl<T: Value> KvWorker<T> {
     }
 
     /// Moves request `id` on once it has waited past the request timeout: a push is
-    /// held, then withdrawn or kept (see [`KvWorker::wait`]); anything else fails
-    /// with [`PsError::Timeout`]. `Some` is the call's result.
+    /// held, then withdrawn or kept ([`Withdrawal`]); anything else fails with
+    /// [`PsError::Timeout`]. `Some` is the call's result.
     fn overdue_step(&mut self, id: u64) -> Option<Result<KvValues<T>, PsError>> {
         let timeout = self.node.config.request_timeout;
+        let grace = HOLD_GRACE.max(self.node.config.dead_timeout);
         let p = self.pending.get_mut(&id)?;
         let waited = p.started.elapsed();
-        let is_push = matches!(p.op, Op::Push | Op::PushPull);
-        match &mut p.overdue {
-            Overdue::No if waited <= timeout => None,
-            Overdue::No if is_push && p.owed.len() == p.parts.len() => {
-                // No server has answered: ask each to hold the push.
-                let me = self.node.addr();
-                for (s, meta) in &p.parts {
-                    let to = wire::addr(NodeRole::Server, *s as u32);
-                    let sent =
-                        wire::kv_msg(me, to, wire::HOLD, id, meta, Vec::new()).and_then(|msg| {
-                            node::send_to(&mut self.servers[self.route[*s]], msg, &self.names[*s])
-                        });
-                    if let Err(e) = sent {
-                        p.error.get_or_insert(e);
-                    }
-                }
-                p.overdue = Overdue::Holding {
-                    since: Instant::now(),
-                    held: HashMap::new(),
-                    applied: HashSet::new(),
-                };
-                None
+        if !matches!(p.op, Op::Push | Op::PushPull) {
+            if waited <= timeout {
+                return None;
             }
-            Overdue::No if is_push => {
-                // A server answered, so it applied the push: the others must too.
-                p.overdue = Overdue::Applied;
-                None
-            }
-            Overdue::Holding {
-                since,
-                held,
-                applied,
-            } => {
-                let answered = held.len() + applied.len() == p.parts.len();
-                if answered && !applied.is_empty() {
-                    let mut p = self.pending.remove(&id)?;
-                    self.end_hold(id, &p, wire::LET_GO);
-                    p.overdue = Overdue::Applied;
-                    self.pending.insert(id, p);
-                    return None;
-                }
-                if answered {
-                    let p = self.pending.remove(&id)?;
-                    self.end_hold(id, &p, wire::WITHDRAW);
-                    return Some(Err(self.round_incomplete(&p)));
-                }
-                if since.elapsed() <= HOLD_GRACE.max(self.node.config.dead_timeout) {
-                    return None;
-                }
-                let p = self.pending.remove(&id)?;
-                self.end_hold(id, &p, wire::LET_GO);
-                Some(Err(self.timed_out(
-                    id,
-                    &p,
-                    "to answer whether the push can be withdrawn",
-                )))
-            }
-            Overdue::Applied if waited <= timeout * 2 => None,
-            _ => {
-                let p = self.pending.remove(&id)?;
-                let what = if is_push {
-                    "to apply a push that other servers have applied (its rounds wait for workers that have not pushed)"
-                } else {
-                    "to answer"
-                };
-                Some(Err(self.timed_out(id, &p, what)))
-            }
+            let p = self.pending.remove(&id)?;
+            return Some(Err(self.timed_out(id, &p, "to answer")));
         }
+        let parts: Vec<usize> = p.parts.iter().map(|(s, _)| *s).collect();
+        let progress = Progress {
+            parts: &parts,
+            owed: &p.owed,
+            waited,
+        };
+        let step = p.overdue.step(progress, Instant::now(), timeout, grace);
+        let Some(verdict) = step.verdict else {
+            let p = self.pending.remove(&id)?;
+            self.send_decisions(id, &p, step.send);
+            self.pending.insert(id, p);
+            return None;
+        };
+        let p = self.pending.remove(&id)?;
+        self.send_decisions(id, &p, step.send);
+        Some(Err(match verdict {
+            Verdict::Withdrawn { server, round } => {
+                let round = round.unwrap_or_else(|| RoundState {
+                    key: p.keys.first().copied().unwrap_or_default(),
+                    pushed: Vec::new(),
+                    missing: Vec::new(),
+                });
+                PsError::RoundIncomplete {
+                    key: round.key,
+                    server: self.names.get(server).cloned().unwrap_or_default(),
+                    pushed: round.pushed,
+                    missing: round.missing,
+                    waited: p.started.elapsed(),
+                }
+            }
+            Verdict::TimedOut { what } => self.timed_out(id, &p, what),
+        }))
     }
 
     /// The error of request `id` that waited too long for the servers it still owes.
@@ -461,48 +418,18 @@ impl<T: Value> KvWorker<T> {
         }
     }
 
-    /// The error of a push that every server held and that is now withdrawn.
-    fn round_incomplete(&self, p: &Pending) -> PsError {
-        let Overdue::Holding { held, .. } = &p.overdue else {
-            return self.timed_out(0, p, "");
-        };
-        let (server, round) = p
-            .parts
-            .iter()
-            .find_map(|(s, _)| Some((*s, held.get(s)?.clone()?)))
-            .unwrap_or_else(|| {
-                let s = p.parts.first().map_or(0, |(s, _)| *s);
-                let key = p.keys.first().copied().unwrap_or_default();
-                let round = RoundState {
-                    key,
-                    pushed: Vec::new(),
-                    missing: Vec::new(),
-                };
-                (s, round)
-            });
-        PsError::RoundIncomplete {
-            key: round.key,
-            server: self.names.get(server).cloned().unwrap_or_default(),
-            pushed: round.pushed,
-            missing: round.missing,
-            waited: p.started.elapsed(),
-        }
-    }
-
-    /// Ends the hold of push `id` on every server that answered it held: `kind` is
-    /// [`wire::LET_GO`] or [`wire::WITHDRAW`]. Nothing happens for a request that
-    /// was never held.
-    fn end_hold(&mut self, id: u64, p: &Pending, kind: Kind) {
-        let Overdue::Holding { held, .. } = &p.overdue else {
-            return;
-        };
+    /// Sends push `id`'s withdrawal messages (a kind to a server each) to its servers.
+    fn send_decisions(&mut self, id: u64, p: &Pending, send: Vec<(Kind, usize)>) {
         let me = self.node.addr();
-        for (s, meta) in p.parts.iter().filter(|(s, _)| held.contains_key(s)) {
-            let to = wire::addr(NodeRole::Server, *s as u32);
-            // A decision that does not arrive means the server is gone, which the
-            // scheduler reports to everyone.
+        for (kind, s) in send {
+            let Some((_, meta)) = p.parts.iter().find(|(part, _)| *part == s) else {
+                continue;
+            };
+            let to = wire::addr(NodeRole::Server, s as u32);
+            // One that does not arrive means the server is gone, which the scheduler
+            // reports to everyone (or, a hold unanswered, the push times out).
             if let Ok(msg) = wire::kv_msg(me, to, kind, id, meta, Vec::new()) {
-                let _ = node::send_to(&mut self.servers[self.route[*s]], msg, &self.names[*s]);
+                let _ = node::send_to(&mut self.servers[self.route[s]], msg, &self.names[s]);
             }
         }
     }
@@ -538,20 +465,13 @@ impl<T: Value> KvWorker<T> {
                         &self.names[by],
                     )?;
                 }
-                if let Overdue::Holding { held, applied, .. } = &p.overdue {
+                if p.overdue.awaits(dead) {
                     // A hold the dead server did not answer goes to its successor too.
-                    let unanswered = !held.contains_key(&dead) && !applied.contains(&dead);
                     if let Some((_, meta)) = p.parts.iter().find(|(s, _)| *s == dead) {
-                        if unanswered {
-                            let me = self.node.addr();
-                            let to = wire::addr(NodeRole::Server, dead as u32);
-                            let msg = wire::kv_msg(me, to, wire::HOLD, id, meta, Vec::new())?;
-                            node::send_to(
-                                &mut self.servers[self.route[dead]],
-                                msg,
-                                &self.names[by],
-                            )?;
-                        }
+                        let me = self.node.addr();
+                        let to = wire::addr(NodeRole::Server, dead as u32);
+                        let msg = wire::kv_msg(me, to, wire::HOLD, id, meta, Vec::new())?;
+                        node::send_to(&mut self.servers[self.route[dead]], msg, &self.names[by])?;
                     }
                 }
             }
@@ -608,18 +528,11 @@ impl<T: Value> KvWorker<T> {
             return;
         };
         if msg.header.kind == wire::HOLD_ANSWER {
-            let answer = HoldAnswer::read(&msg, name);
-            match (&mut p.overdue, answer) {
-                (Overdue::Holding { applied, .. }, Ok(HoldAnswer::Applied)) => {
-                    applied.insert(s);
-                }
-                (Overdue::Holding { held, .. }, Ok(HoldAnswer::Held { round })) => {
-                    held.insert(s, round);
-                }
-                (_, Err(e)) => {
+            match HoldAnswer::read(&msg, name) {
+                Ok(answer) => p.overdue.on_answer(s, answer),
+                Err(e) => {
                     p.error.get_or_insert(e);
                 }
-                _ => {}
             }
             return;
         }
