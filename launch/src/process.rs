@@ -104,9 +104,13 @@ pub fn run_local(options: &LaunchOptions) -> Result<(), LaunchError> {
     }
     let procs = processes(options, &hosts, &tracker_env, &rendezvous_addr, &secret_env);
 
+    let session = (options.launcher == LauncherKind::Mpi)
+        .then(SessionDir::make)
+        .transpose()?;
     let (output_done, output_closed) = unbounded();
     let mut supervisor = Supervisor::new(options, procs, console.clone(), notices, output_done)
-        .with_replicated_servers(replicated);
+        .with_replicated_servers(replicated)
+        .with_session_dir(session.as_ref().map(|s| s.0.clone()));
     let result = supervisor.run();
     supervisor.stop_all("stopped");
     done.store(true, Ordering::SeqCst);
@@ -115,7 +119,40 @@ pub fn run_local(options: &LaunchOptions) -> Result<(), LaunchError> {
     }
     drain_output(&output_closed, supervisor.streams);
     console.summary(&supervisor.summary());
+    // Every mpirun has ended: what a killed one left in its session folder goes.
+    drop(supervisor);
+    drop(session);
     result
+}
+
+/// The folder `mpirun`'s session folders go into on this host (`switchyard-mpi-PID`
+/// in the temporary directory, this launcher's PID), removed when dropped: a `mpirun`
+/// the launcher had to kill leaves its `ompi.*` folder there, not in the temporary
+/// directory. Only a SIGKILLed launcher leaves it behind.
+#[derive(Debug)]
+struct SessionDir(std::path::PathBuf);
+
+impl SessionDir {
+    fn make() -> Result<SessionDir, LaunchError> {
+        use std::os::unix::fs::DirBuilderExt;
+        let path = std::env::temp_dir().join(format!("switchyard-mpi-{}", std::process::id()));
+        // A folder of a dead launcher that had this PID: ours now.
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&path)
+            .map_err(|e| LaunchError::Spawn {
+                program: "mpirun".into(),
+                reason: format!("cannot make its session folder {}: {e}", path.display()),
+            })?;
+        Ok(SessionDir(path))
+    }
+}
+
+impl Drop for SessionDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// A job with servers is a parameter-server job: like ps-lite's launcher, serve its

@@ -8,7 +8,7 @@
 //! |---|---|
 //! | `ssh` | `ssh [ARGS] -o BatchMode=yes -o ConnectTimeout=15 HOST 'cd DIR && START setsid env K=V... PROGRAM ARGS... && WATCH && REPORT'` |
 //! | `slurm` | `srun [ARGS] --nodes=1 --ntasks=1 --exact [--nodelist=HOST] env K=V... PROGRAM ARGS...` |
-//! | `mpi` | `mpirun [ARGS] -np 1 [--host HOST] env K=V... PROGRAM ARGS...` |
+//! | `mpi` | `mpirun [ARGS] -np 1 [--host HOST] setpriv --pdeathsig KILL env K=V... PROGRAM ARGS...` |
 //!
 //! `ARGS` are the user's `--launcher-args`, first, so that theirs win where ssh takes
 //! the first value of an option (`-o ConnectTimeout=60`).
@@ -37,6 +37,16 @@
 //! ssh), and the report line never reaches the job's output. The status follows the
 //! shell's rule: a program killed by signal N reports 128+N (as does one that exits
 //! with 128+N itself, which the shell cannot tell apart), and `ssh` exits with it.
+//!
+//! Under `mpirun`, each rank is started by `setpriv --pdeathsig KILL` (util-linux),
+//! so that it dies with its parent: `mpirun` itself on the launch host, OpenMPI's
+//! daemon elsewhere. The launcher's children die with it (`group`), and a `mpirun`
+//! killed with SIGKILL cannot stop its rank, which ran on with no parent. A rank's
+//! own children are not covered. OpenMPI's session folders on the launch host
+//! (`OMPI_MCA_orte_local_tmpdir_base`) go into a folder the launcher makes and
+//! removes at its end ([`Wrapper::session_dir`]), where a killed `mpirun` leaves its
+//! `ompi.*` folder; a SIGKILLed launcher leaves that folder
+//! (`switchyard-mpi-PID` in the temporary directory).
 //!
 //! The variables travel on the command line (`env K=V`) rather than through the
 //! wrapper's environment, because `ssh` does not forward it and `srun`/`mpirun` forward
@@ -76,6 +86,9 @@ pub(crate) struct Wrapper<'a> {
     pub(crate) args: &'a [String],
     /// The remote grace (ssh only).
     pub(crate) grace: std::time::Duration,
+    /// Where `mpirun` keeps its session folders on this host (mpi only; `None`:
+    /// OpenMPI's default, the temporary directory).
+    pub(crate) session_dir: Option<&'a Path>,
 }
 
 /// How long `ssh` may take to connect before the launch fails naming the host (the
@@ -276,6 +289,11 @@ pub(crate) fn command(
             if let Some(host) = spec.host {
                 c.args(["--host", &host.name]);
             }
+            if let Some(dir) = wrapper.session_dir {
+                c.env("OMPI_MCA_orte_local_tmpdir_base", dir);
+            }
+            // The rank dies with its parent (see the module's documentation).
+            c.args(["setpriv", "--pdeathsig", "KILL"]);
             c
         }
     };
@@ -328,6 +346,7 @@ mod tests {
             kind,
             args,
             grace: std::time::Duration::from_secs(1),
+            session_dir: None,
         }
     }
 
@@ -625,7 +644,18 @@ mod tests {
         .unwrap();
         assert_eq!(
             args_of(&mpirun),
-            ["mpirun", "-np", "1", "env", "K=v w", "p", "x"]
+            [
+                "mpirun",
+                "-np",
+                "1",
+                "setpriv",
+                "--pdeathsig",
+                "KILL",
+                "env",
+                "K=v w",
+                "p",
+                "x"
+            ]
         );
     }
 }

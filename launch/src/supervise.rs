@@ -136,6 +136,8 @@ pub(crate) struct Supervisor<'a> {
     replicated_servers: bool,
     /// Servers lost that way.
     servers_lost: u32,
+    /// Where `mpirun` keeps its session folders (see `remote`).
+    session_dir: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Supervisor<'_> {
@@ -166,7 +168,15 @@ impl<'a> Supervisor<'a> {
             restarts: 0,
             replicated_servers: false,
             servers_lost: 0,
+            session_dir: None,
         }
+    }
+
+    /// Points `mpirun`'s session folders on this host at `dir`, which the caller
+    /// makes and removes.
+    pub(crate) fn with_session_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.session_dir = dir;
+        self
     }
 
     /// Marks the job as a parameter-server job whose servers replicate each other:
@@ -248,6 +258,7 @@ impl<'a> Supervisor<'a> {
             kind: options.launcher,
             args: &options.launcher_args,
             grace: options.grace,
+            session_dir: self.session_dir.as_deref(),
         };
         let mut command = remote::command(&wrapper, &spec, &self.cwd)?;
         // Over ssh the remote side ends its program when this pipe closes (see

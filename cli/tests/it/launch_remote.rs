@@ -174,7 +174,9 @@ fn mpi_hands_each_process_to_mpirun_on_its_host() {
     for (task, host) in [(0, "nodeA"), (1, "nodeA"), (2, "nodeB")] {
         let line = line_of(&log, task);
         assert!(
-            line.starts_with(&format!("mpirun -np 1 --host {host} env ")),
+            line.starts_with(&format!(
+                "mpirun -np 1 --host {host} setpriv --pdeathsig KILL env "
+            )),
             "{line}"
         );
     }

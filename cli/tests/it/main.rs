@@ -20,6 +20,7 @@ mod collective_processes;
 mod launch;
 mod launch_generations;
 mod launch_messages;
+mod launch_mpi;
 mod launch_ps;
 mod launch_remote;
 mod launch_supervise;
