@@ -17,6 +17,25 @@ pub enum BootstrapError {
         /// What happened.
         reason: String,
     },
+    /// The launcher refused this communicator at once: ranks it needs exited for good
+    /// without forming it (a communicator that only some ranks ask for), so it can
+    /// never form.
+    #[error(
+        "rendezvous at {addr}: communicator number {} of this process cannot form: ranks \
+         {ranks:?} exited without forming it ({detail}); every rank must form the same \
+         communicators, in the same order",
+        .generation + 1
+    )]
+    RanksExited {
+        /// The rendezvous address.
+        addr: String,
+        /// The process's communicator that was refused (0 for its first).
+        generation: u32,
+        /// The exited ranks it needed, in rank order.
+        ranks: Vec<u32>,
+        /// How they ended, as the launcher saw it.
+        detail: String,
+    },
     /// A peer sent a bad rendezvous frame.
     #[error("rendezvous peer {peer}: {reason}")]
     Protocol {

@@ -55,7 +55,7 @@ pub use exchange::{EndpointExchange, MemoryExchange, SharedExchange};
 pub(crate) use exchange::{LauncherExchange, UniqueIdExchange};
 pub(crate) use iface::ifname_address;
 pub use iface::{ENV_IFNAME, bind_address};
-pub use rendezvous_server::RendezvousServer;
+pub use rendezvous_server::{RankExits, RendezvousServer};
 pub use unique_id::{IdError, UniqueId};
 
 /// Which protocol a rabit/XGBoost tracker speaks (chosen by [`ENV_TRACKER_PROTOCOL`]).

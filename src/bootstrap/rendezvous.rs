@@ -9,6 +9,13 @@
 //! 2. When every rank has checked in for a generation, the launcher sends each of them
 //!    `"SYRV"`, the world size, and for each rank in order its endpoint's length and
 //!    bytes.
+//! 3. When a generation can no longer form, because ranks it needs exited for good
+//!    without checking in at it (the launcher saw them end; a later communicator that
+//!    only some ranks ask for), the launcher sends each rank waiting at it, and each
+//!    that checks in at it later, `"SYRX"`, the generation, the number of exited
+//!    ranks, each of their ranks, and a text (at most 1024 bytes) saying how they
+//!    ended: [`BootstrapError::RanksExited`] on the process side, at once instead of
+//!    at its timeout.
 //!
 //! Generations keep the communicators of one job apart: a process that forms a second
 //! communicator after dropping its first is answered with the endpoints of the other
@@ -36,6 +43,10 @@ pub(crate) const MAGIC: [u8; 4] = *b"SYRV";
 /// The magic of a check-in for a later generation of communicators, which carries the
 /// generation number.
 pub(crate) const MAGIC_GENERATION: [u8; 4] = *b"SYRG";
+/// The magic of the launcher's refusal of a generation that can no longer form.
+pub(crate) const MAGIC_REFUSED: [u8; 4] = *b"SYRX";
+/// Longest text of a refusal.
+pub(crate) const MAX_REFUSAL: u32 = 1024;
 /// The job secret's purpose label for rendezvous connections.
 pub(crate) const AUTH_PURPOSE: &str = "rendezvous";
 /// Longest endpoint string accepted.
@@ -125,6 +136,41 @@ pub(crate) fn write_endpoints(
         .map_err(lift)
 }
 
+/// Sends the refusal of `generation`, which misses the exited ranks `exited` (each
+/// with how it ended) (launcher side).
+pub(crate) fn write_refusal(
+    stream: &mut TcpStream,
+    generation: u32,
+    exited: &[(u32, String)],
+    deadline: Instant,
+) -> Result<(), BootstrapError> {
+    let peer = peer_of(stream);
+    let mut out = MAGIC_REFUSED.to_vec();
+    out.extend_from_slice(&generation.to_le_bytes());
+    out.extend_from_slice(&(exited.len() as u32).to_le_bytes());
+    for (rank, _) in exited {
+        out.extend_from_slice(&rank.to_le_bytes());
+    }
+    let how: Vec<String> = exited
+        .iter()
+        .map(|(rank, how)| format!("rank {rank} {how}"))
+        .collect();
+    let mut text = how.join(", ");
+    if text.len() > MAX_REFUSAL as usize {
+        let mut end = MAX_REFUSAL as usize - 3;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str("...");
+    }
+    put_text(&mut out, &text);
+    DeadlineStream::until(stream, deadline)
+        .with_peer(&peer)
+        .write_all(&out, "refusal")
+        .map_err(lift)
+}
+
 /// Checks in and waits for every endpoint (process side), proving the job secret of
 /// this process's environment when one is set.
 pub fn exchange(
@@ -204,7 +250,26 @@ pub(crate) fn exchange_generation(
     put_text(&mut out, endpoint);
     wire.write_all(&out, "check-in")
         .map_err(|e| unreachable(e.reason()))?;
-    wire.magic(&[MAGIC]).map_err(lift)?;
+    if wire.magic(&[MAGIC, MAGIC_REFUSED]).map_err(lift)? == MAGIC_REFUSED {
+        let refused = wire.u32("refused generation").map_err(lift)?;
+        let count = wire.u32("exited rank count").map_err(lift)?;
+        if count == 0 || count > world {
+            return Err(BootstrapError::Protocol {
+                peer: addr.to_string(),
+                reason: format!("launcher refused with {count} exited ranks of {world}"),
+            });
+        }
+        let ranks = (0..count)
+            .map(|_| wire.u32("exited rank").map_err(lift))
+            .collect::<Result<Vec<u32>, _>>()?;
+        let detail = wire.text("refusal", MAX_REFUSAL).map_err(lift)?;
+        return Err(BootstrapError::RanksExited {
+            addr: addr.to_string(),
+            generation: refused,
+            ranks,
+            detail,
+        });
+    }
     let count = wire.u32("endpoint count").map_err(lift)?;
     if count != world {
         return Err(BootstrapError::Protocol {

@@ -9,6 +9,10 @@
 //! Those decisions are the [`Gathering`]'s (in [`rendezvous_state`](super::rendezvous_state)),
 //! fed each check-in; this module only accepts, reads, writes and logs.
 //!
+//! The launcher tells it, through [`RankExits`], which ranks ended for good: a
+//! generation that misses one of them is refused at once to every rank waiting at it,
+//! naming the exited ranks, instead of leaving them to their timeouts.
+//!
 //! With a job secret in the launcher's environment (which its processes inherit), every
 //! connection must first pass the secret's challenge-response; one that fails is logged
 //! with its address and the reason, closed, and serving goes on. Handshakes run
@@ -17,8 +21,9 @@
 
 use super::BootstrapError;
 use super::handshakes::{self, Handshakes, accept_all};
-use super::rendezvous::{AUTH_PURPOSE, CheckIn, read_check_in, write_endpoints};
-use super::rendezvous_state::{Answer, Gathering, Joined, Refusal, Step, check_claim};
+use super::rendezvous::{AUTH_PURPOSE, CheckIn, read_check_in, write_endpoints, write_refusal};
+use super::rendezvous_state::{Answer, Gathering, Joined, Refusal, Step, Unformable, check_claim};
+use crossbeam_channel::{Receiver, Sender};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,6 +66,27 @@ pub struct RendezvousServer {
     addr: String,
     port: u16,
     world: u32,
+    exits: (Sender<Exit>, Receiver<Exit>),
+}
+
+/// A rank that ended for good, and how.
+type Exit = (u32, String);
+
+/// Tells a [`RendezvousServer`] which ranks ended for good, so that a communicator
+/// they never formed (one that only some ranks ask for) is refused at once to the
+/// ranks waiting for it, naming the exited ranks, instead of waiting out their
+/// timeouts. Made by [`RendezvousServer::exits`]; clones tell the same server.
+#[derive(Debug, Clone)]
+pub struct RankExits {
+    tx: Sender<Exit>,
+}
+
+impl RankExits {
+    /// Rank `rank` ended and will not be started again; `how` says how, for the
+    /// refusal (`finished (exit status: 0)`). A server that stopped ignores it.
+    pub fn exited(&self, rank: u32, how: &str) {
+        let _ = self.tx.send((rank, how.to_string()));
+    }
 }
 
 impl RendezvousServer {
@@ -78,12 +104,20 @@ impl RendezvousServer {
             addr,
             port,
             world,
+            exits: crossbeam_channel::unbounded(),
         })
     }
 
     /// The port it listens on.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The handle through which the launcher reports ranks that ended for good.
+    pub fn exits(&self) -> RankExits {
+        RankExits {
+            tx: self.exits.0.clone(),
+        }
     }
 
     /// Serves on a background thread until `done` is set, with the job secret of this
@@ -100,13 +134,27 @@ impl RendezvousServer {
             reason,
         };
         let secret = JobSecret::from_env().map_err(|e| failed(e.to_string()))?;
-        spawn_with_secret(self.listener, self.world, on_check_in, done, secret)
-            .map_err(|e| failed(e.to_string()))
+        let serving = Serving {
+            world: self.world,
+            secret,
+            exits: self.exits.1,
+        };
+        spawn_serving(self.listener, serving, on_check_in, done).map_err(|e| failed(e.to_string()))
     }
 }
 
+/// What a serving loop knows besides its listener.
+struct Serving {
+    world: u32,
+    /// The job secret (`None`: no authentication).
+    secret: Option<JobSecret>,
+    /// Ranks that ended for good, from [`RankExits`].
+    exits: Receiver<Exit>,
+}
+
 /// Serves `listener` on a background thread until `done` is set, with the job secret
-/// given (`None`: no authentication).
+/// given (`None`: no authentication) and no exits reported.
+#[cfg(test)]
 fn spawn_with_secret(
     listener: TcpListener,
     world: u32,
@@ -114,8 +162,23 @@ fn spawn_with_secret(
     done: Arc<AtomicBool>,
     secret: Option<JobSecret>,
 ) -> Result<(), std::io::Error> {
+    let serving = Serving {
+        world,
+        secret,
+        exits: crossbeam_channel::never(),
+    };
+    spawn_serving(listener, serving, on_check_in, done)
+}
+
+/// Serves `listener` on a background thread until `done` is set.
+fn spawn_serving(
+    listener: TcpListener,
+    serving: Serving,
+    on_check_in: impl Fn(u32) + Send + 'static,
+    done: Arc<AtomicBool>,
+) -> Result<(), std::io::Error> {
     listener.set_nonblocking(true)?;
-    std::thread::spawn(move || serve(listener, world, &on_check_in, &done, secret));
+    std::thread::spawn(move || serve(listener, serving, &on_check_in, &done));
     Ok(())
 }
 
@@ -138,17 +201,29 @@ fn handshake(
     Ok((stream, check_in))
 }
 
-/// Accepts, reads each check-in, and does what the [`Gathering`] decides, until `done`.
-fn serve(
-    listener: TcpListener,
-    world: u32,
-    on_check_in: &dyn Fn(u32),
-    done: &AtomicBool,
-    secret: Option<JobSecret>,
-) {
+/// Accepts, reads each check-in, takes each exit, and does what the [`Gathering`]
+/// decides, until `done`.
+fn serve(listener: TcpListener, serving: Serving, on_check_in: &dyn Fn(u32), done: &AtomicBool) {
+    let Serving {
+        world,
+        secret,
+        exits,
+    } = serving;
     let mut gathering = Gathering::new(world);
     let mut handshakes = Handshakes::new(handshakes::DEFAULT_LIMIT);
     while !done.load(Ordering::SeqCst) {
+        for (rank, how) in exits.try_iter() {
+            let refused = gathering.on_exit(rank, how);
+            if !refused.is_empty() {
+                tracing::info!(
+                    rank,
+                    "rendezvous: rank exited; refusing the communicators it never formed"
+                );
+            }
+            for unformable in refused {
+                refuse(unformable);
+            }
+        }
         accept_all(&listener, &mut handshakes, {
             let secret = secret.clone();
             move |s, _| handshake(s, secret.as_ref())
@@ -201,6 +276,7 @@ fn perform(step: Step<TcpStream>, peer: SocketAddr, world: u32, on_check_in: &dy
         completed,
         superseded,
         answers,
+        unformable,
     } = joined;
     if replaced {
         tracing::info!(%peer, rank, generation, "rendezvous: rank checked in again (restarted); endpoint replaced");
@@ -212,6 +288,29 @@ fn perform(step: Step<TcpStream>, peer: SocketAddr, world: u32, on_check_in: &dy
     }
     for answer in answers {
         send(answer);
+    }
+    for refused in unformable {
+        refuse(refused);
+    }
+}
+
+/// Tells one waiting rank that its generation cannot form, within [`ANSWER_LIMIT`].
+fn refuse(unformable: Unformable<TcpStream>) {
+    let Unformable {
+        mut conn,
+        rank,
+        generation,
+        exited,
+    } = unformable;
+    let ranks: Vec<u32> = exited.iter().map(|(r, _)| *r).collect();
+    tracing::warn!(rank, generation, exited = ?ranks, "rendezvous: communicator refused: ranks it needs exited without forming it");
+    if let Err(e) = write_refusal(
+        &mut conn,
+        generation,
+        &exited,
+        Instant::now() + ANSWER_LIMIT,
+    ) {
+        tracing::warn!(rank, error = %e, "rendezvous: could not send the refusal");
     }
 }
 
@@ -355,6 +454,65 @@ mod generation_tests {
             drop(idle);
             done.store(true, Ordering::SeqCst);
         }
+    }
+}
+
+#[cfg(test)]
+mod exit_tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::bootstrap::rendezvous::exchange_generation;
+
+    const LIMIT: Duration = Duration::from_secs(20);
+
+    /// A second communicator that rank 0 asks for after rank 1 exited without it is
+    /// refused at once, naming rank 1 and how it ended; one asked for before the exit
+    /// is refused as soon as the exit is reported. Before, each waited its whole
+    /// timeout and failed "no magic within ...".
+    #[test]
+    fn a_communicator_an_exited_rank_never_formed_is_refused_at_once() {
+        let server = RendezvousServer::bind("127.0.0.1", 2).unwrap();
+        let addr = format!("127.0.0.1:{}", server.port());
+        let exits = server.exits();
+        let done = Arc::new(AtomicBool::new(false));
+        let (tx, joined) = crossbeam_channel::unbounded();
+        server.spawn(done.clone(), reporting(tx)).unwrap();
+        let a = addr.clone();
+        let zero = std::thread::spawn(move || exchange_generation(&a, (0, 2, 0), "a", LIMIT, None));
+        exchange_generation(&addr, (1, 2, 0), "b", LIMIT, None).unwrap();
+        zero.join().unwrap().unwrap();
+        assert_eq!(joined.try_iter().count(), 2);
+
+        // Rank 0 waits at generation 1 before rank 1's exit is known.
+        let started = Instant::now();
+        let a = addr.clone();
+        let waiting =
+            std::thread::spawn(move || exchange_generation(&a, (0, 2, 1), "a1", LIMIT, None));
+        // Reported as joined: its check-in was read and waits for rank 1.
+        assert_eq!(joined.recv_timeout(LIMIT), Ok(0));
+        exits.exited(1, "finished (exit status: 0)");
+        let err = waiting.join().unwrap().unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(&err, BootstrapError::RanksExited { ranks, generation: 1, .. } if ranks == &[1]),
+            "{text}"
+        );
+        for needle in [
+            "ranks [1] exited",
+            "rank 1 finished (exit status: 0)",
+            "communicator number 2",
+        ] {
+            assert!(text.contains(needle), "no {needle:?} in {text}");
+        }
+        // A third communicator asked for after the exit: refused at once too.
+        let err = exchange_generation(&addr, (0, 2, 2), "a2", LIMIT, None).unwrap_err();
+        assert!(matches!(err, BootstrapError::RanksExited { .. }), "{err}");
+        assert!(
+            started.elapsed() < LIMIT / 2,
+            "took {:?}",
+            started.elapsed()
+        );
+        done.store(true, Ordering::SeqCst);
     }
 }
 

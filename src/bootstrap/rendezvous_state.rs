@@ -7,16 +7,20 @@
 //! belongs to, when a generation is complete, what a restarted rank's second check-in
 //! replaces, and which check-ins are refused; the serving loop in
 //! [`rendezvous_server`](super::rendezvous_server) accepts, reads, writes and logs.
+//! It also hears from the launcher which ranks ended for good ([`Gathering::on_exit`]):
+//! a generation missing one of them can never form, so its waiting check-ins are
+//! refused at once, naming them, instead of each waiting out its timeout (a later
+//! communicator that only some ranks ask for).
 //! So each ordering (a rank restarted before or after its generation was answered, a
-//! check-in for another generation arriving in between, the generation limit reached)
-//! is a deterministic test below rather than a job that has to be lucky with its
-//! timing.
+//! check-in for another generation arriving in between, the generation limit reached,
+//! a rank exiting before or after the others check in) is a deterministic test below
+//! rather than a job that has to be lucky with its timing.
 //!
 //! No decision here depends on the time: the only clocks of the rendezvous bound one
 //! connection's reads and writes, and those stay with the sockets.
 
 use super::rendezvous::CheckIn;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// At most this many generations of communicators are kept (each holds a list of
 /// endpoints), so that check-ins for ever new generations cannot exhaust memory.
@@ -53,6 +57,21 @@ pub(crate) struct Answer<C> {
     pub(crate) endpoints: Vec<String>,
 }
 
+/// A waiting check-in whose generation can no longer form: ranks it needs ended for
+/// good (the launcher saw them exit) without checking in at it. Its connection is
+/// answered with the refusal, naming them, instead of waiting out its timeout.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Unformable<C> {
+    /// Where to send the refusal.
+    pub(crate) conn: C,
+    /// The rank that checked in on `conn`.
+    pub(crate) rank: u32,
+    /// Its generation.
+    pub(crate) generation: u32,
+    /// The exited ranks the generation misses, in rank order, each with how it ended.
+    pub(crate) exited: Vec<(u32, String)>,
+}
+
 /// A check-in counted: what the loop reports, logs and sends.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Joined<C> {
@@ -70,6 +89,9 @@ pub(crate) struct Joined<C> {
     pub(crate) superseded: Option<C>,
     /// The lists to send now, in rank order.
     pub(crate) answers: Vec<Answer<C>>,
+    /// The generation misses ranks that exited: every connection waiting at it (this
+    /// one included) is refused now, in rank order.
+    pub(crate) unformable: Vec<Unformable<C>>,
 }
 
 /// What to do with one check-in.
@@ -104,6 +126,35 @@ impl<C> Generation<C> {
         }
     }
 
+    /// The waiting connections, taken, when ranks in `exited` never checked in here
+    /// (none otherwise): the generation `number` cannot form.
+    fn unformable(&mut self, number: u32, exited: &BTreeMap<u32, String>) -> Vec<Unformable<C>> {
+        let missing: Vec<(u32, String)> = exited
+            .iter()
+            .filter(|(r, _)| {
+                self.endpoints
+                    .get(**r as usize)
+                    .is_some_and(Option::is_none)
+            })
+            .map(|(r, how)| (*r, how.clone()))
+            .collect();
+        if missing.is_empty() {
+            return Vec::new();
+        }
+        self.waiting
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(rank, conn)| {
+                conn.take().map(|conn| Unformable {
+                    conn,
+                    rank: rank as u32,
+                    generation: number,
+                    exited: missing.clone(),
+                })
+            })
+            .collect()
+    }
+
     /// Every slot is filled once the generation is complete, so nothing is defaulted.
     fn list(&self) -> Vec<String> {
         self.endpoints
@@ -118,6 +169,8 @@ impl<C> Generation<C> {
 pub(crate) struct Gathering<C> {
     world: u32,
     generations: HashMap<u32, Generation<C>>,
+    /// Ranks that ended for good, with how: a generation missing one cannot form.
+    exited: BTreeMap<u32, String>,
 }
 
 impl<C> Gathering<C> {
@@ -126,7 +179,33 @@ impl<C> Gathering<C> {
         Gathering {
             world,
             generations: HashMap::new(),
+            exited: BTreeMap::new(),
         }
+    }
+
+    /// Rank `rank` ended for good (`how`: its exit, for the refusal's words). Every
+    /// generation still gathering that it never checked in at can no longer form: its
+    /// waiting connections are returned to be refused, by generation and rank.
+    pub(crate) fn on_exit(&mut self, rank: u32, how: String) -> Vec<Unformable<C>> {
+        if rank >= self.world {
+            return Vec::new();
+        }
+        self.exited.insert(rank, how);
+        let mut generations: Vec<u32> = self
+            .generations
+            .iter()
+            .filter(|(_, g)| !g.answered && g.endpoints[rank as usize].is_none())
+            .map(|(n, _)| *n)
+            .collect();
+        generations.sort_unstable();
+        let exited = &self.exited;
+        generations
+            .into_iter()
+            .flat_map(|n| match self.generations.get_mut(&n) {
+                Some(pending) => pending.unformable(n, exited),
+                None => Vec::new(),
+            })
+            .collect()
     }
 
     /// A check-in that passed its handshake, on `conn`. One wrong on several counts is
@@ -156,6 +235,7 @@ impl<C> Gathering<C> {
             completed: false,
             superseded: None,
             answers: Vec::new(),
+            unformable: Vec::new(),
         };
         if pending.answered {
             joined.answers.push(Answer {
@@ -182,6 +262,10 @@ impl<C> Gathering<C> {
                     })
                 })
                 .collect();
+        } else {
+            // Ranks that already ended will never complete it: say so now rather
+            // than at the waiting ranks' timeouts.
+            joined.unformable = pending.unformable(generation, &self.exited);
         }
         Step::Joined(joined)
     }

@@ -251,3 +251,78 @@ fn a_check_in_must_name_the_rank_its_proof_claimed() {
         Err("check-in for rank 0 after authenticating as rank 1".to_string())
     );
 }
+
+/// Which connections were refused as unformable, with the exited ranks named.
+fn unformable(refused: &[Unformable<u32>]) -> Vec<(u32, u32, u32, Vec<u32>)> {
+    refused
+        .iter()
+        .map(|u| {
+            let ranks = u.exited.iter().map(|(r, _)| *r).collect();
+            (u.conn, u.rank, u.generation, ranks)
+        })
+        .collect()
+}
+
+/// A later communicator that only some ranks ask for: the rank that exited without it
+/// makes the ranks waiting at it refused at once, naming it and how it ended.
+#[test]
+fn an_exit_refuses_the_ranks_waiting_at_a_generation_it_never_joined() {
+    let mut g = Gathering::new(3);
+    for rank in 0..3 {
+        join(&mut g, (rank, 3, 0), 0, "x");
+    }
+    let zero = join(&mut g, (0, 3, 1), 1, "a1");
+    assert!(zero.unformable.is_empty(), "nobody had exited yet");
+    let one = join(&mut g, (1, 3, 1), 1, "b1");
+    assert!(one.unformable.is_empty() && !one.completed);
+    let refused = g.on_exit(2, "finished (exit status: 0)".into());
+    assert_eq!(
+        unformable(&refused),
+        [(conn(0, 1), 0, 1, vec![2]), (conn(1, 1), 1, 1, vec![2])]
+    );
+    assert_eq!(refused[0].exited[0].1, "finished (exit status: 0)");
+    // Generation 0, answered, is not touched; an exit is reported once per rank.
+    assert!(g.on_exit(2, "again".into()).is_empty());
+}
+
+/// A rank that checks in after the exit was reported is refused at once, on its own
+/// connection; so is every later one at that generation.
+#[test]
+fn a_check_in_after_the_exit_is_refused_at_once() {
+    let mut g = Gathering::new(3);
+    assert!(g.on_exit(1, "finished (exit status: 0)".into()).is_empty());
+    let zero = join(&mut g, (0, 3, 0), 0, "a");
+    assert_eq!(unformable(&zero.unformable), [(conn(0, 0), 0, 0, vec![1])]);
+    assert!(zero.answers.is_empty() && !zero.completed);
+    let two = join(&mut g, (2, 3, 0), 0, "c");
+    assert_eq!(unformable(&two.unformable), [(conn(2, 0), 2, 0, vec![1])]);
+    // Rank 0 checked in at generation 0 before it exited: generation 1 misses both,
+    // named in rank order.
+    assert!(g.on_exit(0, "finished (exit status: 0)".into()).is_empty());
+    let late = join(&mut g, (2, 3, 1), 1, "c2");
+    assert_eq!(
+        unformable(&late.unformable),
+        [(conn(2, 1), 2, 1, vec![0, 1])]
+    );
+}
+
+/// A rank that exits after checking in at a generation does not stop it: the others
+/// still complete it. Exits of ranks outside the job are ignored.
+#[test]
+fn an_exit_after_checking_in_leaves_the_generation_to_form() {
+    let mut g = Gathering::new(2);
+    join(&mut g, (1, 2, 0), 0, "b");
+    assert!(g.on_exit(1, "finished (exit status: 0)".into()).is_empty());
+    assert!(g.on_exit(7, "finished (exit status: 0)".into()).is_empty());
+    let zero = join(&mut g, (0, 2, 0), 0, "a");
+    assert!(zero.completed && zero.unformable.is_empty());
+    let ab = list(&["a", "b"]);
+    assert_eq!(
+        answered(&zero),
+        [(conn(0, 0), 0, ab.clone()), (conn(1, 0), 1, ab)],
+        "rank 1's connection was still waiting"
+    );
+    // A restarted rank at the answered generation is answered as before.
+    let again = join(&mut g, (0, 2, 0), 1, "a2");
+    assert_eq!(answered(&again), [(conn(0, 1), 0, list(&["a2", "b"]))]);
+}
