@@ -882,7 +882,7 @@ impl Engine for RobustEngine {
             self.attempt,
             history,
         ) {
-            tracing::warn!(rank = self.rank, attempt = self.attempt, "{warning}");
+            mock::warn(self.rank, self.attempt, &warning);
         }
         Ok(())
     }

@@ -8,7 +8,7 @@
 //! A kill that can never strike (a call past its version's calls, a version after the
 //! last checkpoint, a start that never came, a rank the job lacks) is accepted, as in
 //! rabit, but when a rank finishes the job it logs a warning naming each such kill
-//! aimed at it and why ([`never_fired`]): a test that counted on it would otherwise
+//! aimed at it and why ([`never_fired`]), on stderr and in the log: a test that counted on it would otherwise
 //! pass without the failure it meant to cause.
 
 /// Environment variable with mock kills, separated by spaces: `"0,0,1,0 1,1,1,0,recover"`.
@@ -189,6 +189,24 @@ fn describe(k: &MockKill) -> String {
     };
     format!("{},{},{},{}{point}", k.rank, k.version, k.seq, k.ndeath)
 }
+
+/// Tells of `warning` (from [`never_fired`]) about rank `rank`'s start `attempt`: on
+/// stderr, as [`strike`] tells of a kill, so that a program without a tracing
+/// subscriber sees it too, and in the log.
+pub(crate) fn warn(rank: usize, attempt: u64, warning: &str) {
+    let line = format!("switchyard mock: rank {rank} (attempt {attempt}): {warning}");
+    eprintln!("{line}");
+    #[cfg(test)]
+    PRINTED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(line);
+    tracing::warn!(rank, attempt, "{warning}");
+}
+
+/// Every line [`warn`] printed, for tests to find theirs.
+#[cfg(test)]
+pub(crate) static PRINTED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 
 /// What a thread-ranked test's mock kill unwinds with, instead of exiting the
 /// process (see [`UNWIND`]).

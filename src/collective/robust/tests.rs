@@ -575,8 +575,8 @@ impl std::io::Write for Captured {
     }
 }
 
-/// Mock kills that cannot fire are accepted, but each is named in a warning at the
-/// end of the job with the reason (issue 20); the kill that struck is not.
+/// Mock kills that cannot fire are accepted, but each is named in a warning (on stderr and
+/// in the log) at the end of the job with the reason (issue 20); the kill that struck is not.
 #[test]
 fn mock_kills_that_never_fire_are_warned_about_at_the_end() {
     let logs = Captured::default();
@@ -607,6 +607,18 @@ fn mock_kills_that_never_fire_are_warned_about_at_the_end() {
         assert_eq!(text.matches(want).count(), 1, "{want:?} once in:\n{text}");
     }
     assert!(!text.contains("mock kill 2,1,1,0"), "{text}");
+    // On stderr too, for programs without a tracing subscriber: before, only logged.
+    let printed = super::mock::PRINTED.lock().unwrap().clone();
+    for want in [
+        "switchyard mock: rank 0 (attempt 0): mock kill 0,0,7,0 never fired",
+        "switchyard mock: rank 0 (attempt 0): mock kill 0,0,1,1 never fired",
+        "switchyard mock: rank 1 (attempt 0): mock kill 1,5,0,0 never fired",
+        "switchyard mock: rank 2 (attempt 1): mock kill 2,0,1,1 never fired",
+        "switchyard mock: rank 0 (attempt 0): mock kill 4,0,0,0 never fired",
+    ] {
+        let found = printed.iter().filter(|l| l.starts_with(want)).count();
+        assert_eq!(found, 1, "{want:?} once in {printed:#?}");
+    }
 }
 
 #[test]
