@@ -7,9 +7,11 @@
 //! core the peer needs to send what this rank waits for: calls then run 5-30 times
 //! slower than with no spin at all. The rank cannot count the other work, but it can
 //! see its effect: a spinning rank that loses its core finds a gap between two of its
-//! polls far longer than a poll takes. After such a gap it stops spinning, and for
-//! [`SHARED_FOR`] its waits go straight to sleep, which a woken rank's scheduler
-//! priority then makes fast; after that the full spin is tried again.
+//! polls far longer than a poll takes. After such a gap it stops that spin; after a
+//! second one within [`SEEN_WITHIN`] (one alone may be the launcher's own thread or
+//! the hypervisor, which an idle host has too) its waits go straight to sleep for
+//! [`SHARED_FOR`], which a woken rank's scheduler priority then makes fast; after that
+//! the full spin is tried again.
 
 use std::time::{Duration, Instant};
 
@@ -18,7 +20,10 @@ use std::time::{Duration, Instant};
 /// a millisecond or more.
 pub(super) const PREEMPTED: Duration = Duration::from_micros(200);
 
-/// How long the waits stay short after a preemption was seen.
+/// How close two preemptions must be for the cores to count as shared.
+pub(super) const SEEN_WITHIN: Duration = Duration::from_millis(100);
+
+/// How long the waits stay short once the cores count as shared.
 pub(super) const SHARED_FOR: Duration = Duration::from_secs(1);
 
 /// The spin of a link's waits: fixed when the user set it, else the chosen length
@@ -31,6 +36,8 @@ pub(super) struct Spin {
     fixed: bool,
     /// Until when the cores count as shared.
     shared_until: Option<Instant>,
+    /// When a spinning wait last lost its core.
+    last_preempted: Option<Instant>,
 }
 
 impl Spin {
@@ -40,6 +47,7 @@ impl Spin {
             full: spin,
             fixed: true,
             shared_until: None,
+            last_preempted: None,
         }
     }
 
@@ -49,6 +57,7 @@ impl Spin {
             full,
             fixed: false,
             shared_until: None,
+            last_preempted: None,
         }
     }
 
@@ -62,12 +71,19 @@ impl Spin {
 
     /// Notes that two polls of a spinning wait were `gap` apart, the second at
     /// `now`. Returns true when the wait should stop spinning: the rank lost its
-    /// core, so the cores are shared (unless the user set the spin).
+    /// core (unless the user set the spin); the second time within [`SEEN_WITHIN`],
+    /// the cores count as shared.
     pub(super) fn preempted(&mut self, gap: Duration, now: Instant) -> bool {
         if self.fixed || gap < PREEMPTED {
             return false;
         }
-        self.shared_until = Some(now + SHARED_FOR);
+        if self
+            .last_preempted
+            .is_some_and(|last| now.saturating_duration_since(last) <= SEEN_WITHIN)
+        {
+            self.shared_until = Some(now + SHARED_FOR);
+        }
+        self.last_preempted = Some(now);
         true
     }
 }
@@ -86,13 +102,30 @@ mod tests {
         // Polls a few microseconds apart: the core is this rank's.
         assert!(!spin.preempted(Duration::from_micros(5), start));
         assert_eq!(spin.length(start), FULL);
-        // A time slice of someone else: stop spinning, and do not spin for a while.
+        // A time slice of someone else: stop this spin; one alone changes nothing
+        // else.
         let later = start + Duration::from_micros(900);
+        assert!(spin.preempted(Duration::from_micros(800), later));
+        assert_eq!(spin.length(later), FULL);
+        // A second one soon after: the cores are shared, do not spin for a while.
+        let later = later + SEEN_WITHIN / 2;
         assert!(spin.preempted(Duration::from_micros(800), later));
         assert_eq!(spin.length(later), Duration::ZERO);
         assert_eq!(spin.length(later + SHARED_FOR / 2), Duration::ZERO);
         // Then the full spin is tried again.
         assert_eq!(spin.length(later + SHARED_FOR), FULL);
+    }
+
+    #[test]
+    fn preemptions_far_apart_leave_the_spin_as_it_is() {
+        let start = Instant::now();
+        let mut spin = Spin::chosen(FULL);
+        let mut at = start;
+        for _ in 0..5 {
+            at += SEEN_WITHIN * 2;
+            assert!(spin.preempted(Duration::from_millis(2), at));
+            assert_eq!(spin.length(at), FULL);
+        }
     }
 
     #[test]
