@@ -75,6 +75,7 @@ pub fn run_local(options: &LaunchOptions) -> Result<(), LaunchError> {
         (None, None) => outward_address(),
     };
     let rendezvous_addr = format!("{told}:{port}");
+    let rank_exits = rendezvous.exits();
     rendezvous.spawn(done.clone(), move |index| {
         let _ = notice_tx.send(Notice::Joined {
             index,
@@ -110,6 +111,7 @@ pub fn run_local(options: &LaunchOptions) -> Result<(), LaunchError> {
     let (output_done, output_closed) = unbounded();
     let mut supervisor = Supervisor::new(options, procs, console.clone(), notices, output_done)
         .with_replicated_servers(replicated)
+        .with_rank_exits(rank_exits)
         .with_session_dir(session.as_ref().map(|s| s.0.clone()));
     let result = supervisor.run();
     supervisor.stop_all("stopped");

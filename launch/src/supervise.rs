@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use switchyard::bootstrap::RankExits;
 
 /// How often the loop looks at everything.
 const POLL: Duration = Duration::from_millis(10);
@@ -138,6 +139,9 @@ pub(crate) struct Supervisor<'a> {
     servers_lost: u32,
     /// Where `mpirun` keeps its session folders (see `remote`).
     session_dir: Option<PathBuf>,
+    /// Where workers that ended for good are reported: the rendezvous refuses the
+    /// communicators they never formed at once, naming them.
+    rank_exits: Option<RankExits>,
 }
 
 impl std::fmt::Debug for Supervisor<'_> {
@@ -169,7 +173,14 @@ impl<'a> Supervisor<'a> {
             replicated_servers: false,
             servers_lost: 0,
             session_dir: None,
+            rank_exits: None,
         }
+    }
+
+    /// Reports every worker that ends for good to the rendezvous through `exits`.
+    pub(crate) fn with_rank_exits(mut self, exits: RankExits) -> Self {
+        self.rank_exits = Some(exits);
+        self
     }
 
     /// Points `mpirun`'s session folders on this host at `dir`, which the caller
@@ -387,6 +398,9 @@ impl<'a> Supervisor<'a> {
             group::signal_group(pid, libc::SIGKILL);
             if status.success() {
                 proc.end = Some((status.to_string(), Instant::now()));
+                if let (Role::Worker, Some(exits)) = (proc.role, &self.rank_exits) {
+                    exits.exited(proc.index, &format!("finished ({status})"));
+                }
                 let text = format!("{} finished ({status})", proc.name());
                 self.console.event(&text);
                 continue;

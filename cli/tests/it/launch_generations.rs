@@ -15,6 +15,9 @@ use switchyard::collective::{Communicator, ReduceOp};
 const CHILD: &str = "SWITCHYARD_TEST_GENERATIONS_CHILD";
 /// Set in the launched ranks of the idle-connections case.
 const IDLE: &str = "SWITCHYARD_TEST_GENERATIONS_IDLE";
+/// Set in the launched ranks of the exited-rank case: rank 1 forms one communicator
+/// and exits, rank 0 asks for a second one.
+const ONLY_SOME: &str = "SWITCHYARD_TEST_GENERATIONS_ONLY_SOME";
 /// Communicators each rank forms, one after another.
 const ROUNDS: u64 = 3;
 
@@ -35,6 +38,20 @@ fn rank_case() {
         comm.barrier().unwrap();
         drop(idle);
         println!("rank done: past idle connections");
+        return;
+    }
+    if std::env::var_os(ONLY_SOME).is_some() {
+        let mut comm = Communicator::from_env().unwrap();
+        comm.barrier().unwrap();
+        let rank = comm.rank();
+        drop(comm);
+        if rank == 0 {
+            // Rank 1 exits without this one: the launcher refuses it, naming rank 1.
+            match Communicator::from_env() {
+                Ok(_) => println!("rank done: a second communicator formed alone"),
+                Err(e) => println!("rank done: second communicator refused: {e}"),
+            }
+        }
         return;
     }
     if std::env::var_os(IDLE).is_some() {
@@ -110,4 +127,32 @@ fn idle_connections_to_the_rendezvous_delay_no_rank() {
     // Held one after another for 5 s each, as before, the six would cost 30 s; the job
     // takes about a second, and a loaded runner does not stretch that to 30.
     assert!(took < Duration::from_secs(30), "the job took {took:?}");
+}
+
+/// A later communicator that only rank 0 asks for, after rank 1 has exited, is refused
+/// at once naming rank 1. Before, rank 0 waited its whole timeout (30 s here) and then
+/// failed "no magic within 30.30s".
+#[test]
+fn a_communicator_only_some_ranks_ask_for_is_refused_naming_the_exited_ones() {
+    let mut cmd = switchyard();
+    cmd.env(CHILD, "1")
+        .env(ONLY_SOME, "1")
+        .env("SWITCHYARD_COLLECTIVE_TIMEOUT", "30")
+        .args(["launch", "-n", "2", "--timeout", "90", "--"])
+        .arg(std::env::current_exe().unwrap())
+        .arg(support::test_name(module_path!(), "rank_case"))
+        .args(["--exact", "--nocapture", "--test-threads=1"]);
+    let (out, took) = run_bounded(cmd, Duration::from_secs(150));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let refusal = stdout
+        .lines()
+        .find(|l| l.contains("second communicator refused"))
+        .unwrap_or_else(|| panic!("no refusal in\n{stdout}\nstderr:\n{stderr}"));
+    for needle in ["ranks [1] exited", "rank 1 finished"] {
+        assert!(refusal.contains(needle), "no {needle:?} in {refusal}");
+    }
+    // Refused at once: waiting out the 30 s timeout is what failed before.
+    assert!(took < Duration::from_secs(25), "the job took {took:?}");
 }
