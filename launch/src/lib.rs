@@ -35,8 +35,9 @@
 //!   (joined, running, finished, restarted) or one log line per event otherwise, and a
 //!   summary (per process: starts, wall time, exit status) at the end.
 //! - A process that exits abnormally is restarted with `DMLC_NUM_ATTEMPT` one higher,
-//!   up to [`LaunchOptions::max_restarts`] times; then every process is stopped and the
-//!   error names it ([`LaunchError::RankFailed`]).
+//!   up to [`LaunchOptions::max_restarts`] times, each restart announced naming the
+//!   process and its host; then every process is stopped and the error names it
+//!   ([`LaunchError::RankFailed`]).
 //! - Every process leads its own process group; stopping sends SIGTERM to the group and
 //!   SIGKILL after [`LaunchOptions::grace`], and a process's group is killed when it
 //!   exits, so nothing it started outlives it; on Linux a child also dies with a

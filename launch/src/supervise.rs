@@ -111,6 +111,15 @@ impl Proc {
         }
     }
 
+    /// `rank 3 on node1` where it runs on a host of the hostfile or the Slurm
+    /// allocation, else as [`Proc::name`].
+    pub(crate) fn name_on(&self) -> String {
+        match &self.host {
+            Some(host) => format!("{} on {}", self.name(), host.name),
+            None => self.name(),
+        }
+    }
+
     /// The prefix of its output lines: `[3] ` or `[s0] `.
     fn prefix(&self) -> String {
         match self.role {
@@ -361,7 +370,7 @@ impl<'a> Supervisor<'a> {
                         continue;
                     };
                     if let Some(pid) = proc.child.as_ref().map(std::process::Child::id) {
-                        let line = format!("{} killed: {text}", proc.name());
+                        let line = format!("{} killed: {text}", proc.name_on());
                         group::signal_group(pid, libc::SIGKILL);
                         self.console.event(&line);
                     }
@@ -431,7 +440,7 @@ impl<'a> Supervisor<'a> {
                 self.restarts += 1;
                 let text = format!(
                     "{} exited with {status}; restarted with DMLC_NUM_ATTEMPT={} (--max-restarts {})",
-                    proc.name(),
+                    proc.name_on(),
                     proc.attempt,
                     self.options.max_restarts
                 );
@@ -441,10 +450,7 @@ impl<'a> Supervisor<'a> {
             }
             proc.end = Some((status.clone(), Instant::now()));
             let restarts = proc.attempt;
-            let name = match &proc.host {
-                Some(host) => format!("{} on {}", proc.name(), host.name),
-                None => proc.name(),
-            };
+            let name = proc.name_on();
             self.console.event(&format!("{name} failed ({status})"));
             self.stop_all("stopped (another process failed)");
             return Ok(Some(LaunchError::RankFailed {

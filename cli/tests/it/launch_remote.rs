@@ -369,3 +369,50 @@ fn without_the_tracker_remote_processes_are_told_the_trackers_outward_address() 
         }
     }
 }
+
+/// The lines of `stderr` that the launcher wrote (`switchyard: ...`).
+fn launcher_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("switchyard: "))
+        .collect()
+}
+
+/// A restart notice names the host the process runs on, as its failure would.
+#[test]
+fn a_restart_notice_names_the_host() {
+    let cluster = Cluster::new("remote-restart", HOSTS);
+    let hostfile = cluster.hostfile();
+    // Rank 2 (on nodeB) fails its first start and succeeds its second.
+    let program = r#"[ "$SWITCHYARD_RANK.$DMLC_NUM_ATTEMPT" = 2.0 ] && exit 3; exit 0"#;
+    for launcher in ["ssh", "slurm", "mpi"] {
+        let args = [
+            "-n",
+            "3",
+            "--launcher",
+            launcher,
+            "--host",
+            "127.0.0.1",
+            "--hostfile",
+            hostfile.to_str().unwrap(),
+            "--max-restarts",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            program,
+        ];
+        let (out, _) = run_bounded(cluster.launch(&args), Duration::from_secs(60));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{launcher}: {stderr}");
+        let restart = "switchyard: rank 2 on nodeB exited with exit status: 3";
+        let line = launcher_lines(&stderr)
+            .into_iter()
+            .find(|l| l.starts_with(restart))
+            .unwrap_or_else(|| panic!("{launcher}: no {restart:?} in\n{stderr}"));
+        assert!(
+            line.contains("; restarted with DMLC_NUM_ATTEMPT=1 (--max-restarts 1)"),
+            "{launcher}: {line}"
+        );
+    }
+}
