@@ -11,50 +11,14 @@ use super::element::{DType, ReduceOp, Reducible, with_dtype};
 use super::engine::{self, Collective, Combine, Elem, Engine, share_fold_result};
 use super::error::{Call, CollectiveError};
 use super::hierarchy;
+use super::link::Clock;
 use super::link::Link;
-use super::link::{Clock, Notice};
+use super::link::blame::{self, Seen};
 use super::options::Tuning;
 use super::signature::{CHECKED, Signature};
 use std::ops::Range;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use switchyard_msg::payload;
-
-/// How long a rank waits for the answer when it asks whether a peer is alive
-/// ([`Link::alive`]); a waiting rank reads its control messages every 20 ms.
-const PROBE_WAIT: Duration = Duration::from_millis(250);
-/// How often a failed rank looks at the abort notices that arrived.
-const EXPLAIN_SLICE: Duration = Duration::from_millis(20);
-
-/// Where blame leads, seen from rank `me` that blames rank `blamed`. Returns the
-/// last notice on the way and the rank where the chain ends (one that sent no
-/// notice: dead, stopped, or not yet timed out itself): `blamed`'s notice blames
-/// `q`, `q`'s blames `s`, and `s` sent none. A notice from a rank that failed on its
-/// own (a mismatch, a bad argument) ends the chain at once, with no rank; so does a
-/// chain that runs in a circle, with no notice either.
-pub(crate) fn follow(
-    me: usize,
-    blamed: usize,
-    notices: &[Notice],
-) -> (Option<Notice>, Option<usize>) {
-    if let Some(first) = notices.iter().find(|n| n.blames.is_none()) {
-        return (Some(first.clone()), None);
-    }
-    let mut seen = vec![me];
-    let mut at = blamed;
-    let mut found = None;
-    loop {
-        let Some(notice) = notices.iter().find(|n| n.rank == at) else {
-            return (found, Some(at));
-        };
-        seen.push(at);
-        found = Some(notice.clone());
-        match notice.blames {
-            Some(next) if seen.contains(&next) => return (None, None),
-            Some(next) => at = next,
-            None => return (found, None),
-        }
-    }
-}
 
 /// Collectives over a [`Link`].
 pub(crate) struct MeshEngine {
@@ -122,7 +86,10 @@ impl MeshEngine {
 
     /// Tells the other ranks that call `seq` failed here with `e`, and returns the
     /// error to report: `e`, unless `e` only blames a peer that went away or silent
-    /// and the abort notices of the ranks it leads to explain why (see [`follow`]).
+    /// and the abort notices of the ranks it leads to explain why
+    /// ([`blame::explain`]): then the abort of the notice that explains it, which
+    /// says so when the blame comes back to this rank (its peers gave up waiting for
+    /// it: it was stopped).
     ///
     /// Every failed rank sends one notice. One that blames a rank is sent only once
     /// that rank is known to be gone (its connection closed, or it did not answer
@@ -132,11 +99,10 @@ impl MeshEngine {
     /// blaming it.
     fn failed(&mut self, seq: u64, sig: Signature, e: CollectiveError) -> CollectiveError {
         let me = self.link.rank();
-        let blamed = match &e {
-            CollectiveError::PeerTimeout { rank, .. } | CollectiveError::PeerLost { rank, .. } => {
-                *rank
-            }
-            CollectiveError::Aborted { rank, .. } => *rank,
+        let (blamed, seen) = match &e {
+            CollectiveError::PeerTimeout { rank, .. } => (*rank, Seen::Silent),
+            CollectiveError::PeerLost { rank, .. } => (*rank, Seen::Gone),
+            CollectiveError::Aborted { rank, .. } => (*rank, Seen::Aborted),
             _ => {
                 // The failure began here: say so, and report it as it is.
                 self.link
@@ -144,47 +110,21 @@ impl MeshEngine {
                 return e;
             }
         };
-        if let CollectiveError::Aborted { rank, .. } = &e {
+        if seen == Seen::Aborted {
             // A link in the chain: ranks waiting for this one follow it to `rank`.
             if self.link.notices(Instant::now()).is_some() {
                 let reason = format!("rank {me}: {e}");
-                self.link.abort_blaming(seq, &reason, Some(*rank));
+                self.link.abort_blaming(seq, &reason, Some(blamed));
             }
         }
-        let limit = Instant::now() + self.tuning.timeout + PROBE_WAIT;
-        let mut probed = false;
-        let found = loop {
-            let slice = (Instant::now() + EXPLAIN_SLICE).min(limit);
-            let Some(notices) = self.link.notices(slice) else {
-                break None;
-            };
-            let (found, end) = follow(me, blamed, &notices);
-            // A chain that reached a notice ends where that notice's sender confirmed.
-            if end.is_none() || found.is_some() || Instant::now() >= limit {
-                break found;
-            }
-            if !probed {
-                probed = true;
-                let gone = matches!(e, CollectiveError::PeerLost { .. })
-                    || self.link.alive(blamed, PROBE_WAIT) != Some(true);
-                if gone {
-                    break None;
-                }
-            }
-        };
-        if !matches!(e, CollectiveError::Aborted { .. }) {
+        let limit = Instant::now() + self.tuning.timeout + blame::PROBE_WAIT;
+        let explained = blame::explain(self.link.as_mut(), blamed, seen, limit);
+        if seen != Seen::Aborted {
             // Sent only now: `blamed` is gone, or its own notice continues the chain.
             self.link
                 .abort_blaming(seq, &format!("rank {me}: {e}"), Some(blamed));
         }
-        match found {
-            Some(n) => CollectiveError::Aborted {
-                call: sig.call,
-                rank: n.rank,
-                reason: n.reason,
-            },
-            None => e,
-        }
+        explained.into_error(sig.call, me, e)
     }
 
     /// [`choose`] for this world and tuning.
@@ -499,38 +439,46 @@ fn not_for(call: Call, algorithm: Algorithm) -> CollectiveError {
 
 #[cfg(test)]
 mod tests {
-    use super::{Notice, follow};
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use crate::bootstrap::{Bootstrap, MemoryExchange};
+    use crate::collective::{CommOptions, Communicator, DataPath, ReduceOp};
+    use std::time::Duration;
 
-    fn notice(rank: usize, blames: Option<usize>) -> Notice {
-        Notice {
-            rank,
-            reason: format!("rank {rank}"),
-            blames,
+    /// Rank 1 comes to an allreduce 5 s late (as a rank stopped for that long does,
+    /// and then resumed): ranks 0 and 2 give up on it after their 2 s timeout and
+    /// leave. Rank 1 then finds them gone, and must say that they gave up waiting for
+    /// it, not blame rank 0 or 2 for leaving (as it did).
+    #[test]
+    fn a_rank_its_peers_gave_up_on_says_so() {
+        let n = 3;
+        let board = MemoryExchange::new(n);
+        let threads: Vec<_> = (0..n)
+            .map(|rank| {
+                let boot = Bootstrap::from_exchange(rank, n, board.clone());
+                std::thread::spawn(move || {
+                    let options = CommOptions::default()
+                        .with_timeout(Duration::from_secs(2))
+                        .with_data_path(DataPath::Tcp)
+                        .with_shared_memory(false);
+                    let mut comm = Communicator::join(&boot, options).unwrap();
+                    if rank == 1 {
+                        std::thread::sleep(Duration::from_secs(5));
+                    }
+                    let mut x = [1u32];
+                    comm.allreduce(&mut x, ReduceOp::Sum)
+                        .unwrap_err()
+                        .to_string()
+                })
+            })
+            .collect();
+        let errors: Vec<String> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let late = &errors[1];
+        assert!(
+            late.contains("gave up waiting for this rank (rank 1)"),
+            "rank 1: {late}\nothers: {errors:?}"
+        );
+        for survivor in [0, 2] {
+            assert!(!late.contains(&format!("lost rank {survivor} ")), "{late}");
         }
-    }
-
-    /// Rank 3 lost rank 2, which exited after losing rank 1 (killed, no notice):
-    /// the chain ends at rank 1, explained by rank 2's notice.
-    #[test]
-    fn blame_is_followed_to_the_rank_that_sent_no_notice() {
-        let notices = [notice(2, Some(1)), notice(3, Some(2))];
-        let (found, end) = follow(0, 3, &notices);
-        assert_eq!((found.map(|n| n.rank), end), (Some(2), Some(1)));
-        assert_eq!(follow(0, 1, &notices), (None, Some(1)));
-    }
-
-    /// A failure that began on a rank (a mismatch) explains every other notice.
-    #[test]
-    fn a_failure_of_its_own_ends_the_chain() {
-        let notices = [notice(2, Some(1)), notice(1, None)];
-        assert_eq!(follow(0, 2, &notices), (Some(notice(1, None)), None));
-    }
-
-    /// Two ranks waiting for each other explain nothing: each reports its own error.
-    #[test]
-    fn a_circle_of_blame_explains_nothing() {
-        let notices = [notice(1, Some(0)), notice(2, Some(1))];
-        assert_eq!(follow(0, 1, &notices), (None, None));
-        assert_eq!(follow(0, 2, &notices), (None, None));
     }
 }

@@ -315,6 +315,44 @@ fn ranks_sharing_hosts_allreduce_within_and_across_them() {
     }
 }
 
+/// Two hosts of two ranks that all announce one `SWITCHYARD_HOST_ID`: the ranks of
+/// one host cannot reach the other host's shared-memory sockets. Every rank fails and
+/// says why (the ranks that tried to connect, and through their notices the ranks
+/// that waited for them, which saw only closed connections before).
+#[test]
+fn one_host_id_across_two_namespaces_is_explained_to_every_rank() {
+    let Some(net) = Net::new(2) else { return };
+    ready();
+    let by = Instant::now() + Duration::from_secs(60);
+    let hosts = [0, 0, 1, 1];
+    let args = ["env", "--iters", "2", "--timeout", "10"];
+    let workers: Vec<Worker> = (0..hosts.len())
+        .rev()
+        .map(|r| {
+            let vars = [
+                ("MASTER_ADDR", Net::addr(0).to_string()),
+                ("MASTER_PORT", "29512".into()),
+                ("RANK", r.to_string()),
+                ("WORLD_SIZE", hosts.len().to_string()),
+                ("SWITCHYARD_HOST_ID", "one-for-all".into()),
+            ]
+            .map(|(k, v)| (k.to_string(), v));
+            Worker::start_with(&net, hosts[r], &args, &vars)
+        })
+        .collect();
+    for (rank, worker) in workers.into_iter().rev().enumerate() {
+        let (status, lines) = worker.finish(by);
+        assert!(!status.success(), "rank {rank}: {lines:#?}");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("netns_worker: ")
+                    && l.contains("must share a network namespace")),
+            "rank {rank}: {lines:#?}"
+        );
+    }
+}
+
 #[test]
 fn torchrun_variables_bring_up_a_job_on_three_hosts() {
     let Some(net) = Net::new(3) else { return };

@@ -5,6 +5,7 @@
 //! | `socket.rs` | [`SocketLink`] and [`BoundLink`]: the link over the Dealer/Router transports, with its goodbye handshake |
 //! | `stream.rs` | [`StreamLink`]: the TCP data path beside a [`SocketLink`] |
 //! | `setup.rs` | opening the [`StreamLink`]'s connections |
+//! | `blame.rs` | following abort notices back to where a failure began |
 //! | `liveness.rs` | the [`StreamLink`]'s heartbeat: telling a stopped or cut-off peer from a busy one |
 //! | `framing.rs` | the stream wire format, as a pure encoder and decoder |
 //! | `pool.rs` | frame buffers for reuse |
@@ -12,6 +13,7 @@
 //! | `shm/` | the shared-memory pipe a [`StreamLink`] uses for a peer on this host, and its hand-over at setup |
 //! | `memory/` | [`MemoryLink`]: ranks in one process, taking turns on a deterministic schedule (`turn.rs`) |
 
+pub(crate) mod blame;
 pub(crate) mod framing;
 mod group;
 mod liveness;

@@ -14,13 +14,14 @@
 //! before the connections are made, so that a rank is beating while a slower peer
 //! still connects.
 
+use super::blame::{self, Seen};
 use super::framing::{HELLO_LEN, decode_hello, encode_hello};
 use super::liveness::{Announce, Beats, Liveness, interval_for};
 use super::shm::{Board, hand_over, share_board};
 use super::stream::Pipe;
 use super::{Link, SocketLink, Tag};
 use crate::bootstrap::handshakes::{self, Handshakes, accept_all};
-use crate::collective::error::LinkError;
+use crate::collective::error::{Call, LinkError};
 use bytes::Bytes;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -35,6 +36,9 @@ const HELLO_LIMIT: Duration = Duration::from_secs(5);
 
 /// Setup messages on the control link use call 0, which no collective uses.
 const SETUP_TAG: Tag = Tag { call: 0, step: 1 };
+
+/// How often the wait for the lower ranks' connections looks for abort notices.
+const ABORT_LOOK: Duration = Duration::from_millis(20);
 
 /// An open connection to one peer, ready for non-blocking use.
 #[derive(Debug)]
@@ -107,9 +111,77 @@ pub(super) fn open_connections(
 /// heartbeat [`Announce`] (port 0 when it has no heartbeat), and its host identity
 /// (empty: no shared memory). A pair of ranks that announce the same identity swap
 /// their TCP connection for shared memory once it is open and authenticated.
+///
+/// A rank that fails tells every peer why on `control` (an abort notice for call 0,
+/// blaming the peer its wait failed on, see `blame.rs`) while its listener and
+/// connections are still open, and reports the failure as the notices explain it: a
+/// peer that then sees them close finds the notice, and blames the rank this one
+/// blamed (a dead one) instead of this one, which only gave up.
 pub(super) fn open_connections_on(
     control: &mut SocketLink,
     listener: TcpListener,
+    timeout: Duration,
+    secret: Option<&JobSecret>,
+    heartbeat: Option<Duration>,
+    host_id: Option<&str>,
+) -> Result<Opened, LinkError> {
+    let mut streams = Vec::new();
+    let opened = connect_all(
+        control,
+        &listener,
+        &mut streams,
+        timeout,
+        secret,
+        heartbeat,
+        host_id,
+    );
+    opened.map_err(|e| {
+        let e = gave_up(control, e, timeout);
+        // Only now: the peers had the notice before these close.
+        drop((listener, streams));
+        e
+    })
+}
+
+/// Tells the peers on `control` that this rank's set-up failed with `e`, and returns
+/// the error to report, as their notices explain it (see [`blame::explain`]): this
+/// rank's own, or the abort of the rank the blame leads to, which says so when it
+/// gave up waiting for this rank.
+fn gave_up(control: &mut SocketLink, e: LinkError, timeout: Duration) -> LinkError {
+    let me = control.rank();
+    let reason = format!("rank {me}: {}", e.clone().during(Call::Setup));
+    let (blamed, seen) = match &e {
+        LinkError::Timeout { rank, .. } => (*rank, Seen::Silent),
+        LinkError::Lost { rank, .. } => (*rank, Seen::Gone),
+        LinkError::Aborted { rank, .. } => (*rank, Seen::Aborted),
+        _ => (me, Seen::Aborted),
+    };
+    if blamed == me {
+        // The failure began here (a misconfiguration, a local error): say so.
+        control.abort_blaming(SETUP_TAG.call, &reason, None);
+        control.flush_aborts();
+        return e;
+    }
+    if seen == Seen::Aborted {
+        // A link in the chain: ranks waiting for this one follow it on.
+        control.abort_blaming(SETUP_TAG.call, &reason, Some(blamed));
+    }
+    let limit = Instant::now() + timeout + blame::PROBE_WAIT;
+    let explained = blame::explain(control, blamed, seen, limit);
+    if seen != Seen::Aborted {
+        control.abort_blaming(SETUP_TAG.call, &reason, Some(blamed));
+    }
+    control.flush_aborts();
+    explained.into_link_error(me, e)
+}
+
+/// The body of [`open_connections_on`], keeping the TCP connections in `streams`
+/// (entry `r`: rank `r`'s) so that they outlive a failure until the peers were told.
+#[allow(clippy::too_many_arguments)]
+fn connect_all(
+    control: &mut SocketLink,
+    listener: &TcpListener,
+    streams: &mut Vec<Option<TcpStream>>,
     timeout: Duration,
     secret: Option<&JobSecret>,
     heartbeat: Option<Duration>,
@@ -172,7 +244,8 @@ pub(super) fn open_connections_on(
             .map_err(|e| setup(format!("heartbeat: {e}")))?,
         None => None,
     };
-    let mut streams: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
+    streams.clear();
+    streams.resize_with(size, || None);
     // Connect upwards; accept from below.
     for peer in rank + 1..size {
         let addr: SocketAddr = addrs[peer]
@@ -203,8 +276,14 @@ pub(super) fn open_connections_on(
     // a stranger that connects and says nothing holds up no rank.
     let mut handshakes = Handshakes::new(handshakes::DEFAULT_LIMIT);
     let mut missing = rank;
+    let mut looked = Instant::now();
     while missing > 0 {
-        accept_all(&listener, &mut handshakes, {
+        if looked.elapsed() >= ABORT_LOOK {
+            // A rank below that gave up will never connect: its notice says why.
+            looked = Instant::now();
+            control.check_aborts()?;
+        }
+        accept_all(listener, &mut handshakes, {
             let secret = secret.cloned();
             move |stream, _| {
                 let by = deadline.min(Instant::now() + HELLO_LIMIT);
@@ -233,10 +312,10 @@ pub(super) fn open_connections_on(
             Err(reason) => tracing::warn!(%from, %reason, "stream link: bad hello; closed"),
         }
     }
-    let mut pipes = hand_over(rank, &streams, &addrs, &same_host, deadline)?;
+    let mut pipes = hand_over(rank, streams, &addrs, &same_host, deadline)?;
     let board = share_board(rank, &pipes, &addrs, deadline)?;
     let mut connections = Vec::with_capacity(size);
-    for (peer, stream) in streams.into_iter().enumerate() {
+    for (peer, stream) in std::mem::take(streams).into_iter().enumerate() {
         let addr = addrs[peer].clone();
         if let Some(pipe) = pipes[peer].take() {
             // The TCP connection carried the hand-over; it closes here.
@@ -564,6 +643,119 @@ mod tests {
         assert_eq!(zero.silent(1, start, Instant::now()), None);
         assert_eq!(one.silent(0, start, Instant::now()), None);
         assert_eq!(zero.malformed() + zero.stray(), 0);
+    }
+
+    /// Rank 1 dies after announcing its address (its data listener refuses): rank 0,
+    /// connecting up to it, fails first, and ranks 2 and 3, whose hellos from ranks 0
+    /// and 1 never come, must name rank 1 through rank 0's notice, soon, not rank 0
+    /// (alive, it only gave up) at their deadline, as they did.
+    #[test]
+    fn a_rank_that_gave_up_is_not_blamed_for_the_dead_rank() {
+        let (size, victim) = (4, 1);
+        let timeout = Duration::from_secs(4);
+        let bound: Vec<BoundLink> = (0..size)
+            .map(|r| {
+                BoundLink::bind(r, size, "tcp://127.0.0.1:0", SocketOptions::default()).unwrap()
+            })
+            .collect();
+        let endpoints: Vec<String> = bound.iter().map(|b| b.endpoint().to_string()).collect();
+        // An address where nobody listens any more: the dead rank's.
+        let dead = listener().1;
+        let threads: Vec<_> = bound
+            .into_iter()
+            .enumerate()
+            .map(|(rank, link)| {
+                let (endpoints, dead) = (endpoints.clone(), dead.clone());
+                std::thread::spawn(move || {
+                    let mut control = link.connect(&endpoints, TIMEOUT).unwrap();
+                    control.set_close_handshake(false);
+                    let started = Instant::now();
+                    if rank == victim {
+                        for peer in (0..size).filter(|&p| p != rank) {
+                            let frames = vec![Bytes::from(dead.clone()), Bytes::new()];
+                            control
+                                .send(peer, SETUP_TAG, frames, started + TIMEOUT)
+                                .unwrap();
+                        }
+                        // Its control link stays open until the others are done: what
+                        // they must tell is who failed first, and why.
+                        std::thread::sleep(timeout + Duration::from_secs(1));
+                        return (String::new(), Duration::ZERO);
+                    }
+                    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+                    let opened =
+                        open_connections_on(&mut control, listener, timeout, None, None, None);
+                    let error = opened.map(|_| ()).unwrap_err().during(Call::Setup);
+                    (error.to_string(), started.elapsed())
+                })
+            })
+            .collect();
+        let outcomes: Vec<(String, Duration)> =
+            threads.into_iter().map(|t| t.join().unwrap()).collect();
+        for (rank, (error, took)) in outcomes.iter().enumerate() {
+            if rank == victim {
+                continue;
+            }
+            assert!(error.contains("lost rank 1 "), "rank {rank}: {error}");
+            for bystander in [0, 2, 3] {
+                assert!(
+                    !error.contains(&format!("lost rank {bystander} "))
+                        && !error.contains(&format!("for rank {bystander}")),
+                    "rank {rank}: {error}"
+                );
+            }
+            assert!(*took < timeout, "rank {rank} after {took:?}: {error}");
+        }
+    }
+
+    /// Rank 2 comes to the set-up long after the others' timeout (as a rank stopped
+    /// that long does, and then resumed): ranks 0 and 1 give up on it, and rank 2
+    /// must say that they gave up waiting for it, not blame them.
+    #[test]
+    fn a_rank_late_to_the_set_up_says_its_peers_gave_up_on_it() {
+        let (size, late) = (3, 2);
+        let timeout = Duration::from_secs(2);
+        let bound: Vec<BoundLink> = (0..size)
+            .map(|r| {
+                BoundLink::bind(r, size, "tcp://127.0.0.1:0", SocketOptions::default()).unwrap()
+            })
+            .collect();
+        let endpoints: Vec<String> = bound.iter().map(|b| b.endpoint().to_string()).collect();
+        let threads: Vec<_> = bound
+            .into_iter()
+            .enumerate()
+            .map(|(rank, link)| {
+                let endpoints = endpoints.clone();
+                std::thread::spawn(move || {
+                    let mut control = link.connect(&endpoints, TIMEOUT).unwrap();
+                    control.set_close_handshake(false);
+                    if rank == late {
+                        std::thread::sleep(timeout * 2);
+                    }
+                    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+                    let opened =
+                        open_connections_on(&mut control, listener, timeout, None, None, None);
+                    opened
+                        .map(|_| ())
+                        .unwrap_err()
+                        .during(Call::Setup)
+                        .to_string()
+                })
+            })
+            .collect();
+        let errors: Vec<String> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let error = &errors[late];
+        assert!(
+            error.contains("gave up waiting for this rank (rank 2)"),
+            "rank 2: {error}\nothers: {errors:?}"
+        );
+        for rank in [0, 1] {
+            assert!(
+                errors[rank].contains("for rank 2"),
+                "rank {rank}: {}",
+                errors[rank]
+            );
+        }
     }
 
     /// Ranks with the same identity share a group, in rank order; a rank that

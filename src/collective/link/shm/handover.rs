@@ -127,14 +127,15 @@ pub(in crate::collective::link) fn hand_over(
         let socket = SocketAddr::from_abstract_name(&name)
             .and_then(|addr| UnixStream::connect_addr(&addr))
             .map_err(|e| {
-                lost(
-                    peer,
-                    format!(
-                        "cannot reach its shared-memory socket ({e}): ranks that announce one \
-                         host identity must share a network namespace (set SWITCHYARD_HOST_ID \
-                         apart, or SWITCHYARD_SHM=0)"
-                    ),
-                )
+                // A misconfiguration, not a fault of the peer's: reported as this
+                // rank's own failure, so that its notice to every rank blames no one
+                // and every rank reports this advice.
+                local(format!(
+                    "cannot reach rank {peer}'s shared-memory socket at shm://{} ({e}): ranks \
+                     that announce one host identity must share a network namespace (set \
+                     SWITCHYARD_HOST_ID apart, or SWITCHYARD_SHM=0)",
+                    addrs[peer]
+                ))
             })?;
         let mut message = Vec::with_capacity(SEGMENT_MESSAGE);
         message.extend_from_slice(&SEGMENT);

@@ -169,7 +169,7 @@ impl SocketLink {
 
     /// Waits (at most [`ABORT_FLUSH`]) until every peer has acknowledged this rank's
     /// abort notices, reading and dropping whatever else arrives.
-    pub(super) fn flush_aborts(&mut self) {
+    pub(crate) fn flush_aborts(&mut self) {
         let deadline = Instant::now() + ABORT_FLUSH;
         let started = Instant::now();
         while Instant::now() < deadline && (0..self.size).any(|p| p != self.rank && !self.acks[p]) {
