@@ -33,7 +33,10 @@
 //! - Output is forwarded line by line, prefixed `[rank] ` (`[sJ] ` for server `J`).
 //! - With [`LaunchOptions::progress`], stderr shows one status line on a terminal
 //!   (joined, running, finished, restarted) or one log line per event otherwise, and a
-//!   summary (per process: starts, wall time, exit status) at the end.
+//!   summary (per process: starts, wall time, exit status) at the end. A start names
+//!   the process's host and the PID the launcher has: a local process's own, else
+//!   its wrapper's on this host (`rank 3 on node1 running (srun pid 4242 on this
+//!   host, DMLC_NUM_ATTEMPT=0)`); the program's PID on its host is not known here.
 //! - A process that exits abnormally is restarted with `DMLC_NUM_ATTEMPT` one higher,
 //!   up to [`LaunchOptions::max_restarts`] times, each restart announced naming the
 //!   process and its host; then every process is stopped and the error names it

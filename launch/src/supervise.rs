@@ -294,8 +294,9 @@ impl<'a> Supervisor<'a> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         group::own_group(&mut command);
+        let wrapper_name = command.get_program().to_string_lossy().into_owned();
         let mut child = command.spawn().map_err(|e| LaunchError::Spawn {
-            program: command.get_program().to_string_lossy().into_owned(),
+            program: wrapper_name.clone(),
             reason: e.to_string(),
         })?;
         let prefix = proc.prefix();
@@ -326,16 +327,21 @@ impl<'a> Supervisor<'a> {
         let pid = child.id();
         proc.child = Some(child);
         proc.first_start.get_or_insert_with(Instant::now);
-        let on = proc
-            .host
-            .as_ref()
-            .map(|h| format!(" on {}", h.name))
-            .unwrap_or_default();
-        let text = format!(
-            "{} running (pid {pid}{on}, DMLC_NUM_ATTEMPT={})",
-            proc.name(),
-            proc.attempt
-        );
+        // A remote process's PID is not known here: the one at hand is its wrapper's
+        // (ssh, srun, mpirun) on this host, and is named as such.
+        let text = if options.launcher == LauncherKind::Local {
+            format!(
+                "{} running (pid {pid}, DMLC_NUM_ATTEMPT={})",
+                proc.name(),
+                proc.attempt
+            )
+        } else {
+            format!(
+                "{} running ({wrapper_name} pid {pid} on this host, DMLC_NUM_ATTEMPT={})",
+                proc.name_on(),
+                proc.attempt
+            )
+        };
         self.console.event(&text);
         Ok(())
     }

@@ -378,6 +378,53 @@ fn launcher_lines(stderr: &str) -> Vec<&str> {
         .collect()
 }
 
+/// A remote process's PID is not known on this host: progress names the PID it has
+/// as its wrapper's on this host, beside the process and its host, never as if it
+/// were the program's on that host ("pid N on nodeA").
+#[test]
+fn progress_names_the_pid_as_the_wrappers_on_this_host() {
+    let cluster = Cluster::new("remote-pids", HOSTS);
+    let hostfile = cluster.hostfile();
+    for (launcher, wrapper) in [("ssh", "ssh"), ("slurm", "srun"), ("mpi", "mpirun")] {
+        let args = [
+            "-n",
+            "3",
+            "--launcher",
+            launcher,
+            "--host",
+            "127.0.0.1",
+            "--hostfile",
+            hostfile.to_str().unwrap(),
+            "--",
+            "true",
+        ];
+        let (out, _) = run_bounded(cluster.launch(&args), Duration::from_secs(60));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{launcher}: {stderr}");
+        let lines = launcher_lines(&stderr);
+        for (rank, host) in [(0, "nodeA"), (1, "nodeA"), (2, "nodeB")] {
+            let start = format!("switchyard: rank {rank} on {host} running ({wrapper} pid ");
+            let line = lines
+                .iter()
+                .find(|l| l.starts_with(&start))
+                .unwrap_or_else(|| panic!("{launcher}: no {start:?} in\n{stderr}"));
+            let rest = &line[start.len()..];
+            let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(0);
+            assert!(digits > 0, "{launcher}: {line}");
+            assert!(
+                rest[digits..].starts_with(" on this host, DMLC_NUM_ATTEMPT=0)"),
+                "{launcher}: {line}"
+            );
+        }
+        assert!(
+            !lines
+                .iter()
+                .any(|l| l.contains(" on nodeA,") || l.contains(" on nodeB,")),
+            "{launcher}: a PID named as if on the remote host:\n{stderr}"
+        );
+    }
+}
+
 /// A restart notice names the host the process runs on, as its failure would.
 #[test]
 fn a_restart_notice_names_the_host() {
