@@ -70,8 +70,10 @@
 //!   input, held open by the launcher, closes: the launcher stopped it, died, or lost
 //!   the connection; [`LaunchOptions::launcher_args`] go right after `ssh` (`-F
 //!   CONFIG`, `-p PORT`);
-//! - slurm: run inside an allocation (`salloc`/`sbatch`) with one task per process;
-//!   `srun` delivers the launcher's SIGTERM to its task;
+//! - slurm: run inside an allocation (`salloc`/`sbatch`) with one task per process
+//!   (without a hostfile, a job with more processes than the allocation has tasks is
+//!   refused before anything starts); `srun` delivers the launcher's SIGTERM to its
+//!   task;
 //! - mpi: an `mpirun` on `PATH` that accepts `-np` and `--host` (OpenMPI; MPICH's
 //!   Hydra uses `-hosts`), and, as root, OpenMPI's `--allow-run-as-root` through
 //!   `OMPI_ALLOW_RUN_AS_ROOT=1` and `OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1`.

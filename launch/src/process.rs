@@ -302,10 +302,45 @@ fn hosts(options: &LaunchOptions) -> Result<Vec<Host>, LaunchError> {
             reason: "--launcher ssh needs --hostfile with one host per line".into(),
         }),
         (None, LauncherKind::Slurm) => {
-            hostfile::from_slurm_allocation(&|name: &str| std::env::var(name).ok())
+            let hosts = hostfile::from_slurm_allocation(&|name: &str| std::env::var(name).ok())?;
+            fits_allocation(options, &hosts)?;
+            Ok(hosts)
         }
         (None, _) => Ok(Vec::new()),
     }
+}
+
+/// Refuses a job with more processes than the Slurm allocation `slots` (one entry per
+/// task) has tasks, before anything starts: each process is a one-task `srun` step,
+/// and a step beyond the allocation's tasks waits for a free CPU that no step of this
+/// job gives back, so the job would only end at the rendezvous timeout. Outside an
+/// allocation (`slots` empty) Slurm places the steps itself.
+fn fits_allocation(options: &LaunchOptions, slots: &[Host]) -> Result<(), LaunchError> {
+    let wanted = u64::from(options.processes) + u64::from(options.servers);
+    let tasks = slots.len() as u64;
+    if slots.is_empty() || wanted <= tasks {
+        return Ok(());
+    }
+    let var = |name: &str| std::env::var(name).unwrap_or_else(|_| "(unset)".into());
+    let servers = if options.servers > 0 {
+        format!(
+            " ({} workers and {} servers)",
+            options.processes, options.servers
+        )
+    } else {
+        String::new()
+    };
+    Err(LaunchError::InvalidOption {
+        option: "processes",
+        value: options.processes.to_string(),
+        reason: format!(
+            "the job needs {wanted} processes{servers}, one srun task each, but the Slurm \
+             allocation has {tasks} tasks (SLURM_JOB_NODELIST={}, SLURM_TASKS_PER_NODE={}); \
+             ask for at most {tasks}, or for an allocation with {wanted} tasks (sbatch/salloc -n {wanted})",
+            var("SLURM_JOB_NODELIST"),
+            var("SLURM_TASKS_PER_NODE"),
+        ),
+    })
 }
 
 /// The address to bind the tracker and the rendezvous, and the one to tell the

@@ -38,10 +38,10 @@ exec "$@"
 "#;
 
 /// A folder with the stand-ins, a hostfile and the log, removed when dropped.
-struct Cluster(PathBuf);
+pub(crate) struct Cluster(PathBuf);
 
 impl Cluster {
-    fn new(name: &str, hostfile: &str) -> Cluster {
+    pub(crate) fn new(name: &str, hostfile: &str) -> Cluster {
         let dir = std::env::temp_dir().join(format!("switchyard-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("bin")).unwrap();
@@ -54,12 +54,12 @@ impl Cluster {
         Cluster(dir)
     }
 
-    fn hostfile(&self) -> PathBuf {
+    pub(crate) fn hostfile(&self) -> PathBuf {
         self.0.join("hosts")
     }
 
     /// `switchyard launch` with the stand-ins first on PATH.
-    fn launch(&self, args: &[&str]) -> std::process::Command {
+    pub(crate) fn launch(&self, args: &[&str]) -> std::process::Command {
         let path = std::env::var_os("PATH").unwrap_or_default();
         let mut dirs = vec![self.0.join("bin")];
         dirs.extend(std::env::split_paths(&path));
@@ -75,7 +75,7 @@ impl Cluster {
     }
 
     /// The stand-ins' argument lines, one per process.
-    fn log(&self) -> Vec<String> {
+    pub(crate) fn log(&self) -> Vec<String> {
         std::fs::read_to_string(self.0.join("log"))
             .unwrap_or_default()
             .lines()
@@ -90,7 +90,7 @@ impl Drop for Cluster {
     }
 }
 
-const HOSTS: &str = "# test cluster\nnodeA slots=2\nnodeB\n";
+pub(crate) const HOSTS: &str = "# test cluster\nnodeA slots=2\nnodeB\n";
 const PRINT: &str = "echo task=$DMLC_TASK_ID cluster=$DMLC_JOB_CLUSTER rank=$SWITCHYARD_RANK";
 
 /// Runs 3 workers through `launcher` and checks their output and the log line of each.

@@ -23,6 +23,7 @@ mod launch_messages;
 mod launch_mpi;
 mod launch_ps;
 mod launch_remote;
+mod launch_slurm;
 mod launch_supervise;
 mod mpi;
 mod netns_bootstrap;
