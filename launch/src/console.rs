@@ -7,7 +7,7 @@
 //! readable and greppable. All writes go through one lock, so a child's line is never
 //! cut by the status line or by another child's line.
 
-use super::remote::{RemoteReport, split_status};
+use super::remote::{RemoteReport, is_cancel_notice, split_status};
 use crossbeam_channel::Sender;
 use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
 use std::sync::{Arc, Mutex};
@@ -133,8 +133,10 @@ pub(crate) fn format_summary(rows: &[SummaryRow]) -> String {
 }
 
 /// Copies a child's output line by line, each prefixed with `prefix` (`[3] `); sends on
-/// `done` when the stream closes. With `report` (an ssh process's stderr), the remote
-/// shell's status report is taken out of the output and handed to `report`.
+/// `done` when the stream closes. With `report` (the stderr of an ssh or srun
+/// process), the remote shell's status report is taken out of the output and handed
+/// to `report`, and so is srun's word that Slurm cancelled the step (which stays in
+/// the output).
 pub(crate) fn forward_output(
     console: Arc<Console>,
     prefix: String,
@@ -155,7 +157,12 @@ pub(crate) fn forward_output(
                         }
                         before
                     }
-                    (line, None) => line,
+                    (line, None) => {
+                        if is_cancel_notice(line) {
+                            report.cancelled();
+                        }
+                        line
+                    }
                 },
                 None => &line,
             };

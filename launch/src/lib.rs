@@ -47,7 +47,11 @@
 //!   SIGKILLed launcher (`PR_SET_PDEATHSIG`; its own background jobs can survive that
 //!   one case). With
 //!   [`LaunchOptions::stop_on_signals`], SIGINT and SIGTERM stop the job
-//!   ([`LaunchError::Interrupted`]; the command exits with status 130).
+//!   ([`LaunchError::Interrupted`]; the command exits with status 130). A process
+//!   that ended as a cancelled one does (by SIGTERM, or with srun passing on Slurm's
+//!   notice that its step was cancelled) up to a second before that signal counts
+//!   as the interruption, not as its failure: `scancel` signals the launcher and
+//!   every step at once, and a step's end can be seen first.
 //! - A worker that neither checks in at the rendezvous nor gets a rank from the tracker
 //!   within [`LaunchOptions::rendezvous_timeout`] stops the job
 //!   ([`LaunchError::Missing`]); one that exits successfully first is fine.

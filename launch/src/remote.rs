@@ -138,17 +138,37 @@ pub(crate) fn split_status(line: &str) -> (&str, Option<i32>) {
     }
 }
 
-/// What the remote side of one `ssh` start reported, shared by the thread that
-/// forwards its stderr and the supervision loop.
+/// What the wrapper of one start reported, shared by the thread that forwards its
+/// stderr and the supervision loop: the remote shell's status (ssh), and whether
+/// Slurm said the step was cancelled (srun).
 #[derive(Debug, Default)]
 pub(crate) struct RemoteReport {
-    /// The status reported, and whether the stream has closed.
-    state: std::sync::Mutex<(Option<i32>, bool)>,
+    state: std::sync::Mutex<ReportState>,
     changed: std::sync::Condvar,
 }
 
+/// What has come back so far.
+#[derive(Debug, Default, Clone, Copy)]
+struct ReportState {
+    /// The status the remote shell reported.
+    status: Option<i32>,
+    /// srun passed on Slurm's notice that the step was cancelled.
+    cancelled: bool,
+    /// The stream has ended: nothing more will come.
+    closed: bool,
+}
+
+/// What a start's wrapper had reported by the time it was asked.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Reported {
+    /// The status the remote shell reported (ssh only).
+    pub(crate) status: Option<i32>,
+    /// Slurm cancelled the step (srun only; see [`is_cancel_notice`]).
+    pub(crate) cancelled: bool,
+}
+
 impl RemoteReport {
-    fn update(&self, f: impl FnOnce(&mut (Option<i32>, bool))) {
+    fn update(&self, f: impl FnOnce(&mut ReportState)) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         f(&mut state);
         self.changed.notify_all();
@@ -156,25 +176,45 @@ impl RemoteReport {
 
     /// The remote shell reported `status`.
     pub(crate) fn report(&self, status: i32) {
-        self.update(|s| s.0 = Some(status));
+        self.update(|s| s.status = Some(status));
+    }
+
+    /// srun passed on Slurm's notice that the step was cancelled.
+    pub(crate) fn cancelled(&self) {
+        self.update(|s| s.cancelled = true);
     }
 
     /// The stream ended: no report will come after this.
     pub(crate) fn close(&self) {
-        self.update(|s| s.1 = true);
+        self.update(|s| s.closed = true);
     }
 
-    /// The status reported, once the stream has closed or `limit` has passed. `ssh`
-    /// has exited when this is asked, so its stream ends at once unless something
-    /// else holds it; the report, if sent, is read by then.
-    pub(crate) fn wait(&self, limit: std::time::Duration) -> Option<i32> {
+    /// What was reported, once the stream has closed or `limit` has passed. The
+    /// wrapper has exited when this is asked, so its stream ends at once unless
+    /// something else holds it; what it sent is read by then.
+    pub(crate) fn wait(&self, limit: std::time::Duration) -> Reported {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let (state, _) = self
             .changed
-            .wait_timeout_while(state, limit, |s| !s.1)
+            .wait_timeout_while(state, limit, |s| !s.closed)
             .unwrap_or_else(|e| e.into_inner());
-        state.0
+        Reported {
+            status: state.status,
+            cancelled: state.cancelled,
+        }
     }
+}
+
+/// Whether `line` (of srun's stderr) is Slurm's word that the step was cancelled:
+/// slurmstepd's `*** STEP 12.3 ON node1 CANCELLED AT 2024-05-01T10:00:00 ***` (also
+/// `JOB`, and `... DUE TO TIME LIMIT`), or srun's own `srun: forcing job termination`,
+/// which it prints when it is signalled itself, as every process of the job is when
+/// the job is cancelled.
+pub(crate) fn is_cancel_notice(line: &str) -> bool {
+    (line.contains("*** STEP ") || line.contains("*** JOB ")) && line.contains(" CANCELLED AT ")
+        || line
+            .trim_start()
+            .starts_with("srun: forcing job termination")
 }
 
 /// How an `ssh` start ended, for the job's messages: ssh's own `status`, explained
@@ -596,6 +636,24 @@ mod tests {
             ("out", Some(9))
         );
         assert_eq!(split_status("plain"), ("plain", None));
+    }
+
+    #[test]
+    fn slurms_cancel_notices_are_recognised() {
+        for line in [
+            "slurmstepd-node1: error: *** STEP 2.1 ON node1 CANCELLED AT 2026-11-29T04:12:53 ***",
+            "slurmstepd: error: *** JOB 2 ON node0 CANCELLED AT 2026-11-29T04:12:53 DUE TO TIME LIMIT ***",
+            "srun: forcing job termination",
+        ] {
+            assert!(is_cancel_notice(line), "{line}");
+        }
+        for line in [
+            "srun: error: node1: task 0: Terminated",
+            "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.",
+            "the order was CANCELLED AT noon",
+        ] {
+            assert!(!is_cancel_notice(line), "{line}");
+        }
     }
 
     #[test]

@@ -21,10 +21,18 @@ use switchyard::bootstrap::RankExits;
 /// How often the loop looks at everything.
 const POLL: Duration = Duration::from_millis(10);
 
-/// How long the loop waits, after an `ssh` failed, for the rest of its stderr (where
-/// the remote shell's status report is). Bounded because something else (a
-/// multiplexing master of ssh's) may hold the stream open.
+/// How long the loop waits, after an `ssh` or `srun` failed, for the rest of its
+/// stderr (where the remote shell's status report and Slurm's cancel notice are).
+/// Bounded because something else (a multiplexing master of ssh's, a program's
+/// background child under a stand-in) may hold the stream open.
 const REPORT_WAIT: Duration = Duration::from_secs(2);
+
+/// How long a process that ended as a cancelled one does (by SIGTERM, or with srun
+/// passing on Slurm's cancel notice) is held, before it counts as failed, for the
+/// launcher's own SIGINT or SIGTERM. Slurm cancelling a job (`scancel`, its time
+/// limit) signals the launcher and every step at once, from different daemons, so a
+/// step's end can be seen first; the job was interrupted, not failed by that rank.
+const CANCEL_WINDOW: Duration = Duration::from_secs(1);
 
 /// What the rendezvous and the tracker tell the loop.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -300,8 +308,10 @@ impl<'a> Supervisor<'a> {
             reason: e.to_string(),
         })?;
         let prefix = proc.prefix();
-        // The remote shell reports the program's status on stderr (see `remote`).
-        proc.report = (options.launcher == LauncherKind::Ssh).then(Arc::default);
+        // The remote shell reports the program's status on stderr (see `remote`), and
+        // srun passes on Slurm's word that the step was cancelled there.
+        proc.report =
+            matches!(options.launcher, LauncherKind::Ssh | LauncherKind::Slurm).then(Arc::default);
         if let Some(out) = child.stdout.take() {
             forward_output(
                 self.console.clone(),
@@ -420,13 +430,40 @@ impl<'a> Supervisor<'a> {
                 self.console.event(&text);
                 continue;
             }
+            let reported = report
+                .map(|report| report.wait(REPORT_WAIT))
+                .unwrap_or_default();
+            let cancel_like = reported.cancelled || ended_by_sigterm(status, reported.status);
             // ssh's status alone cannot tell its own failure from a remote program's
             // death by a signal (255 for both): the remote shell's report, read to the
             // end of ssh's stderr, can.
-            let status = match report {
-                Some(report) => remote::describe_ssh_exit(status, report.wait(REPORT_WAIT)),
-                None => status.to_string(),
+            let status = if self.options.launcher == LauncherKind::Ssh {
+                remote::describe_ssh_exit(status, reported.status)
+            } else {
+                status.to_string()
             };
+            // A signal to the launcher seen by now, or (for an end like a cancelled
+            // one) within CANCEL_WINDOW, is why this process ended: the job was
+            // interrupted; the process neither failed nor is restarted.
+            let window = if cancel_like {
+                CANCEL_WINDOW
+            } else {
+                Duration::ZERO
+            };
+            let interrupted = if self.options.stop_on_signals {
+                signal_within(window)
+            } else {
+                None
+            };
+            if let Some(signal) = interrupted {
+                let name = proc.name_on();
+                proc.end = Some((format!("stopped (interrupted): {status}"), Instant::now()));
+                self.console.event(&format!(
+                    "{signal} received as {name} ended ({status}); stopping every process"
+                ));
+                self.stop_all("stopped (interrupted)");
+                return Ok(Some(LaunchError::Interrupted { signal }));
+            }
             if proc.role == Role::Server && self.replicated_servers && self.servers_lost == 0 {
                 self.servers_lost += 1;
                 let text = format!(
@@ -526,6 +563,30 @@ impl<'a> Supervisor<'a> {
                 }
             })
             .collect()
+    }
+}
+
+/// Whether a process ended as SIGTERM ends one: killed by it, or, through a wrapper
+/// that passes a signal on as `128 + N` (srun, ssh's remote shell, mpirun), 143.
+fn ended_by_sigterm(status: std::process::ExitStatus, remote: Option<i32>) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    let by_wrapper = 128 + libc::SIGTERM;
+    status.signal() == Some(libc::SIGTERM)
+        || status.code() == Some(by_wrapper)
+        || remote == Some(by_wrapper)
+}
+
+/// The signal the launcher received, if it has by now or does within `window`.
+fn signal_within(window: Duration) -> Option<&'static str> {
+    let until = Instant::now() + window;
+    loop {
+        if let Some(signal) = signals::received() {
+            return Some(signal);
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+        std::thread::sleep(POLL);
     }
 }
 

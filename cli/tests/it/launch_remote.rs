@@ -58,6 +58,13 @@ impl Cluster {
         self.0.join("hosts")
     }
 
+    /// Replaces the stand-in `name` (`ssh`, `srun`, `mpirun`) with the script `body`.
+    pub(crate) fn replace_standin(&self, name: &str, body: &str) {
+        let path = self.0.join("bin").join(name);
+        std::fs::write(&path, body).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
     /// `switchyard launch` with the stand-ins first on PATH.
     pub(crate) fn launch(&self, args: &[&str]) -> std::process::Command {
         let path = std::env::var_os("PATH").unwrap_or_default();
