@@ -44,6 +44,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 mod negotiate;
 pub(crate) use negotiate::Assignment;
 #[cfg(test)]
+pub(crate) use negotiate::Negotiation;
+#[cfg(test)]
 use negotiate::{Round, STALE_AFTER};
 
 /// The most negotiation rounds one connection may take: a worker that cannot reach a

@@ -96,6 +96,12 @@ impl Json {
         self.shut_down.iter().copied().collect()
     }
 
+    /// How many `start`s wait for the batch.
+    #[cfg(test)]
+    pub(crate) fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
     /// Whether JSON workers were given ranks (the batch formed): a job has one
     /// protocol, so a classic `start` is then refused. A `start` still waiting for its
     /// batch does not count, so that one stranger's `start` cannot decide a job of

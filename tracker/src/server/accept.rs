@@ -75,7 +75,7 @@ pub(crate) fn run(shared: &Arc<Shared>, listener: &TcpListener) {
         // An IPv4 peer of a dual-stack listener shows as ::ffff:a.b.c.d; workers want
         // a.b.c.d.
         let host = peer.ip().to_canonical().to_string();
-        shared.sequence.enter(conn, &host);
+        shared.sequence.enter(conn, &host, Instant::now());
         let sh = Arc::clone(shared);
         let spawned = std::thread::Builder::new()
             .name(format!("tracker-{peer}"))

@@ -12,6 +12,7 @@ use crate::classic::{self, Classic};
 use crate::common::ConnId;
 use crate::journal::Journal;
 use crate::json::{self, Json};
+use crate::record::Protocol;
 
 /// Why a classic `start` is refused in a job of JSON workers.
 pub(crate) const MIXED_CLASSIC: &str = "a classic-protocol worker (rabit, XGBoost 2.0 or \
@@ -29,6 +30,11 @@ pub(crate) struct Machines {
     pub(crate) classic: Classic,
     pub(crate) json: Json,
     pub(crate) journal: Option<Journal>,
+    /// Test-only: the rule before it was fixed, under which a `start` still waiting
+    /// for its batch decided the job's protocol (so that the simulation shows it finds
+    /// what that rule breaks).
+    #[cfg(test)]
+    pub(crate) by_claim: bool,
 }
 
 /// A `start` taken in: the machine's actions, and the other protocol's waiting
@@ -48,7 +54,7 @@ impl Machines {
         host: &str,
         hello: &classic::Hello,
     ) -> Result<Taken<classic::Action>, String> {
-        if self.json.ranked() {
+        if self.json.ranked() || self.claimed_by_waiting(Protocol::Json) {
             return Err(MIXED_CLASSIC.into());
         }
         let actions = self.classic.start(conn, host, hello)?;
@@ -70,7 +76,7 @@ impl Machines {
         port: i64,
         error_port: i64,
     ) -> Result<Taken<json::Action>, String> {
-        if self.classic.ranked() {
+        if self.classic.ranked() || self.claimed_by_waiting(Protocol::Classic) {
             return Err(MIXED_JSON.into());
         }
         let actions = self.json.start(conn, host, hello, port, error_port)?;
@@ -80,6 +86,23 @@ impl Machines {
             Vec::new()
         };
         Ok(Taken { actions, refused })
+    }
+
+    /// Test-only: whether, under the rule before the fix ([`by_claim`](Self::by_claim)),
+    /// `protocol`'s waiting `start`s already decided the job.
+    #[cfg(test)]
+    fn claimed_by_waiting(&self, protocol: Protocol) -> bool {
+        self.by_claim
+            && match protocol {
+                Protocol::Classic => self.classic.pending() > 0,
+                Protocol::Json => self.json.pending() > 0,
+            }
+    }
+
+    /// Waiting `start`s decide nothing.
+    #[cfg(not(test))]
+    fn claimed_by_waiting(&self, _protocol: Protocol) -> bool {
+        false
     }
 }
 
@@ -94,6 +117,7 @@ mod tests {
             classic: Classic::new(n, SortBy::Host),
             json: Json::new(n, SortBy::Host),
             journal: None,
+            by_claim: false,
         }
     }
 

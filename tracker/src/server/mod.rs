@@ -15,6 +15,8 @@ mod json_conn;
 mod machines;
 mod sequence;
 mod shared;
+#[cfg(test)]
+mod sim_tests;
 
 use crate::common::SortBy;
 use crate::journal::{Journal, JournalError};

@@ -45,11 +45,12 @@ pub(crate) struct Sequence {
 }
 
 impl Sequence {
-    /// Takes `conn`'s place (in the accept loop, so that places follow accept order).
-    pub(crate) fn enter(&self, conn: ConnId, host: &str) {
+    /// Takes `conn`'s place (in the accept loop, so that places follow accept order),
+    /// accepted at `now`.
+    pub(crate) fn enter(&self, conn: ConnId, host: &str, now: Instant) {
         let place = Place {
             host: host.to_string(),
-            since: Instant::now(),
+            since: now,
             heard: false,
         };
         lock(&self.open).insert(conn, place);
@@ -71,16 +72,20 @@ impl Sequence {
         }
     }
 
+    /// Whether, at `now`, a connection from `host` accepted before `conn` still holds
+    /// it back (what [`await_turn`](Self::await_turn) waits on, without waiting).
+    #[cfg(test)]
+    pub(crate) fn blocked(&self, conn: ConnId, host: &str, now: Instant) -> bool {
+        blocks(&lock(&self.open), conn, host, now)
+    }
+
     /// Waits, at most `limit`, until every connection from `host` accepted before
     /// `conn` has settled; false when the limit ran out first.
     pub(crate) fn await_turn(&self, conn: ConnId, host: &str, limit: Duration) -> bool {
         let started = Instant::now();
         let mut open = lock(&self.open);
         loop {
-            let blocked = open
-                .range(..conn)
-                .any(|(_, p)| p.host == host && (p.heard || p.since.elapsed() < GREETING_GRACE));
-            if !blocked {
+            if !blocks(&open, conn, host, Instant::now()) {
                 return true;
             }
             let left = limit.saturating_sub(started.elapsed());
@@ -96,6 +101,14 @@ impl Sequence {
     }
 }
 
+/// Whether an unsettled connection from `host` accepted before `conn` holds it back at
+/// `now`: one whose command is complete, or one still within its grace.
+fn blocks(open: &BTreeMap<ConnId, Place>, conn: ConnId, host: &str, now: Instant) -> bool {
+    open.range(..conn).any(|(_, p)| {
+        p.host == host && (p.heard || now.saturating_duration_since(p.since) < GREETING_GRACE)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,9 +118,9 @@ mod tests {
     #[test]
     fn a_later_connection_waits_only_for_earlier_ones_of_its_host() {
         let s = Arc::new(Sequence::default());
-        s.enter(1, "10.0.0.1");
-        s.enter(2, "10.0.0.2");
-        s.enter(3, "10.0.0.1");
+        s.enter(1, "10.0.0.1", Instant::now());
+        s.enter(2, "10.0.0.2", Instant::now());
+        s.enter(3, "10.0.0.1", Instant::now());
         // Another host's earlier connection does not hold it back.
         assert!(s.await_turn(2, "10.0.0.2", Duration::ZERO));
         // Its own host's does, until it settles or the limit runs out.
@@ -129,8 +142,8 @@ mod tests {
     #[test]
     fn a_connection_silent_past_the_grace_holds_back_nobody() {
         let s = Sequence::default();
-        s.enter(1, "10.0.0.1");
-        s.enter(2, "10.0.0.1");
+        s.enter(1, "10.0.0.1", Instant::now());
+        s.enter(2, "10.0.0.1", Instant::now());
         let started = Instant::now();
         assert!(s.await_turn(2, "10.0.0.1", Duration::from_secs(10)));
         let waited = started.elapsed();

@@ -90,6 +90,8 @@ impl Shared {
                 classic,
                 json,
                 journal,
+                #[cfg(test)]
+                by_claim: false,
             }),
             changed: Condvar::new(),
             inboxes: Mutex::new(HashMap::new()),
