@@ -338,13 +338,14 @@ sshd_in() {
         for ((tries = 0; ; tries++)); do
             ip netns exec "$ns" ssh -F "$dir/ssh_config" -o BatchMode=yes \
                 -o ConnectTimeout=2 "$addr" true 2>/dev/null && break
-            [ "$tries" -lt 50 ] || die "sshd at $addr in $ns did not answer within 10 s"
+            [ "$tries" -lt 150 ] || die "sshd at $addr in $ns did not answer within 30 s"
             sleep 0.2
         done
     done
 }
 
-# Every host answers a login within 10 s, or `up` fails naming the host.
+# Every host answers a login within 30 s (sshd starts in well under a second on an
+# idle machine; a loaded one has been seen to take over 10), or `up` fails naming it.
 wait_sshd() {
     local dir=$1 hosts=$2 i tries
     for ((i = 0; i < hosts; i++)); do
@@ -353,9 +354,9 @@ wait_sshd() {
                 -o ConnectTimeout=2 "node$i" true 2>/dev/null; then
                 break
             fi
-            if [ "$tries" -ge 50 ]; then
+            if [ "$tries" -ge 150 ]; then
                 down "$dir" >/dev/null 2>&1 || true
-                die "sshd on node$i did not answer within 10 s (see its log above)"
+                die "sshd on node$i did not answer within 30 s (see its log above)"
             fi
             sleep 0.2
         done
