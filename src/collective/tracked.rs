@@ -42,6 +42,53 @@ pub use crate::bootstrap::{ENV_TRACKER_PROTOCOL, TrackerProtocol};
 /// Longest mesh endpoint accepted from a peer during the ring allgather.
 const MAX_ENDPOINT: usize = 4096;
 
+/// Points of [`tracker_mesh`] where a test can stop a thread-ranked worker (a panic
+/// unwinds it and drops its sockets, as a killed process's close).
+#[cfg(test)]
+pub(crate) mod hook {
+    use std::cell::RefCell;
+
+    /// Where in forming a mesh.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub(crate) enum Point {
+        /// Before the tracker's `start` or `recover`.
+        Join,
+        /// The tracker links stand; before the endpoint exchange.
+        Linked,
+        /// Before step `k` of the ring allgather of the mesh endpoints.
+        Ring(usize),
+        /// Every endpoint known; before the mesh connects.
+        Connect,
+        /// The mesh stands.
+        Formed,
+    }
+
+    type Hook = Box<dyn FnMut(Point)>;
+
+    thread_local! {
+        static AT: RefCell<Option<Hook>> = const { RefCell::new(None) };
+    }
+
+    /// Runs this thread's hook (if any) at `point`.
+    pub(crate) fn at(point: Point) {
+        let hook = AT.with(|h| h.borrow_mut().take());
+        if let Some(mut hook) = hook {
+            // Put back before it runs: a hook that panics stays set for the thread's
+            // next worker only if the test sets it again.
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(point)));
+            match result {
+                Ok(()) => AT.with(|h| *h.borrow_mut() = Some(hook)),
+                Err(payload) => std::panic::resume_unwind(payload),
+            }
+        }
+    }
+
+    /// Sets (or clears) this thread's hook.
+    pub(crate) fn set(hook: Option<Hook>) {
+        AT.with(|h| *h.borrow_mut() = hook);
+    }
+}
+
 /// Where a tracker is and who this worker is to it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -156,6 +203,11 @@ struct Joined {
     /// side); the same stream in a world of two.
     next: Option<TcpStream>,
     prev: Option<TcpStream>,
+    /// Every link of a classic join, held open until the endpoint exchange is over: a
+    /// peer still accepting its links takes a closed one for a failed join
+    /// ([`ClientConfig::watch_links`]), and only the end of the exchange proves that
+    /// every rank finished joining.
+    held: Vec<TcpStream>,
     local_ip: IpAddr,
     session: Session,
 }
@@ -193,6 +245,7 @@ fn join(spec: &TrackerJoin, config: ClientConfig, how: JoinAs) -> Result<Joined,
                 world: j.world,
                 next,
                 prev,
+                held: j.links.into_values().collect(),
                 local_ip: j.local_ip,
                 session: Session::Classic(j.session),
             })
@@ -205,6 +258,7 @@ fn join(spec: &TrackerJoin, config: ClientConfig, how: JoinAs) -> Result<Joined,
                 world: j.world,
                 next: Some(j.successor),
                 prev: Some(j.predecessor),
+                held: Vec::new(),
                 local_ip: j.local_ip,
                 session: Session::Json(j.session),
             })
@@ -225,6 +279,8 @@ struct TrackerRing {
     next: TcpStream,
     /// Stream from the ring predecessor (receive side).
     prev: TcpStream,
+    /// The join's other links, closed with the ring (see [`Joined::held`]).
+    _held: Vec<TcpStream>,
 }
 
 impl EndpointExchange for TrackerRing {
@@ -242,6 +298,8 @@ impl EndpointExchange for TrackerRing {
         let mut all = vec![String::new(); n];
         all[r] = mine.to_string();
         for k in 0..n - 1 {
+            #[cfg(test)]
+            hook::at(hook::Point::Ring(k));
             let out = &all[(r + n - k) % n];
             let mut frame = Vec::with_capacity(4 + out.len());
             wire::put_str(&mut frame, out);
@@ -325,8 +383,16 @@ pub(crate) fn tracker_mesh(
     // everything else, the setup limit (robust mode's attempts).
     let mut config = ClientConfig::default().with_timeout(options.setup_timeout());
     config.batch_timeout = options.timeout;
+    // A join fails as soon as one of its links closes (a peer's join failed, or it
+    // died), so that it stops drawing peers into links that cannot all form; the links
+    // stay open until the endpoint exchange below is over.
+    config.watch_links = true;
+    #[cfg(test)]
+    hook::at(hook::Point::Join);
     let joined = join(spec, config, how)
         .map_err(|e| CollectiveError::setup(format!("joining the {at}"), e))?;
+    #[cfg(test)]
+    hook::at(hook::Point::Linked);
     // Until the mesh stands, a failure must not look like a finished worker to the
     // tracker: the link sends its `shutdown` only once it is armed.
     let mut link = TrackerLink {
@@ -364,14 +430,22 @@ pub(crate) fn tracker_mesh(
                     ),
                     IpAddr::V4(_) => e,
                 })?;
-            let mut ring = TrackerRing { next, prev };
+            let mut ring = TrackerRing {
+                next,
+                prev,
+                _held: joined.held,
+            };
             let endpoints = builder.exchange(
                 &mut ring,
                 || format!("mesh endpoint exchange over the {at} ring"),
                 options.setup_timeout(),
             )?;
             drop(ring);
+            #[cfg(test)]
+            hook::at(hook::Point::Connect);
             let (engine, _, processor_name, _) = builder.connect(&endpoints)?.into_parts();
+            #[cfg(test)]
+            hook::at(hook::Point::Formed);
             (engine, processor_name)
         };
     tracing::debug!(?how, rank, world, took = ?began.elapsed(), "mesh formed through the {at}");

@@ -14,8 +14,45 @@ use switchyard_net::env::{self, EnvError, Lookup};
 use switchyard_tracker::client::ClientConfig;
 use switchyard_tracker::client::classic::ClassicClient;
 
-/// The pause between two attempts to form a mesh.
+/// The shortest pause between two attempts to form a mesh.
 const REJOIN_PAUSE: Duration = Duration::from_millis(50);
+
+/// The longest random part of that pause.
+const REJOIN_SPREAD_MAX: Duration = Duration::from_millis(800);
+
+/// The pauses between attempts: [`REJOIN_PAUSE`] plus a random part whose range
+/// doubles after each failed attempt (up to [`REJOIN_SPREAD_MAX`]), drawn from a
+/// generator seeded by the worker's identity, so that ranks that failed together do
+/// not all come back together, and a test sees the same pauses every run.
+#[derive(Clone, Debug)]
+struct Backoff {
+    state: u64,
+    failed: u32,
+}
+
+impl Backoff {
+    fn new(seed: &str) -> Backoff {
+        // FNV-1a of the seed.
+        let state = seed.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        Backoff { state, failed: 0 }
+    }
+
+    /// The pause after another failed attempt.
+    fn next(&mut self) -> Duration {
+        // splitmix64.
+        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        let spread = (REJOIN_PAUSE * 2u32.pow(self.failed.min(5))).min(REJOIN_SPREAD_MAX);
+        self.failed += 1;
+        let nanos = u64::try_from(spread.as_nanos()).unwrap_or(u64::MAX);
+        REJOIN_PAUSE + Duration::from_nanos(z % nanos.max(1))
+    }
+}
 
 /// Forms this rank's mesh through the tracker (`how`: the first `start`, or a
 /// survivor's `recover`), in attempts, within [`CommOptions::timeout`] in all.
@@ -31,19 +68,37 @@ fn form(
     options: &CommOptions,
     how: JoinAs,
 ) -> Result<TrackerMesh, CollectiveError> {
+    form_counted(spec, options, how).map(|(mesh, _)| mesh)
+}
+
+/// [`form`], and the attempts it took.
+fn form_counted(
+    spec: &TrackerJoin,
+    options: &CommOptions,
+    how: JoinAs,
+) -> Result<(TrackerMesh, u32), CollectiveError> {
     let until = Instant::now() + options.timeout;
     let mut attempt_options = options.clone();
     attempt_options.setup_limit =
         Some((options.timeout / 4).clamp(Duration::from_secs(1), Duration::from_secs(5)));
     let keep_session = how == JoinAs::Start;
+    let mut attempts = 0;
+    let mut backoff = Backoff::new(&format!(
+        "{}/{how:?}",
+        spec.task_id.as_deref().unwrap_or_default()
+    ));
     loop {
+        attempts += 1;
         match tracker_mesh(spec, &attempt_options, how, keep_session) {
-            Ok(mesh) => return Ok(mesh),
-            Err(e) if Instant::now() + REJOIN_PAUSE < until => {
-                tracing::warn!(?how, error = %e, "robust: forming the mesh failed; trying again");
-                std::thread::sleep(REJOIN_PAUSE);
+            Ok(mesh) => return Ok((mesh, attempts)),
+            Err(e) => {
+                let pause = backoff.next();
+                if Instant::now() + pause >= until {
+                    return Err(e);
+                }
+                tracing::warn!(?how, error = %e, ?pause, "robust: forming the mesh failed; trying again");
+                std::thread::sleep(pause);
             }
-            Err(e) => return Err(e),
         }
     }
 }
@@ -170,6 +225,10 @@ impl Communicator {
         Ok(comm)
     }
 }
+
+#[cfg(test)]
+#[path = "reform_tests.rs"]
+mod reform_tests;
 
 #[cfg(test)]
 mod tests {

@@ -27,6 +27,15 @@ pub struct ClientConfig {
     pub accept_timeout: Duration,
     /// Caps on what the tracker or a peer may make us read.
     pub limits: Limits,
+    /// Classic joins only: whether a join fails at once, closing its listener, when a
+    /// link it already made closes before the join is over (the peer's own join failed,
+    /// or it died), rather than wait for the rest of its peers; and whether it then
+    /// refuses to shake hands with a peer that connects. The caller must keep every
+    /// link open until no peer can still be joining (switchyard's tracker mesh keeps
+    /// them until its ring exchange, which every rank must have joined to finish, is
+    /// over): a peer that drops a link it no longer needs would fail a join that is
+    /// still accepting. Default off.
+    pub watch_links: bool,
 }
 
 impl Default for ClientConfig {
@@ -39,6 +48,7 @@ impl Default for ClientConfig {
             batch_timeout: Duration::from_secs(30 * 60),
             accept_timeout: Duration::from_secs(30 * 60),
             limits: Limits::default(),
+            watch_links: false,
         }
     }
 }

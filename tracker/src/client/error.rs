@@ -131,6 +131,19 @@ pub enum ClientError {
         /// How long we waited.
         waited: Duration,
     },
+    /// A link this worker made closed before its join was over
+    /// ([`ClientConfig::watch_links`](super::ClientConfig::watch_links)): that peer's
+    /// join failed, so this one cannot complete.
+    #[error(
+        "the link to rank {rank} closed {during}: that peer left this set of links \
+         (its join failed, or it died), so they cannot all form"
+    )]
+    LinkClosed {
+        /// The peer's rank.
+        rank: u32,
+        /// When (`while negotiating`, `while accepting peers`).
+        during: &'static str,
+    },
     /// Accepting or configuring a peer socket failed.
     #[error("peer link {what}: {source}")]
     PeerIo {

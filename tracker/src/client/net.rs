@@ -139,13 +139,15 @@ pub(crate) fn listen_like(family: &SocketAddr) -> Result<TcpListener, ClientErro
     })
 }
 
-/// The next connection on `listener`, waiting until `until`.
+/// The next connection on `listener`, waiting until `until`, or until `give_up`
+/// (asked between polls) says to stop; `None` for either.
 ///
 /// std has no accept timeout, so the listener is polled in non-blocking mode every
 /// few milliseconds; peers arrive within the negotiation, so the cost is small.
 pub(crate) fn accept_until(
     listener: &TcpListener,
     until: Instant,
+    mut give_up: impl FnMut() -> bool,
 ) -> io::Result<Option<(TcpStream, SocketAddr)>> {
     let secret = JobSecret::from_env().map_err(io::Error::other)?;
     listener.set_nonblocking(true)?;
@@ -166,7 +168,7 @@ pub(crate) fn accept_until(
                 return Ok(Some((stream, peer)));
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if Instant::now() >= until {
+                if Instant::now() >= until || give_up() {
                     return Ok(None);
                 }
                 std::thread::sleep(Duration::from_millis(2));

@@ -273,6 +273,17 @@ impl ClassicClient {
                     }
                 }
                 Step::SendFailed(failed) => {
+                    // A link made in this negotiation whose peer left: do not report
+                    // it (nor, after the last round, a port that would draw peers into
+                    // a set of links that cannot form).
+                    if self.config.watch_links {
+                        if let Some(rank) = closed_link(&links) {
+                            return Err(ClientError::LinkClosed {
+                                rank,
+                                during: "while negotiating",
+                            });
+                        }
+                    }
                     let mut report = Vec::with_capacity(4);
                     wire::put_i32(&mut report, failed);
                     wire::write_all_within(stream, &report, limit, "failed connects").map_err(e)?;
@@ -316,15 +327,29 @@ impl ClassicClient {
         me: u32,
         links: &mut BTreeMap<u32, TcpStream>,
     ) -> Result<Accepting, ClientError> {
+        let watch = self.config.watch_links;
+        let left = |links: &BTreeMap<u32, TcpStream>| {
+            watch
+                .then(|| closed_link(links))
+                .flatten()
+                .map(|rank| ClientError::LinkClosed {
+                    rank,
+                    during: "while accepting peers",
+                })
+        };
         while state.wants_more() {
-            let Some((stream, peer)) =
-                net::accept_until(listener, state.deadline()).map_err(|source| {
-                    ClientError::PeerIo {
-                        what: "accepting a peer",
-                        source,
-                    }
-                })?
-            else {
+            let accepted = net::accept_until(listener, state.deadline(), || left(links).is_some())
+                .map_err(|source| ClientError::PeerIo {
+                    what: "accepting a peer",
+                    source,
+                })?;
+            // Checked again before the handshake: a peer whose handshake this worker
+            // answers counts the link as made, and must not be drawn into a set of
+            // links that has already lost one.
+            if let Some(e) = left(links) {
+                return Err(e);
+            }
+            let Some((stream, peer)) = accepted else {
                 return Err(state.on_timeout(Instant::now()));
             };
             let rank =
@@ -389,6 +414,32 @@ impl ClassicSession {
             .command(self.rank as i32, self.world as i32, "shutdown")
             .map(drop)
     }
+}
+
+/// The first of `links` (by rank) that its peer closed or reset, if any. A live link
+/// carries nothing before the join is over, or the mesh's first bytes, which stay
+/// unread.
+fn closed_link(links: &BTreeMap<u32, TcpStream>) -> Option<u32> {
+    links
+        .iter()
+        .find(|(_, stream)| is_closed(stream))
+        .map(|(rank, _)| *rank)
+}
+
+fn is_closed(stream: &TcpStream) -> bool {
+    if stream.set_nonblocking(true).is_err() {
+        return true;
+    }
+    let mut byte = [0u8; 1];
+    let closed = match stream.peek(&mut byte) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+        ),
+    };
+    stream.set_nonblocking(false).is_err() || closed
 }
 
 /// docs/rabit-protocol.md, *The peer handshake*: send our rank, read the peer's.

@@ -223,7 +223,7 @@ impl JsonClient {
 
     fn accept_predecessor(&self, listener: &TcpListener) -> Result<TcpStream, ClientError> {
         let started = Instant::now();
-        match net::accept_until(listener, started + self.config.accept_timeout) {
+        match net::accept_until(listener, started + self.config.accept_timeout, || false) {
             Ok(Some((stream, _))) => Ok(stream),
             Ok(None) => Err(ClientError::AcceptTimeout {
                 got: 0,
