@@ -57,6 +57,34 @@ pub mod fuzzing;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+/// The guide's Rust examples (`docs/guide/`, one item per page), compiled and run as
+/// doc tests like the README's.
+#[cfg(doctest)]
+pub mod guide {
+    #[doc = include_str!("../docs/guide/README.md")]
+    pub struct Index;
+    #[doc = include_str!("../docs/guide/launching.md")]
+    pub struct Launching;
+    #[doc = include_str!("../docs/guide/collectives.md")]
+    pub struct Collectives;
+    #[doc = include_str!("../docs/guide/parameter-server.md")]
+    pub struct ParameterServer;
+    #[doc = include_str!("../docs/guide/several-hosts.md")]
+    pub struct SeveralHosts;
+    #[doc = include_str!("../docs/guide/tracker.md")]
+    pub struct Tracker;
+    #[doc = include_str!("../docs/guide/robust-mode.md")]
+    pub struct RobustMode;
+    #[doc = include_str!("../docs/guide/python.md")]
+    pub struct Python;
+    #[doc = include_str!("../docs/guide/job-secret.md")]
+    pub struct JobSecret;
+    #[doc = include_str!("../docs/guide/mpi.md")]
+    pub struct Mpi;
+    #[doc = include_str!("../docs/guide/sockets.md")]
+    pub struct Sockets;
+}
+
 pub use switchyard_msg as msg;
 /// Reading environment variables: the [`Lookup`](env::Lookup) every `from_lookup`
 /// takes, and [`EnvError`](env::EnvError), what every `from_env` reports for a

@@ -180,7 +180,7 @@ pub struct CommOptions {
     /// [`Communicator::join`](super::Communicator::join) forms a communicator whose
     /// collectives survive the death of a rank the launcher restarts, with rabit's
     /// checkpoints and result replay. It joins a tracker (classic protocol, with a
-    /// task id); see [`RobustOptions`] and the README's "Surviving a dead worker".
+    /// task id); see [`RobustOptions`] and the guide's `docs/guide/robust-mode.md`.
     pub robust: Option<RobustOptions>,
 }
 

@@ -156,7 +156,7 @@ impl Communicator {
     ///
     /// With [`CommOptions::robust`] set the communicator is in robust mode:
     /// collectives survive the death of a rank that the launcher restarts (see the
-    /// README's "Surviving a dead worker" for the program's shape). Robust mode joins
+    /// guide's `docs/guide/robust-mode.md` for the program's shape). Robust mode joins
     /// a tracker of the classic protocol with a task id: the first mesh forms as
     /// above; after a failure every survivor forms a new one with the tracker's
     /// `recover` (same rank) while the restarted process joins with `start` and its

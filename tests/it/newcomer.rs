@@ -83,32 +83,58 @@ fn started_by_hand_says_it_is_a_world_of_one() {
     );
 }
 
-/// The README's Rust blocks are whole programs a newcomer can paste (issue 20): each has
-/// its own visible `fn main` and none hides lines from the reader with rustdoc's `# `.
-/// They compile and run as the crate's doc tests (`src/lib.rs` includes the README).
+/// The Rust blocks of the README and of the guide (`docs/guide/`) are whole programs a
+/// newcomer can paste (issue 20): each has its own visible `fn main` and none hides lines
+/// from the reader with rustdoc's `# `. They compile and run as the crate's doc tests
+/// (`src/lib.rs` includes the README and every guide page).
 #[test]
 fn readme_rust_blocks_are_whole_programs() {
-    let readme = include_str!("../../README.md");
+    macro_rules! page {
+        ($path:literal) => {
+            ($path, include_str!(concat!("../../", $path)))
+        };
+    }
+    let pages = [
+        page!("README.md"),
+        page!("docs/guide/launching.md"),
+        page!("docs/guide/collectives.md"),
+        page!("docs/guide/parameter-server.md"),
+        page!("docs/guide/several-hosts.md"),
+        page!("docs/guide/tracker.md"),
+        page!("docs/guide/robust-mode.md"),
+        page!("docs/guide/python.md"),
+        page!("docs/guide/job-secret.md"),
+        page!("docs/guide/mpi.md"),
+        page!("docs/guide/sockets.md"),
+    ];
     let mut blocks = Vec::new();
-    let mut current: Option<Vec<&str>> = None;
-    for line in readme.lines() {
-        match &mut current {
-            None if line.starts_with("```rust") => current = Some(Vec::new()),
-            None => {}
-            Some(_) if line.starts_with("```") => blocks.extend(current.take()),
-            Some(block) => block.push(line),
+    for (page, text) in pages {
+        let mut current: Option<Vec<&str>> = None;
+        for line in text.lines() {
+            match &mut current {
+                None if line.starts_with("```rust") => current = Some(Vec::new()),
+                None => {}
+                Some(_) if line.starts_with("```") => {
+                    blocks.extend(current.take().map(|block| (page, block)))
+                }
+                Some(block) => block.push(line),
+            }
         }
     }
     assert!(blocks.len() >= 4, "{} Rust blocks", blocks.len());
-    for block in &blocks {
+    assert!(
+        blocks.iter().any(|(page, _)| *page == "README.md"),
+        "no Rust block in the README"
+    );
+    for (page, block) in &blocks {
         let text = block.join("\n");
         assert!(
             block.iter().any(|l| l.starts_with("fn main(")),
-            "no visible fn main in:\n{text}"
+            "no visible fn main in {page}:\n{text}"
         );
         assert!(
             !block.iter().any(|l| *l == "#" || l.starts_with("# ")),
-            "lines hidden from the reader in:\n{text}"
+            "lines hidden from the reader in {page}:\n{text}"
         );
     }
 }

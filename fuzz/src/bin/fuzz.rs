@@ -1,4 +1,4 @@
-//! The stable fuzz driver. See `README.md`, "Fuzzing", and `fuzz/src/lib.rs`.
+//! The stable fuzz driver. See `docs/reference/fuzzing.md` and `fuzz/src/lib.rs`.
 //!
 //! ```text
 //! fuzz [run] [--seconds S] [--iterations N] [--seed N] [--corpus DIR] [TARGET...]
