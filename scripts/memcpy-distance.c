@@ -3,7 +3,7 @@
  * On AMD Zen with glibc 2.36, copies of 4 KiB .. 512 KiB whose destination lies 1 to
  * 63 bytes after the source (modulo 4096) run about 20 times slower than at any other
  * distance: glibc copies them with `rep movsb`, which the processor slows down there.
- * switchyard_msg::copy avoids that case; BENCHMARKS.md has the figures.
+ * switchyard_msg::copy avoids that case; docs/benchmarks/log.md has the figures.
  *
  *   gcc -O2 scripts/memcpy-distance.c -o /tmp/memcpy-distance && /tmp/memcpy-distance
  *   GLIBC_TUNABLES=glibc.cpu.x86_rep_movsb_threshold=4294967295 /tmp/memcpy-distance

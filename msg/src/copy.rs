@@ -4,7 +4,7 @@
 //! processors (the EPYC of the project's benchmark machine, glibc 2.36) that
 //! instruction runs about 20 times slower when the destination lies 1 to 63 bytes
 //! after the source modulo 4096: 39 us instead of 1.7 us for 64 KiB, 155 us instead
-//! of 9 us for 256 KiB (`BENCHMARKS.md`, "Copies that memcpy makes slow"). Heap
+//! of 9 us for 256 KiB (`docs/benchmarks/log.md`, "Copies that memcpy makes slow"). Heap
 //! buffers of 128 KiB and more start 16 bytes into a page, so copying between such a
 //! buffer and page-aligned memory (shared memory, another rank's slot) hits that case
 //! every time in one direction. Smaller `memcpy`s (2 KiB) use vector moves instead and

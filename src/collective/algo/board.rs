@@ -46,7 +46,7 @@ use switchyard_msg::payload::Element;
 /// The largest allreduce that runs as one board call in which every rank combines
 /// the whole buffer: below it, one synchronisation is cheaper than the two of a
 /// piece; above it, combining every byte on every rank costs more than a second
-/// synchronisation (`BENCHMARKS.md`, "The host board").
+/// synchronisation (`docs/benchmarks/log.md`, the host board's 2026-11-27 sections).
 pub(crate) const WHOLE_BYTES: usize = 16 << 10;
 
 /// Bytes of one piece: a slot, or the tuning's piece size when smaller; at least 1.

@@ -536,7 +536,7 @@ impl RobustEngine {
     /// run it again if the mesh breaks half-way), and the result is kept without a
     /// copy of its own. On the host board this is one pass over the buffer fewer
     /// than copying the input aside, running in place and copying the result to keep
-    /// (`BENCHMARKS.md`, "Robust mode: one copy per call").
+    /// (`docs/benchmarks/log.md`, "Robust mode: one copy per call").
     fn reduce_and_keep(
         &mut self,
         call: Call,

@@ -7,8 +7,8 @@
 //! back as soon as the top is free), so each 1 MiB message costs 256 page faults
 //! while it is read: 73% of all page faults of `switchyard bench ps`, and the bare
 //! 1 MiB Dealer/Router exchange ran at 0.8-0.9 GB/s with them against 2.0 without
-//! (`BENCHMARKS.md`, "The parameter server: pooled buffers, and libzmq's received
-//! messages").
+//! (`docs/benchmarks/log.md`, "The parameter server: pooled buffers, and libzmq's
+//! received messages").
 //!
 //! So the first ZeroMQ socket of a process sets glibc's mmap threshold to 32 MiB (its
 //! own ceiling for the dynamic threshold) and its trim threshold to 256 MiB: freed
