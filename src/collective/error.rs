@@ -85,8 +85,10 @@ impl std::fmt::Display for Call {
 /// [`Poisoned`](CollectiveError::Poisoned) (as Gloo's and NCCL's do), except after
 /// an argument refused before any traffic
 /// ([`InvalidArgument`](CollectiveError::InvalidArgument) from the call's own
-/// checks), [`NotRobust`](CollectiveError::NotRobust), and, in robust mode, a
-/// failed `prepare` on this rank. See the
+/// checks), [`NotRobust`](CollectiveError::NotRobust), in robust mode a failed
+/// `prepare` on this rank, and on the MPI engine the failures every rank reaches
+/// together before any data moves (a mismatch found by the argument check, a
+/// failed `prepare`). See the
 /// [`Communicator`](super::Communicator)'s "After a failed call".
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -293,7 +295,8 @@ pub enum CollectiveError {
     /// (theirs fail with `Aborted` naming this rank and "prepare failed"). Like any
     /// failed call it makes the communicator unusable
     /// ([`Poisoned`](CollectiveError::Poisoned)), except in robust mode, whose
-    /// agreement brings the ranks back into step.
+    /// agreement brings the ranks back into step, and on the MPI engine, where every
+    /// rank learns of the failure before any runs the call.
     #[error("{call}: prepare failed on rank {rank}: {reason}")]
     PrepareFailed {
         /// The call.

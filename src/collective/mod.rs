@@ -133,7 +133,12 @@ use switchyard_msg::payload::Element;
 /// which compares every rank's call, number, signature and length, brings the ranks
 /// back into step before the next call runs (see
 /// [`try_allreduce_lazy`](Communicator::try_allreduce_lazy)); any other failure
-/// that robust mode returns makes it unusable like any other.
+/// that robust mode returns makes it unusable like any other. On the MPI engine the
+/// failures every rank reaches together before any data moves leave it usable too:
+/// the argument check's [`CollectiveError::CallMismatch`] and
+/// [`CollectiveError::SizeMismatch`] (every rank compared every rank's call before
+/// any ran it) and a failed `prepare` ([`CollectiveError::PrepareFailed`] on its
+/// rank, [`CollectiveError::Aborted`] on the others: no rank ran the call).
 pub struct Communicator {
     rank: usize,
     size: usize,

@@ -330,6 +330,22 @@ impl Engine for MpiEngine {
         }
     }
 
+    /// The failures every rank reaches together before any data moves leave the
+    /// ranks in step, so the communicator stays usable after them: the argument
+    /// check's `CallMismatch` and `SizeMismatch` (every rank saw every rank's
+    /// signature and count, and none ran the call), and the `prepare` agreement's
+    /// `PrepareFailed` and `Aborted` (no rank ran the call). Anything else (MPI's own
+    /// failures, a user reduction that failed on one rank) poisons it.
+    fn usable_after(&self, e: &CollectiveError) -> bool {
+        matches!(
+            e,
+            CollectiveError::CallMismatch { .. }
+                | CollectiveError::SizeMismatch { .. }
+                | CollectiveError::PrepareFailed { .. }
+                | CollectiveError::Aborted { .. }
+        )
+    }
+
     fn run(&mut self, request: &mut Collective<'_>) -> Result<(), CollectiveError> {
         let (sig, count) = (Signature::of(request), request.count());
         let failed = failed(sig.call, self.rank);
