@@ -121,11 +121,7 @@ pub struct CommOptions {
     /// Over shared memory the longer spin matters: with a spin shorter than a
     /// wake-up, two ranks can fall into taking turns to sleep, every call paying a
     /// wake-up (measured: 8 B allreduces at 70 us instead of 2.7 us, n = 2). With more
-    /// ranks than cores a waiting rank yields its core between polls. A chosen spin
-    /// (not one set here or in the variable) also stops when the rank loses its core
-    /// while it spins (a gap of 200 us between two polls); twice within 100 ms, and
-    /// the host's cores count as shared with other work, which the long spin would
-    /// slow 5-30 times: for the next second waits sleep at once.
+    /// ranks than cores a waiting rank yields its core between polls.
     pub spin: Option<Duration>,
     /// The heartbeat deadline (default `None`: off; also `SWITCHYARD_HEARTBEAT_MS`,
     /// milliseconds, 0: off). Robust mode turns it on with

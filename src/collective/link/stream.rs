@@ -24,7 +24,6 @@
 mod board;
 mod io;
 mod pipe;
-mod spin;
 
 pub(super) use pipe::Pipe;
 
@@ -119,7 +118,7 @@ pub struct StreamLink {
     size: usize,
     peers: Vec<Option<Peer>>,
     pending: Pending,
-    spin: spin::Spin,
+    spin: Duration,
     pool: Pool,
     /// The heartbeat, when this link has a deadline for silent peers. It beats while
     /// `drop` flushes the last messages, and is declared after the connections on
@@ -213,11 +212,7 @@ impl StreamLink {
             None => (None, Vec::new()),
         };
         let oversubscribed = !fits_cores(&connections);
-        let spin = match spin {
-            Some(spin) => spin::Spin::fixed(spin),
-            None if oversubscribed => spin::Spin::chosen(SPIN),
-            None => spin::Spin::chosen(LOCAL_SPIN),
-        };
+        let spin = spin.unwrap_or(if oversubscribed { SPIN } else { LOCAL_SPIN });
         let peers = connections
             .into_iter()
             .map(|connection| {

@@ -27,8 +27,8 @@
 //! checked mode, while the `nN` rows stay comparable with earlier runs.
 //!
 //! `allreduce` also runs under load (`loaded.rs`): rows of case `nN-loaded`, the mesh
-//! against MPI's shared memory and against a fixed 1 ms spin while a load generator
-//! keeps every core busy.
+//! against MPI's shared memory and against a 50 us spin while a load generator keeps
+//! every core busy.
 //!
 //! `allreduce --python PYTHON` adds rows of case `nN-python`: the Python package's
 //! allreduce on numpy arrays (`python -m switchyard._bench`, the same loop) against
@@ -159,8 +159,8 @@ enum Mesh {
     Checked,
     /// With shared memory off: every pair over loopback TCP.
     Tcp,
-    /// With a fixed 1 ms spin (`SWITCHYARD_SPIN_US=1000`), whatever the host does.
-    FixedSpin,
+    /// With a 50 us spin (`SWITCHYARD_SPIN_US=50`).
+    ShortSpin,
 }
 
 /// Runs the mesh job as `mesh` says and reads its times.
@@ -181,7 +181,7 @@ fn run_mesh(
         .with_timeout(Duration::from_secs(1800));
     match mesh {
         Mesh::Tcp => options = options.with_env("SWITCHYARD_SHM", "0"),
-        Mesh::FixedSpin => options = options.with_env("SWITCHYARD_SPIN_US", "1000"),
+        Mesh::ShortSpin => options = options.with_env("SWITCHYARD_SPIN_US", "50"),
         Mesh::Default | Mesh::Checked => {}
     }
     run_local(&options)?;

@@ -133,16 +133,13 @@ impl StreamLink {
         // call on ranks that keep pace finds every part there, and two clock reads
         // per part would be a good part of its time.
         let mut clock_started: Option<(Instant, Instant)> = None;
-        let mut polled: Option<Instant> = None;
         loop {
             let board = self.board.as_ref().ok_or_else(|| self.no_board())?;
             if look(board, slot)? {
                 return Ok(());
             }
-            let (started, spin_until) = *clock_started.get_or_insert_with(|| {
-                let now = Instant::now();
-                (now, now + self.spin.length(now))
-            });
+            let (started, spin_until) =
+                *clock_started.get_or_insert_with(|| (Instant::now(), Instant::now() + self.spin));
             self.interrupted()?;
             self.progress()?;
             if let Some(refused) = self.pending.refusal() {
@@ -180,15 +177,8 @@ impl StreamLink {
                 });
             }
             if now < spin_until {
-                let gap = now - polled.unwrap_or(started);
-                if self.spin.preempted(gap, now) {
-                    // This rank lost its core while it spun: the peer may need it.
-                    clock_started = Some((started, now));
-                } else {
-                    polled = Some(now);
-                    self.spin_once();
-                    continue;
-                }
+                self.spin_once();
+                continue;
             }
             self.control.check_aborts()?;
             let board = self.board.as_ref().ok_or_else(|| self.no_board())?;

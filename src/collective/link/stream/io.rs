@@ -234,9 +234,7 @@ impl StreamLink {
     /// Waits for progress on any connection until `deadline`, spinning first, and
     /// watching the control link for abort notices. `Ok(false)` at the deadline.
     pub(super) fn wait(&mut self, deadline: Instant) -> Result<bool, LinkError> {
-        let started = Instant::now();
-        let mut spin_until = started + self.spin.length(started);
-        let mut polled = started;
+        let spin_until = Instant::now() + self.spin;
         loop {
             // Looked at on the busy path too: a wait that always finds progress
             // would otherwise never see it.
@@ -249,14 +247,8 @@ impl StreamLink {
                 return Ok(false);
             }
             if now < spin_until {
-                if self.spin.preempted(now - polled, now) {
-                    // This rank lost its core while it spun: the peer may need it.
-                    spin_until = now;
-                } else {
-                    polled = now;
-                    self.spin_once();
-                    continue;
-                }
+                self.spin_once();
+                continue;
             }
             self.control.check_aborts()?;
             // A peer in this call on the host board while this rank waits for its
