@@ -137,7 +137,7 @@ fn evaluate(w: &[f32], points: &[(Vec<f32>, f32)]) -> (Vec<f32>, f32, f32) {
     (grad, loss, correct)
 }
 
-fn config(workers: u32, servers: u32) -> PsConfig {
+fn config(workers: usize, servers: usize) -> PsConfig {
     // Keys 0..8 hold the weights, key 8 the metrics: a key space of 9 gives server 0
     // keys 0..5 and server 1 keys 5..9.
     PsConfig::new(workers, servers).with_sharding(Sharding::Range {
@@ -161,8 +161,8 @@ fn update(rate: f64) -> Update<f32> {
 
 fn worker(env: &PsEnv, args: Args) -> Result<(), Error> {
     let mut ps = KvWorker::<f32>::join(&env.scheduler, &env.config)?;
-    let rank = u64::from(ps.rank());
-    let total_points = (TRAIN_PER_WORKER * ps.num_workers() as usize) as f32;
+    let rank = ps.rank() as u64;
+    let total_points = (TRAIN_PER_WORKER * ps.num_workers()) as f32;
     let train = make_points(rank * 2 + 1, TRAIN_PER_WORKER);
     let test = make_points(rank * 2 + 2, TEST_PER_WORKER);
     let keys: Vec<u64> = (0..=KEYS).collect();
@@ -275,7 +275,7 @@ impl Drop for Children {
 
 /// Runs the scheduler here and starts the servers and workers as child processes.
 fn run_job(args: Args) -> Result<(), Error> {
-    let (workers, servers) = (4u32, 2u32);
+    let (workers, servers) = (4usize, 2usize);
     let config = config(workers, servers);
     let scheduler = Scheduler::bind("tcp://127.0.0.1:0", &config)?;
     let endpoint = scheduler.endpoint().to_string();

@@ -23,10 +23,10 @@ use switchyard_transports::SocketOptions;
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct PsConfig {
-    /// Number of workers.
-    pub num_workers: u32,
+    /// Number of workers (a `usize`, as a communicator's world size is).
+    pub num_workers: usize,
     /// Number of servers.
-    pub num_servers: u32,
+    pub num_servers: usize,
     /// Which server owns a key.
     pub sharding: Sharding,
     /// Values of at least this many elements are split over every server.
@@ -51,7 +51,7 @@ pub struct PsConfig {
 
 impl PsConfig {
     /// A job of `num_workers` workers and `num_servers` servers with the defaults.
-    pub fn new(num_workers: u32, num_servers: u32) -> PsConfig {
+    pub fn new(num_workers: usize, num_servers: usize) -> PsConfig {
         PsConfig {
             num_workers,
             num_servers,
@@ -123,7 +123,27 @@ impl PsConfig {
                 self.num_workers, self.num_servers
             )));
         }
+        // Ranks travel as u32 in the job's messages.
+        if u32::try_from(self.num_workers).is_err() || u32::try_from(self.num_servers).is_err() {
+            return Err(PsError::BadArguments(format!(
+                "a job has at most {} workers and as many servers (got {} and {})",
+                u32::MAX,
+                self.num_workers,
+                self.num_servers
+            )));
+        }
         Ok(())
+    }
+
+    /// [`PsConfig::num_workers`] as the job's messages carry it (checked by
+    /// `check` to fit).
+    pub(crate) fn workers_u32(&self) -> u32 {
+        u32::try_from(self.num_workers).unwrap_or(u32::MAX)
+    }
+
+    /// [`PsConfig::num_servers`] as the job's messages carry it.
+    pub(crate) fn servers_u32(&self) -> u32 {
+        u32::try_from(self.num_servers).unwrap_or(u32::MAX)
     }
 }
 
@@ -213,7 +233,7 @@ impl PsEnv {
             env::parse(lookup, "DMLC_PS_ROOT_PORT", port_expected)?.ok_or_else(|| {
                 EnvError::missing("DMLC_PS_ROOT_PORT", format!("{port_expected}, {needed}"))
             })?;
-        let mut config = PsConfig::new(workers, servers);
+        let mut config = PsConfig::new(workers as usize, servers as usize);
         config.host = env::text(lookup, "DMLC_NODE_HOST");
         if let Some(d) = env::positive_seconds(lookup, "PS_HEARTBEAT_INTERVAL")? {
             config.heartbeat = d;

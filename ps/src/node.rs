@@ -74,7 +74,7 @@ impl Node {
                 num_workers,
                 servers,
             } => {
-                if num_workers != config.num_workers || servers.len() != config.num_servers as usize
+                if num_workers as usize != config.num_workers || servers.len() != config.num_servers
                 {
                     return Err(PsError::Registration(format!(
                         "the scheduler runs {num_workers} workers and {} servers, this node was configured for {} and {}",

@@ -92,8 +92,8 @@ impl Schedule {
     /// A job of `config`'s size whose registration opens at `now`.
     pub(crate) fn new(config: &PsConfig, now: Instant) -> Schedule {
         Schedule {
-            num_workers: config.num_workers,
-            num_servers: config.num_servers,
+            num_workers: config.workers_u32(),
+            num_servers: config.servers_u32(),
             replicate: config.replicate,
             dead_timeout: config.dead_timeout,
             phase: Phase::Registering {

@@ -8,7 +8,7 @@ use super::*;
 const DEAD: Duration = Duration::from_secs(1);
 const JOIN: Duration = Duration::from_secs(5);
 
-fn config(workers: u32, servers: u32, replicate: bool) -> PsConfig {
+fn config(workers: usize, servers: usize, replicate: bool) -> PsConfig {
     let mut config = PsConfig::new(workers, servers);
     config.dead_timeout = DEAD;
     config.join_timeout = JOIN;
@@ -59,7 +59,7 @@ fn register(schedule: &mut Schedule, peer: PeerId, role: NodeRole, now: Instant)
 /// A job whose `workers` workers and `servers` servers registered at `t0`, in that
 /// order: worker n is rank n, server n is rank n.
 fn running(workers: u64, servers: u64, replicate: bool, t0: Instant) -> Schedule {
-    let mut schedule = Schedule::new(&config(workers as u32, servers as u32, replicate), t0);
+    let mut schedule = Schedule::new(&config(workers as usize, servers as usize, replicate), t0);
     for n in 0..workers {
         register(&mut schedule, worker(n), NodeRole::Worker, t0);
     }

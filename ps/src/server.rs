@@ -93,8 +93,8 @@ impl<T: Value> KvServer<T> {
     }
 
     /// The server's rank (0-based, among servers).
-    pub fn rank(&self) -> u32 {
-        self.node.rank
+    pub fn rank(&self) -> usize {
+        self.node.rank as usize
     }
 
     /// The endpoint workers reach this server at.

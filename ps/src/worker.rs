@@ -126,13 +126,13 @@ impl<T: Value> KvWorker<T> {
     }
 
     /// This worker's rank (0-based, among workers).
-    pub fn rank(&self) -> u32 {
-        self.node.rank
+    pub fn rank(&self) -> usize {
+        self.node.rank as usize
     }
 
     /// Number of workers in the job.
-    pub fn num_workers(&self) -> u32 {
-        self.node.num_workers
+    pub fn num_workers(&self) -> usize {
+        self.node.num_workers as usize
     }
 
     /// Where keys go.

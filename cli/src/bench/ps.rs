@@ -121,7 +121,7 @@ where
     F: Fn(&mut KvWorker<f32>, &Requests) -> std::result::Result<T, Error> + Clone + Send + 'static,
 {
     let space = 2 * shape.keys as u64;
-    let config = PsConfig::new(WORKERS, SERVERS).with_sharding(Sharding::Range {
+    let config = PsConfig::new(WORKERS as usize, SERVERS as usize).with_sharding(Sharding::Range {
         key_space: Some(space),
     });
     let scheduler = Scheduler::bind("tcp://127.0.0.1:0", &config)?;

@@ -9,7 +9,7 @@ use switchyard_ps::{
 };
 
 /// Short liveness settings, so that failure tests end in seconds.
-pub(crate) fn config(workers: u32, servers: u32) -> PsConfig {
+pub(crate) fn config(workers: usize, servers: usize) -> PsConfig {
     PsConfig::new(workers, servers)
         .with_liveness(Duration::from_millis(50), Duration::from_millis(1500))
         .with_request_timeout(Duration::from_secs(20))
