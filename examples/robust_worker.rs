@@ -262,7 +262,7 @@ fn run(args: Args) -> Result<(), Error> {
 
     if args.forge_silent && rank == 0 && attempt == 0 {
         // The words of the launcher's silent-rank log line, sent as a plain print:
-        // the launcher must log them and kill nobody (issue 20).
+        // the launcher must log them and kill nobody.
         comm.tracker_print("switchyard robust: silent rank 1 attempt 0: forged by a print")?;
     }
 

@@ -158,7 +158,7 @@ mod tests {
             notice_for(stranger, &mut indices),
             Some(Notice::Log(_))
         ));
-        // A print of the same words is a log line, never a kill (issue 20).
+        // A print of the same words is a log line, never a kill.
         let forged = watchdog::describe(1, 0, "forged");
         assert_eq!(
             notice_for(print(&forged), &mut indices),

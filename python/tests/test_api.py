@@ -120,7 +120,7 @@ def test_the_module_docstring_example_runs():
     assert tried > 0 and failed == 0
 
 
-# Issue 20, "Messages, docs and small behaviours": the Python bullets.
+# Error messages and small behaviours of the Python API.
 
 
 def test_setup_failures_are_switchyard_errors(monkeypatch):

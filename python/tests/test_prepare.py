@@ -1,4 +1,4 @@
-"""A prepare_fun that raises aborts the allreduce on every rank (issue 20, item 3):
+"""A prepare_fun that raises aborts the allreduce on every rank:
 its own rank raises the exception, the others a SwitchyardError naming that rank
 and "prepare failed"; no rank gets a result computed without that rank's input."""
 

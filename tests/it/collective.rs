@@ -388,7 +388,7 @@ fn different_operations_or_roots_are_an_error() {
     // sends cannot (documented on Communicator::broadcast) unless checked mode is on.
     // Here rank 2 waits for rank 1, which never sends; rank 0's message (root 0)
     // arrives meanwhile, is checked on arrival whatever its step, and ends the wait
-    // (issue 16: no longer the deadline).
+    // (not the deadline).
     let started = std::time::Instant::now();
     let results = outcomes(3, options().with_timeout(Duration::from_secs(1)), |comm| {
         let mut buf = [0u8; 4];
@@ -778,8 +778,8 @@ fn over_memory_waits_no_rank_can_satisfy_end_at_once_on_every_schedule() {
     ] {
         // Rank 2 waits for rank 1, which never calls: with every other rank done,
         // the in-memory link knows nothing can come, long before the 20 s deadline.
-        // (Ranks 0 and 1 once broadcast from another root; since issue 16 rank 0's
-        // message ends rank 2's wait as a mismatch first.)
+        // (Ranks 0 and 1 make no call: a broadcast of theirs from another root would
+        // end rank 2's wait as a mismatch first.)
         let started = std::time::Instant::now();
         let results = Memory(schedule).run(3, options(), |comm| {
             let mut buf = [0u8; 4];

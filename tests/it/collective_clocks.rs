@@ -250,10 +250,10 @@ fn a_timeout_states_the_silence_it_saw() {
     assert!(timed_out > 0, "{results:?}");
 }
 
-/// Issue 20, item 11: at n = 5 on the ring, calls several silence timeouts long (rank
-/// 1 slow), one after another, with each rank computing between calls for a fifth of
-/// the timeout. No rank ever waits the timeout for a peer that is working, so every
-/// call succeeds with the right sum.
+/// At n = 5 on the ring, calls several silence timeouts long (rank 1 slow), one after
+/// another, with each rank computing between calls for a fifth of the timeout. No rank
+/// ever waits the timeout for a peer that is working, so every call succeeds with the
+/// right sum.
 #[test]
 fn long_ring_calls_at_five_ranks_outlast_the_silence_timeout() {
     let timeout = Duration::from_millis(500);
@@ -297,7 +297,7 @@ fn long_ring_calls_at_five_ranks_outlast_the_silence_timeout() {
     }
 }
 
-/// Issue 20, item 11: a ring call at n = 5 whose last step sends blocks larger than
+/// A ring call at n = 5 whose last step sends blocks larger than
 /// the kernel's socket buffers, after which every rank computes for twice the silence
 /// timeout. A rank must not return while its last block still waits in its own queue:
 /// its successor would wait for it, silent, for as long as it computes. Afterwards

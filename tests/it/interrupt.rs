@@ -111,7 +111,7 @@ fn mesh_of<R: Send + 'static>(
     ranks.into_iter().map(|r| r.join().unwrap()).collect()
 }
 
-/// Issue 20, item 5: the busy path. Rank 1's broadcast reached rank 0's socket
+/// The busy path. Rank 1's broadcast reached rank 0's socket
 /// before rank 0 called, so rank 0's call never has to wait for a byte: it must
 /// still see the raised flag, fail with `Interrupted`, and tell rank 1, whose next
 /// call fails at once naming rank 0 instead of waiting out the timeout.
@@ -147,7 +147,7 @@ fn an_interrupt_ends_a_call_whose_data_is_already_there() {
     assert!(*second_took < Duration::from_secs(5), "{second_took:?}");
 }
 
-/// Issue 20, item 5: the flag raised while three ranks move data call after call
+/// The flag raised while three ranks move data call after call
 /// (16 MiB allreduces): rank 0 stops within a second, and the others fail naming it
 /// within seconds, long before the 30 s timeout.
 #[test]

@@ -1,4 +1,4 @@
-//! What a newcomer meets first (issue 16, item 7): the README's one `use` brings the
+//! What a newcomer meets first: the README's one `use` brings the
 //! collectives, a launch of zero processes names the option that is wrong, and a
 //! program started without a launcher says that it runs alone.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -84,7 +84,7 @@ fn started_by_hand_says_it_is_a_world_of_one() {
 }
 
 /// The Rust blocks of the README and of the guide (`docs/guide/`) are whole programs a
-/// newcomer can paste (issue 20): each has its own visible `fn main` and none hides lines
+/// newcomer can paste: each has its own visible `fn main` and none hides lines
 /// from the reader with rustdoc's `# `. They compile and run as the crate's doc tests
 /// (`src/lib.rs` includes the README and every guide page).
 #[test]

@@ -1,4 +1,4 @@
-//! A lazy allreduce whose `prepare` fails on one rank (issue 20, item 3): the call
+//! A lazy allreduce whose `prepare` fails on one rank: the call
 //! runs on no rank. That rank gets `PrepareFailed`; the others' calls fail at once
 //! with `Aborted` naming it and "prepare failed", long before the silence timeout,
 //! and none of them returns a result computed without its input. Three ranks as

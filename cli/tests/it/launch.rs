@@ -125,7 +125,7 @@ fn output_is_prefixed_by_rank() {
 }
 
 /// Every process of a job gets the same fresh `SWITCHYARD_JOB_ID`, and the next job
-/// another: the ZeroMQ PLAIN password derives from it (issue 20 item 14).
+/// another: the ZeroMQ PLAIN password derives from it.
 #[test]
 fn each_job_gets_its_own_job_id_shared_by_its_processes() {
     let ids = || {
@@ -181,7 +181,7 @@ fn mpirun_without_the_mpi_feature_is_a_clear_error() {
     assert!(stderr.contains("rebuild with `--features mpi`"), "{stderr}");
 }
 
-/// Issue 16, item 7: `-n 0` is refused by the command line itself, naming the option,
+/// `-n 0` is refused by the command line itself, naming the option,
 /// not a variable the user never set.
 #[test]
 fn launch_of_zero_processes_names_the_option() {

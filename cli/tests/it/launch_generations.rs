@@ -1,8 +1,8 @@
 //! The launcher's rendezvous, from its ranks' side: one process may form several
 //! communicators (each `Communicator::from_env` after the first is gathered with the
-//! other ranks' of the same number; issue 20 item 12: the second one waited out its
-//! timeout, answered with the first ones' endpoints), and idle connections to the
-//! rendezvous delay no rank (item 13). The ranks are this test binary again.
+//! other ranks' of the same number: it neither waits out its timeout nor gets the first
+//! ones' endpoints), and idle connections to the rendezvous delay no rank. The ranks are
+//! this test binary again.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;

@@ -1,6 +1,6 @@
-//! `switchyard launch` errors name the command's flags, not the library's Rust names
-//! (issue 20): `--timeout` for the job's time limit, `--hostfile` (with no odd empty
-//! value) for a missing or misplaced hostfile.
+//! `switchyard launch` errors name the command's flags, not the library's Rust names:
+//! `--timeout` for the job's time limit, `--hostfile` (with no odd empty value) for a
+//! missing or misplaced hostfile.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;

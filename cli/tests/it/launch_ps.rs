@@ -40,7 +40,7 @@ fn logistic_regression_trains_under_launch_with_two_servers() {
 
 /// With a job secret, the scheduler served by the launcher process derives the same
 /// per-job ZeroMQ password as the processes it starts (the launcher fixes its own job
-/// id and hands it to them as SWITCHYARD_JOB_ID), so the job runs (issue 20 item 14).
+/// id and hands it to them as SWITCHYARD_JOB_ID), so the job runs.
 #[test]
 fn a_parameter_server_job_with_a_secret_runs_under_launch() {
     let mut cmd = switchyard();

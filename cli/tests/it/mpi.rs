@@ -1,5 +1,5 @@
 //! The stub and the example application on the MPI backend, unchanged, under
-//! `mpirun` (issue 4): the same binary that launches itself over ZeroMQ runs as
+//! `mpirun`: the same binary that launches itself over ZeroMQ runs as
 //! `mpirun -np 3 target/release/examples/param_server` when built with `--features mpi`.
 #![cfg(feature = "mpi")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -1,9 +1,8 @@
-//! Robust mode over real processes (issue 12): workers
-//! die, mock kills at chosen calls (rabit's `test.mk` scenarios and the kill points
-//! rabit lacks) and seeded random SIGKILLs, `switchyard launch --max-restarts`
-//! restarts them, and every rank's final model must be bit-identical to the
-//! failure-free run's, with the count of lazy `prepare` calls showing that the
-//! results a restarted rank recovered were not computed again.
+//! Robust mode over real processes: workers die, mock kills at chosen calls (rabit's
+//! `test.mk` scenarios and the kill points rabit lacks) and seeded random SIGKILLs,
+//! `switchyard launch --max-restarts` restarts them, and every rank's final model must
+//! be bit-identical to the failure-free run's, with the count of lazy `prepare` calls
+//! showing that the results a restarted rank recovered were not computed again.
 //!
 //! The worker is `examples/robust_worker.rs`; its doc comment numbers the calls of
 //! an iteration (seq 0 Max, 1 the lazy Sum, 2-3 the broadcast, 4 the checkpoint),
@@ -487,7 +486,7 @@ fn a_stopped_rank_is_killed_restarted_and_caught_up() {
 
 /// A worker's tracker print with the words of a silent-rank report ("switchyard
 /// robust: silent rank 1 attempt 0: ...") is the worker's text, not a report: the
-/// launcher logs it and kills nobody (issue 20). Rank 1 is healthy throughout.
+/// launcher logs it and kills nobody. Rank 1 is healthy throughout.
 #[test]
 fn a_print_with_the_words_of_a_silent_report_kills_nobody() {
     let _one = one_job_at_a_time();

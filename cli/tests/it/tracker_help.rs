@@ -1,6 +1,6 @@
 //! The command's help: `switchyard tracker --help` tells how the tracker treats the job
 //! secret, the top-level help names every command in one line each, no help line is
-//! wider than 100 columns; and the bench flags the help describes behave so (issue 20):
+//! wider than 100 columns; and the bench flags the help describes behave so:
 //! `--python` is refused where it would be ignored, the SVG chart is written only with
 //! `--svg`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -435,9 +435,8 @@ fn bad_enum_tags_are_malformed() {
     );
 }
 
-/// The case from issue 9: under a limit of 40 to 43 bytes, a header cut inside
-/// `seq` (offsets 40..48) was reported as `Malformed("the size limit has been
-/// reached")`, because the old decoder's bincode size limit ran out before the input.
+/// Under a limit of 40 to 43 bytes, a header cut inside `seq` (offsets 40..48) is
+/// `Truncated` (the input ran out), not `Malformed("the size limit has been reached")`.
 #[test]
 fn truncated_header_under_a_small_limit() {
     let frame = header_bytes(&sample());

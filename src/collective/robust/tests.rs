@@ -332,7 +332,7 @@ fn a_rank_that_dies_between_calls_catches_up_to_the_same_model() {
     assert_eq!(failed[1].0.prepares, 1);
 }
 
-/// Issue 20, item 3: rank 1's `prepare` fails in iteration 2 and the rank then
+/// Rank 1's `prepare` fails in iteration 2 and the rank then
 /// exits, as a Python program whose `prepare_fun` raised. No rank keeps a result of
 /// that call: the restarted rank prepares it again and every rank ends with the
 /// model of a run without failures.
@@ -576,7 +576,7 @@ impl std::io::Write for Captured {
 }
 
 /// Mock kills that cannot fire are accepted, but each is named in a warning (on stderr and
-/// in the log) at the end of the job with the reason (issue 20); the kill that struck is not.
+/// in the log) at the end of the job with the reason; the kill that struck is not.
 #[test]
 fn mock_kills_that_never_fire_are_warned_about_at_the_end() {
     let logs = Captured::default();

@@ -300,7 +300,7 @@ fn a_job_whose_worker_died_fails_at_the_job_timeout() {
 
 /// A robust engine's silent-rank report is its own command, `switchyard-silent` with
 /// the rank and start number as integers, and becomes `Event::Silent`; a print with
-/// the same words stays a print (issue 20: a launcher acts only on the former).
+/// the same words stays a print (a launcher acts only on the former).
 #[test]
 fn a_silent_report_is_its_own_event_and_a_print_of_its_words_is_not() {
     let t = tracker(2);

@@ -1,4 +1,4 @@
-//! Hostile peers against a live `RouterSocket` over tcp (issue 9, "the wire, hardened"):
+//! Hostile peers against a live `RouterSocket` over tcp:
 //! peers that never read, oversized frames, floods, garbage, identity takeover. Each
 //! test ends with a well-behaved client still served. The memory figures of the same attacks are measured in
 //! `hostile_memory.rs`, alone in its process.
@@ -197,8 +197,8 @@ fn hello_flood_from_a_peer_that_never_reads_does_not_stall_receives() {
 /// `ROUTER_HANDOVER`: without authentication, a peer that presents another dealer's
 /// identity takes over its connection and receives what the router sends to that
 /// identity; the victim gets nothing, and what it sends is lost. This test records the
-/// behaviour that the job secret of issue 11 is to end (see WIRE.md, "Security, trust
-/// and resource bounds").
+/// behaviour without a job secret; with one, only a peer that presents the PLAIN password
+/// can connect at all (see WIRE.md, "Security, trust and resource bounds").
 #[test]
 fn identity_takeover_without_authentication() {
     let mut router = bind(options());

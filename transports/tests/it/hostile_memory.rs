@@ -1,4 +1,4 @@
-//! What a hostile peer can make a `RouterSocket`'s process hold in memory (issue 9),
+//! What a hostile peer can make a `RouterSocket`'s process hold in memory,
 //! measured with the process's RSS. Each attack runs
 //! in a fresh child process (this test binary, run again), so that neither other tests
 //! nor memory the allocator kept from an earlier attack blur the figures; the peer is
@@ -172,7 +172,7 @@ fn oversized_frame() {
     good_client_is_served(&mut router, 1);
 }
 
-/// One message of 200,000 x 1000 B frames (the case of issue 9): every frame is within
+/// One message of 200,000 x 1000 B frames: every frame is within
 /// the limits, so libzmq buffers the whole message before switchyard sees its first
 /// part; switchyard then reads and drops it (`TooManyFrames`), counted once. No libzmq
 /// option bounds this; the bound asserted is the one WIRE.md states.

@@ -1,4 +1,4 @@
-//! The ZeroMQ PLAIN password is per job (issue 20 item 14): two processes with the same
+//! The ZeroMQ PLAIN password is per job: two processes with the same
 //! job secret but different job ids (`SWITCHYARD_JOB_ID`) cannot talk over tcp, so a
 //! password recorded in one job logs in to no other; with the same job id they can.
 //! The password is fixed once per process, so the server and each client are child
