@@ -25,6 +25,8 @@ REQUIRED = [
     "transports/src/lib.rs",
     "stub/src/lib.rs",
     "net/src/lib.rs",
+    "link/src/lib.rs",
+    "bootstrap/src/lib.rs",
     "secret/src/lib.rs",
     "tracker/src/lib.rs",
     "ps/src/lib.rs",

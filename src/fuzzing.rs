@@ -4,10 +4,10 @@
 //! **Not a stable API.** Hidden from the documentation; names and signatures may
 //! change in any release. Programs should not use it.
 
-/// The tag of a framed message (the link trait itself is crate-private).
-pub use crate::collective::link::Tag;
-use crate::collective::link::framing::{self, Decoder};
 use bytes::Bytes;
+/// The tag of a framed message.
+pub use switchyard_link::Tag;
+use switchyard_link::framing::{self, Decoder};
 
 /// The frame limit of [`decode_stream_frames`]: large enough for every structure of
 /// the format, small enough that a fuzzer's claimed lengths stay cheap.

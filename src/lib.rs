@@ -47,7 +47,6 @@
 //! ```
 #![doc(test(attr(deny(warnings))))]
 
-pub mod bootstrap;
 pub mod collective;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -85,6 +84,10 @@ pub mod guide {
     pub struct Sockets;
 }
 
+/// The worker side of starting a job (the `switchyard-bootstrap` crate): rank, job
+/// size and the other ranks' endpoints from `switchyard launch`, a tracker, torchrun's
+/// or a scheduler's variables, `mpirun`, or a shared [`UniqueId`](bootstrap::UniqueId).
+pub use switchyard_bootstrap as bootstrap;
 pub use switchyard_msg as msg;
 /// Reading environment variables: the [`Lookup`](env::Lookup) every `from_lookup`
 /// takes, and [`EnvError`](env::EnvError), what every `from_env` reports for a

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use switchyard::bootstrap::watchdog;
+use switchyard_bootstrap::watchdog;
 use switchyard_tracker::{Event, Tracker, TrackerConfig};
 
 /// Starts a tracker for `workers` workers bound to `bind`, and a thread that forwards

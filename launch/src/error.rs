@@ -1,5 +1,5 @@
 use std::time::Duration;
-use switchyard::bootstrap::BootstrapError;
+use switchyard_bootstrap::BootstrapError;
 use thiserror::Error;
 
 /// Errors from launching and supervising a job.

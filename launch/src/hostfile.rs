@@ -49,7 +49,7 @@ pub(crate) fn read(path: &Path) -> Result<Vec<Host>, LaunchError> {
 pub(crate) fn from_slurm_allocation(
     var: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Vec<Host>, LaunchError> {
-    use switchyard::bootstrap::slurm::{expand_node_list, tasks_per_node};
+    use switchyard_bootstrap::slurm::{expand_node_list, tasks_per_node};
     let Some(list) = var("SLURM_JOB_NODELIST") else {
         return Ok(Vec::new());
     };

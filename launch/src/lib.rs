@@ -88,11 +88,11 @@
 //! size from MPI instead, and every endpoint is `mpi://RANK`: the same program runs
 //! either way if it binds [`Bootstrap::stub_endpoint`].
 //!
-//! [`Bootstrap::from_env`]: switchyard::bootstrap::Bootstrap::from_env
-//! [`Bootstrap::exchange`]: switchyard::bootstrap::Bootstrap::exchange
-//! [`Bootstrap::stub_endpoint`]: switchyard::bootstrap::Bootstrap::stub_endpoint
-//! [`rendezvous`]: switchyard::bootstrap::rendezvous
-//! [`RendezvousServer`]: switchyard::bootstrap::RendezvousServer
+//! [`Bootstrap::from_env`]: switchyard_bootstrap::Bootstrap::from_env
+//! [`Bootstrap::exchange`]: switchyard_bootstrap::Bootstrap::exchange
+//! [`Bootstrap::stub_endpoint`]: switchyard_bootstrap::Bootstrap::stub_endpoint
+//! [`rendezvous`]: switchyard_bootstrap::rendezvous
+//! [`RendezvousServer`]: switchyard_bootstrap::RendezvousServer
 
 //! # Who uses it
 //!

@@ -10,7 +10,7 @@ use crossbeam_channel::{Receiver, unbounded};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use switchyard::bootstrap::{
+use switchyard_bootstrap::{
     ENV_RANK, ENV_RENDEZVOUS, ENV_TRACKER_PORT, ENV_TRACKER_URI, ENV_WORLD_SIZE, RendezvousServer,
     watchdog,
 };

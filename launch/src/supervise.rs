@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use switchyard::bootstrap::RankExits;
+use switchyard_bootstrap::RankExits;
 
 /// How often the loop looks at everything.
 const POLL: Duration = Duration::from_millis(10);
@@ -47,7 +47,7 @@ pub(crate) enum Notice {
     /// A line for the log (a tracker `print`, a dropped connection).
     Log(String),
     /// A robust job's survivors gave up on worker `index`'s start number `attempt`
-    /// as silent ([`watchdog`](switchyard::bootstrap::watchdog)): kill it, so that it is restarted.
+    /// as silent ([`watchdog`](switchyard_bootstrap::watchdog)): kill it, so that it is restarted.
     Silent {
         /// The worker's index.
         index: u32,
@@ -273,7 +273,7 @@ impl<'a> Supervisor<'a> {
         let proc = &mut self.procs[i];
         let mut env = proc.env.clone();
         env.push((
-            switchyard::bootstrap::ENV_NUM_ATTEMPT.into(),
+            switchyard_bootstrap::ENV_NUM_ATTEMPT.into(),
             proc.attempt.to_string(),
         ));
         let spec = Spec {

@@ -1,6 +1,7 @@
 //! What a collective call can report.
 
 use std::time::Duration;
+pub(crate) use switchyard_link::LinkError;
 
 /// A collective operation, named in every error.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -334,59 +335,6 @@ pub enum CollectiveError {
     },
 }
 
-/// What a link reports; the engine adds the call to make a [`CollectiveError`].
-// `pub` for the `testing` feature's re-export; without it, reachable in the crate only.
-#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LinkError {
-    /// Nothing arrived from `rank` for the silence timeout, or the wait reached the
-    /// deadline it was given.
-    Timeout {
-        /// The peer.
-        rank: usize,
-        /// How long `rank` had been silent (for the silence timeout: at least it).
-        waited: Duration,
-    },
-    /// The connection to `rank` is gone.
-    Lost {
-        /// The peer.
-        rank: usize,
-        /// Its endpoint.
-        endpoint: String,
-        /// What the transport said.
-        reason: String,
-    },
-    /// `rank` aborted the call.
-    Aborted {
-        /// The peer.
-        rank: usize,
-        /// Its reason.
-        reason: String,
-    },
-    /// This rank's [`Interrupt`](super::Interrupt) was raised while it waited.
-    Interrupted {
-        /// This rank.
-        rank: usize,
-    },
-    /// Any other transport failure.
-    Transport {
-        /// The peer.
-        rank: usize,
-        /// What failed.
-        reason: String,
-    },
-    /// A message of the current call from `rank` did not begin with the stamp the
-    /// call expects ([`Link::expect`](super::link::Link::expect)): that rank is in a
-    /// different call. The engine describes the difference from `first`.
-    Refused {
-        /// The sender.
-        rank: usize,
-        /// The message's first frame (the meta frame, on the mesh).
-        first: bytes::Bytes,
-    },
-}
-
 impl CollectiveError {
     /// A [`Setup`](CollectiveError::Setup) failure: `source` (an error, or a reason in
     /// words) while doing `stage`.
@@ -401,9 +349,14 @@ impl CollectiveError {
     }
 }
 
-impl LinkError {
-    /// This error as it happened during `call`.
-    pub(crate) fn during(self, call: Call) -> CollectiveError {
+/// A [`LinkError`] as it happened during a call.
+pub(crate) trait During {
+    /// This error as it happened during `call`: the same words after the call's name.
+    fn during(self, call: Call) -> CollectiveError;
+}
+
+impl During for LinkError {
+    fn during(self, call: Call) -> CollectiveError {
         match self {
             LinkError::Timeout { rank, waited } => CollectiveError::PeerTimeout {
                 call,
@@ -431,6 +384,53 @@ impl LinkError {
                 rank,
                 reason: format!("a message of another call ({} bytes of meta)", first.len()),
             },
+            // A failure the link layer learnt to tell apart after this engine was
+            // written: a transport error, in the link's words.
+            other => CollectiveError::Transport {
+                call,
+                rank: other.rank(),
+                reason: other.to_string(),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A link's error reads as the collective error it becomes, less the call: the
+    /// link's set-up writes its errors' reasons itself (its notices to the peers).
+    #[test]
+    fn a_link_error_reads_as_its_collective_error_after_the_call() {
+        let errors = [
+            LinkError::Timeout {
+                rank: 1,
+                waited: Duration::from_millis(1500),
+            },
+            LinkError::Lost {
+                rank: 2,
+                endpoint: "tcp://10.0.0.2:7000".into(),
+                reason: "connection reset".into(),
+            },
+            LinkError::Aborted {
+                rank: 3,
+                reason: "rank 3: mismatch".into(),
+            },
+            LinkError::Interrupted { rank: 0 },
+            LinkError::Transport {
+                rank: 4,
+                reason: "no route".into(),
+            },
+            LinkError::Refused {
+                rank: 5,
+                first: bytes::Bytes::from_static(b"meta"),
+            },
+        ];
+        for e in errors {
+            for call in [Call::Setup, Call::Allreduce] {
+                assert_eq!(e.clone().during(call).to_string(), format!("{call}: {e}"));
+            }
         }
     }
 }

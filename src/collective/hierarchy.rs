@@ -28,10 +28,10 @@
 
 use super::algo::Round;
 use super::algo::choice::{Kind, choose};
+use super::algo::run::{broadcast_as, reduce_as};
 use super::element::{ReduceOp, Reducible};
 use super::error::CollectiveError;
 use super::link::GroupLink;
-use super::mesh::{broadcast_as, reduce_as};
 use super::options::Tuning;
 
 /// Where the step numbers of each phase begin: above any step the algorithms use,

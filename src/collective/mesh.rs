@@ -6,6 +6,7 @@
 //! bytes, because any cut of a buffer copies the same.
 
 use super::algo::choice::{Algorithm, Kind, checks_everyone, choose, choose_across_hosts};
+use super::algo::run::{broadcast_as, not_for, reduce_as};
 use super::algo::{AGREE_STEPS, Round, board, direct, doubling, ring, tree};
 use super::element::{DType, ReduceOp, Reducible, with_dtype};
 use super::engine::{self, Collective, Combine, Elem, Engine, share_fold_result};
@@ -18,7 +19,6 @@ use super::options::Tuning;
 use super::signature::{CHECKED, Signature};
 use std::ops::Range;
 use std::time::Instant;
-use switchyard_msg::payload;
 
 /// Collectives over a [`Link`].
 pub(crate) struct MeshEngine {
@@ -124,7 +124,14 @@ impl MeshEngine {
             self.link
                 .abort_blaming(seq, &format!("rank {me}: {e}"), Some(blamed));
         }
-        explained.into_error(sig.call, me, e)
+        match explained.abort(me) {
+            Some((rank, reason)) => CollectiveError::Aborted {
+                call: sig.call,
+                rank,
+                reason,
+            },
+            None => e,
+        }
     }
 
     /// [`choose`] for this world and tuning.
@@ -165,6 +172,9 @@ impl MeshEngine {
         self.round(sig, total, (kind, algorithm), |round| {
             with_dtype!(dtype, T => {
                 let buf = elements::<T>(call, buf)?;
+                if algorithm == Algorithm::Hierarchical {
+                    return hierarchy::allreduce(round, buf, op, &tuning);
+                }
                 reduce_as::<T>(round, buf, op, algorithm, &tuning)
             })
         })
@@ -359,82 +369,6 @@ fn elements_of<T: Reducible>(call: Call, buf: &[u8]) -> Result<&[T], CollectiveE
         call,
         reason: format!("a buffer of {:?} elements: {e:?}", T::DTYPE),
     })
-}
-
-/// Runs `algorithm` for a built-in reduction of `buf`: all of it (`Phase::Both`),
-/// or each rank's block ([`ring::Phase::ReduceScatter`]).
-pub(super) fn reduce_as<T: Reducible>(
-    round: &mut Round<'_>,
-    buf: &mut [T],
-    op: ReduceOp,
-    algorithm: Algorithm,
-    tuning: &Tuning,
-) -> Result<(), CollectiveError> {
-    let reduce = move |acc: &mut [T], other: &[T]| T::reduce_into(op, acc, other);
-    let phase = match round.sig.call {
-        Call::ReduceScatter => ring::Phase::ReduceScatter,
-        _ => ring::Phase::Both,
-    };
-    match algorithm {
-        Algorithm::Doubling => doubling::allreduce(round, buf, &reduce),
-        Algorithm::Board if phase == ring::Phase::ReduceScatter => {
-            board::reduce_scatter(round, buf, &reduce, tuning.piece_bytes)
-        }
-        Algorithm::Board => board::allreduce(round, buf, &reduce, tuning.piece_bytes),
-        Algorithm::Hierarchical => hierarchy::allreduce(round, buf, op, tuning),
-        Algorithm::Direct => direct::allreduce(round, buf, &reduce, tuning.piece_bytes),
-        Algorithm::Ring => {
-            let plan = ring::RingPlan::even::<T>(
-                buf.len(),
-                round.size(),
-                tuning.piece_bytes,
-                tuning.window,
-            );
-            ring::run(round, buf, &plan, phase, &reduce)
-        }
-        other => Err(not_for(round.sig.call, other)),
-    }
-}
-
-/// Runs `algorithm` for a broadcast of `buf` from `root`.
-pub(super) fn broadcast_as(
-    round: &mut Round<'_>,
-    root: usize,
-    buf: &mut [u8],
-    algorithm: Algorithm,
-    piece_bytes: usize,
-) -> Result<(), CollectiveError> {
-    match algorithm {
-        Algorithm::Board => board::broadcast(round, root, buf, piece_bytes),
-        Algorithm::Direct => direct::broadcast(round, root, buf, piece_bytes),
-        Algorithm::Chain => tree::broadcast_chain(round, root, buf, piece_bytes),
-        Algorithm::Tree => {
-            let me = round.rank();
-            let frame = (me == root).then(|| round.frame_of::<u8>(buf));
-            let data = tree::broadcast_frame(round, root, frame)?;
-            if me != root {
-                payload::frame_copy_into(&data, buf).map_err(|e| CollectiveError::Malformed {
-                    call: round.sig.call,
-                    rank: root,
-                    reason: e.to_string(),
-                })?;
-            }
-            // Back to the link's pool, so that the next broadcast of this size
-            // reuses the memory instead of faulting in a fresh buffer (a
-            // frame still queued for a child is shared and just drops).
-            round.link.recycle(data);
-            Ok(())
-        }
-        other => Err(not_for(round.sig.call, other)),
-    }
-}
-
-/// The error for an algorithm [`choose`] should never pick for `call`.
-fn not_for(call: Call, algorithm: Algorithm) -> CollectiveError {
-    CollectiveError::InvalidArgument {
-        call,
-        reason: format!("the mesh has no {algorithm:?} algorithm for {call}"),
-    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //!   processes, or any other backend): recursive doubling for small allreduces, a
 //!   direct exchange or a pipelined ring (reduce-scatter, then allgather) for large
 //!   ones, binomial trees, scatter + allgather or a pipelined chain for broadcast.
-//!   The algorithms only see a crate-private link trait.
+//!   The algorithms only see the link trait of the `switchyard-link` crate.
 //! - The **MPI** engine (feature `mpi`, under `mpirun`) calls MPI's own collectives.
 //! - A world of one process needs no network at all ([`Communicator::solo`]).
 //!
@@ -69,12 +69,9 @@ mod calls;
 mod element;
 mod engine;
 mod error;
-mod interrupt;
-// Its types are `pub` for the `testing` feature's re-exports; without it they are
-// reachable only inside the crate.
 mod hierarchy;
-#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
-pub(crate) mod link;
+/// The link layer under the mesh engine: the `switchyard-link` crate.
+use switchyard_link as link;
 mod mesh;
 #[cfg(feature = "mpi")]
 mod mpi_engine;
@@ -89,7 +86,6 @@ mod user;
 
 pub use element::{DType, ReduceOp, Reducible};
 pub use error::{Call, CollectiveError};
-pub use interrupt::Interrupt;
 pub use options::{
     CommOptions, DataPath, ENV_CHECK, ENV_DATA_PATH, ENV_DEADLINE, ENV_HEARTBEAT, ENV_HOST_ID,
     ENV_LARGE_THRESHOLD, ENV_SHM, ENV_TIMEOUT,
@@ -98,6 +94,17 @@ pub use robust::{
     Checkpoint, ENV_GLOBAL_REPLICA, ENV_LOCAL_REPLICA, ENV_MOCK, ENV_RESULT_BUDGET, KillPoint,
     MOCK_EXIT_STATUS, MockKill, RobustOptions,
 };
+/// Set with [`CommOptions::with_interrupt`]:
+///
+/// ```
+/// use switchyard::collective::{CommOptions, Interrupt};
+/// let stop = Interrupt::new();
+/// let options = CommOptions::default().with_interrupt(stop.clone());
+/// assert!(!stop.is_raised());
+/// stop.raise();
+/// assert!(options.interrupt.as_ref().is_some_and(Interrupt::is_raised));
+/// ```
+pub use switchyard_link::Interrupt;
 pub use tracked::{ENV_TRACKER_PROTOCOL, TrackerJoin, TrackerProtocol};
 
 use engine::{Collective, Elem, Engine};

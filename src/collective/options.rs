@@ -1,8 +1,8 @@
 //! Tuning and deadlines of a [`Communicator`](super::Communicator).
 
-use super::interrupt::Interrupt;
 use super::robust::RobustOptions;
 use std::time::Duration;
+use switchyard_link::Interrupt;
 use switchyard_net::env::{self, EnvError, Lookup};
 use switchyard_transports::SocketOptions;
 

@@ -6,11 +6,11 @@
 //! (`tracked.rs`, robust mode in `robust/join.rs`), or MPI.
 
 use super::engine::{Engine, Solo};
-use super::error::{Call, CollectiveError};
+use super::error::{Call, CollectiveError, During};
 use super::link::{BoundLink, Link, StreamLink};
 use super::mesh::MeshEngine;
 use super::options::{CommOptions, DataPath};
-use super::{Communicator, TrackerJoin};
+use super::{Communicator, TrackerJoin, TrackerProtocol};
 use crate::bootstrap::{
     Bootstrap, EndpointExchange, LauncherExchange, Rendezvous, UniqueId, UniqueIdExchange,
 };
@@ -272,12 +272,7 @@ impl Communicator {
                 task_id,
                 protocol,
             } => {
-                let spec = TrackerJoin {
-                    host: host.clone(),
-                    port: *port,
-                    task_id: task_id.clone(),
-                    protocol: *protocol,
-                };
+                let spec = tracker_join(host, *port, task_id, *protocol);
                 Communicator::join_tracker(&spec, options)
             }
             Rendezvous::Solo => Ok(Communicator::solo_with(options)),
@@ -289,7 +284,7 @@ impl Communicator {
                 }
                 crate::bootstrap::split_host_port(addr)
                     .map_err(|e| CollectiveError::setup("choosing the mesh address", e))?;
-                let mut launcher = LauncherExchange { addr: addr.clone() };
+                let mut launcher = LauncherExchange::new(addr.clone());
                 // The error names the rendezvous's address.
                 Communicator::exchanged_mesh(rank, world, &mut launcher, options, || {
                     "endpoint exchange through the launcher".into()
@@ -302,7 +297,7 @@ impl Communicator {
                 Communicator::exchanged_mesh(
                     rank,
                     world,
-                    &mut UniqueIdExchange { id: *id },
+                    &mut UniqueIdExchange::new(*id),
                     options,
                     || format!("bootstrap at rank 0's root {root}"),
                 )
@@ -312,6 +307,11 @@ impl Communicator {
                     "endpoint exchange".into()
                 })
             }
+            // The bootstrap crate is a version ahead of this one.
+            other => Err(CollectiveError::setup(
+                "forming the communicator",
+                format!("this version of the collectives cannot form a mesh from {other:?}"),
+            )),
         }
     }
 
@@ -490,12 +490,20 @@ pub(super) fn tracker_spec(bootstrap: &Bootstrap) -> Option<TrackerJoin> {
     else {
         return None;
     };
-    Some(TrackerJoin {
-        host: host.clone(),
-        port: *port,
-        task_id: task_id.clone(),
-        protocol: *protocol,
-    })
+    Some(tracker_join(host, *port, task_id, *protocol))
+}
+
+/// The [`TrackerJoin`] of the tracker at `host:port` speaking `protocol`, joined as
+/// `task_id`.
+fn tracker_join(
+    host: &str,
+    port: u16,
+    task_id: &Option<String>,
+    protocol: TrackerProtocol,
+) -> TrackerJoin {
+    let mut spec = TrackerJoin::new(host, port).with_protocol(protocol);
+    spec.task_id.clone_from(task_id);
+    spec
 }
 
 /// `rank` and `world` as `u32`s, or the error of a rank outside the world.

@@ -6,11 +6,11 @@
 //! through [`Communicator::join`] like a program's, their endpoints swapped through a
 //! [`MemoryExchange`](crate::bootstrap::MemoryExchange).
 
-pub use super::error::LinkError;
-pub use super::link::{
-    BoundLink, Clock, Link, MemoryLink, MemorySchedule, Notice, SocketLink, StreamLink, Tag,
-};
 use super::{CollectiveError, CommOptions, Communicator};
+pub use switchyard_link::{
+    BoundLink, Clock, Link, LinkError, MemoryLink, MemorySchedule, Notice, SocketLink, StreamLink,
+    Tag,
+};
 
 /// A mesh communicator over any [`Link`].
 pub fn over_link(link: Box<dyn Link>, options: CommOptions) -> Communicator {

@@ -35,9 +35,9 @@ use switchyard_tracker::client::json::{JsonClient, JsonSession};
 use switchyard_tracker::client::{ClientConfig, ClientError};
 use switchyard_tracker::wire::{self, Deadline};
 
-// Defined with the bootstrap, which reads it to pick the tracker's protocol; the
-// collectives keep their public path to it.
-pub use crate::bootstrap::{ENV_TRACKER_PROTOCOL, TrackerProtocol};
+// Defined with the bootstrap, which reads them (the tracker a `Bootstrap` names, the
+// protocol it speaks); the collectives keep their public paths to them.
+pub use crate::bootstrap::{ENV_TRACKER_PROTOCOL, TrackerJoin, TrackerProtocol};
 
 /// Longest mesh endpoint accepted from a peer during the ring allgather.
 const MAX_ENDPOINT: usize = 4096;
@@ -86,44 +86,6 @@ pub(crate) mod hook {
     /// Sets (or clears) this thread's hook.
     pub(crate) fn set(hook: Option<Hook>) {
         AT.with(|h| *h.borrow_mut() = hook);
-    }
-}
-
-/// Where a tracker is and who this worker is to it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct TrackerJoin {
-    /// Host name or address of the tracker.
-    pub host: String,
-    /// Its port.
-    pub port: u16,
-    /// This worker's identity across restarts (`DMLC_TASK_ID`); `None` for none.
-    pub task_id: Option<String>,
-    /// The protocol it speaks.
-    pub protocol: TrackerProtocol,
-}
-
-impl TrackerJoin {
-    /// A classic tracker at `host:port`, no task id.
-    pub fn new(host: impl Into<String>, port: u16) -> Self {
-        TrackerJoin {
-            host: host.into(),
-            port,
-            task_id: None,
-            protocol: TrackerProtocol::Classic,
-        }
-    }
-
-    /// Sets the task id.
-    pub fn with_task_id(mut self, task_id: impl Into<String>) -> Self {
-        self.task_id = Some(task_id.into());
-        self
-    }
-
-    /// Sets the protocol.
-    pub fn with_protocol(mut self, protocol: TrackerProtocol) -> Self {
-        self.protocol = protocol;
-        self
     }
 }
 

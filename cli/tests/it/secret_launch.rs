@@ -2,7 +2,7 @@
 //! secret file) in its environment runs a job whose rendezvous and TCP data links all
 //! authenticate (the processes inherit the variable), and an unusable secret stops the
 //! job before it starts (fail closed). Strangers refused mid-job are tested next to
-//! each link (src/launch/rendezvous_server.rs, src/collective/link/setup.rs).
+//! each link (src/launch/rendezvous_server.rs, link/src/setup.rs).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;

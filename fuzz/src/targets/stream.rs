@@ -1,4 +1,4 @@
-//! The collectives' TCP data path framing (`src/collective/link/framing.rs`),
+//! The collectives' TCP data path framing (`link/src/framing.rs`),
 //! through `switchyard::fuzzing`.
 
 use super::{label, SLACK};

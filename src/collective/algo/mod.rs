@@ -21,9 +21,10 @@ pub(crate) mod doubling;
 #[cfg(test)]
 mod in_memory_tests;
 pub(crate) mod ring;
+pub(crate) mod run;
 pub(crate) mod tree;
 
-use super::error::{CollectiveError, LinkError};
+use super::error::{CollectiveError, During, LinkError};
 use super::link::{Clock, Link, Tag};
 use super::signature::{Meta, Signature};
 use bytes::Bytes;

@@ -1,0 +1,262 @@
+//! The stream link's non-blocking I/O: writing queued frames with `writev`, reading
+//! into each peer's decoder, and waiting in `poll(2)` while every peer's reads go on
+//! (so that ranks writing to each other in a cycle never all block).
+
+use super::{CONTROL_CHECK, Outbound, Peer, StreamLink};
+use crate::LinkError;
+use crate::Tag;
+use crate::framing::encode_head;
+use bytes::Bytes;
+use std::io::{ErrorKind, IoSlice};
+use std::time::Instant;
+
+impl StreamLink {
+    pub(super) fn peer(&mut self, rank: usize) -> Result<&mut Peer, LinkError> {
+        match self.peers.get_mut(rank) {
+            Some(Some(peer)) => Ok(peer),
+            _ => Err(LinkError::Transport {
+                rank,
+                reason: format!("no connection to rank {rank}"),
+            }),
+        }
+    }
+
+    /// Writes what `rank`'s connection accepts without blocking. Returns whether
+    /// anything was written.
+    pub(super) fn flush(&mut self, rank: usize) -> Result<bool, LinkError> {
+        let pool = &mut self.pool;
+        let Some(Some(peer)) = self.peers.get_mut(rank) else {
+            return Err(LinkError::Transport {
+                rank,
+                reason: format!("no connection to rank {rank}"),
+            });
+        };
+        let mut progressed = false;
+        if peer.closed.is_some() {
+            // Whatever was queued for a peer that left can no longer matter to it.
+            peer.outbound.clear();
+            peer.queued = 0;
+            return Ok(false);
+        }
+        while let Some(out) = peer.outbound.front_mut() {
+            let mut slices = Vec::with_capacity(out.parts.len() - out.part);
+            slices.push(IoSlice::new(&out.parts[out.part][out.offset..]));
+            for part in &out.parts[out.part + 1..] {
+                slices.push(IoSlice::new(part));
+            }
+            match peer.pipe.write_vectored(&slices) {
+                Ok(0) => return Err(peer.io_error(rank, ErrorKind::WriteZero.into())),
+                Ok(mut written) => {
+                    progressed = true;
+                    peer.drained = Instant::now();
+                    peer.queued -= written;
+                    while written > 0 {
+                        let left = out.parts[out.part].len() - out.offset;
+                        if written >= left {
+                            written -= left;
+                            out.part += 1;
+                            out.offset = 0;
+                        } else {
+                            out.offset += written;
+                            written = 0;
+                        }
+                    }
+                    // Empty frames are skipped too, so that the message counts as done.
+                    while out.part < out.parts.len() && out.parts[out.part].len() == out.offset {
+                        out.part += 1;
+                        out.offset = 0;
+                    }
+                    if out.part == out.parts.len() {
+                        if let Some(done) = peer.outbound.pop_front() {
+                            for part in done.parts {
+                                pool.give(part);
+                            }
+                        }
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    peer.closed = Some(e.to_string());
+                    peer.outbound.clear();
+                    peer.queued = 0;
+                    return Err(peer.io_error(rank, e));
+                }
+            }
+        }
+        Ok(progressed)
+    }
+
+    /// Reads what `rank`'s connection has without blocking, filing complete messages
+    /// under their tag. Returns whether anything was read.
+    pub(super) fn pump(&mut self, rank: usize) -> Result<bool, LinkError> {
+        let Some(Some(peer)) = self.peers.get_mut(rank) else {
+            return Err(LinkError::Transport {
+                rank,
+                reason: format!("no connection to rank {rank}"),
+            });
+        };
+        let (pool, pending) = (&mut self.pool, &mut self.pending);
+        let malformed = |endpoint: String, reason: String| LinkError::Transport {
+            rank,
+            reason: format!("malformed stream from {endpoint}: {reason}"),
+        };
+        let mut progressed = false;
+        while peer.closed.is_none() {
+            if let Some(e) = peer.inbound.error() {
+                return Err(malformed(peer.endpoint(), e.to_string()));
+            }
+            let read = match peer.pipe.read(peer.inbound.space()) {
+                Ok(0) => {
+                    peer.closed = Some(if peer.inbound.between_messages() {
+                        "connection closed by the peer".into()
+                    } else {
+                        "connection closed by the peer in the middle of a message".into()
+                    });
+                    return Ok(true);
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(progressed),
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    peer.closed = Some(e.to_string());
+                    return Ok(true);
+                }
+            };
+            progressed = true;
+            peer.heard = Instant::now();
+            let message = peer
+                .inbound
+                .filled(read, &mut |len| pool.take(len))
+                .map_err(|e| malformed(peer.endpoint(), e.to_string()))?;
+            if let Some((tag, frames)) = message {
+                pending.push(rank, tag, frames);
+            }
+        }
+        Ok(progressed)
+    }
+
+    /// One pass over every connection: write what can be written, read what is there.
+    pub(super) fn progress(&mut self) -> Result<bool, LinkError> {
+        let mut progressed = false;
+        for rank in 0..self.size {
+            if self.peers[rank].is_none() {
+                continue;
+            }
+            // A failed write closes that peer; it matters only once this rank sends
+            // to it or waits for it, which report it.
+            progressed |= self.flush(rank).unwrap_or(true);
+            progressed |= self.pump(rank)?;
+        }
+        Ok(progressed)
+    }
+
+    /// Sleeps in `poll(2)` until a connection is readable (or writable, where output
+    /// waits), `until`, or [`CONTROL_CHECK`] passes. A shared-memory peer is asked to
+    /// wake this rank first; if its ring already has work, there is no sleep.
+    pub(super) fn sleep(&mut self, until: Instant) {
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.peers.len());
+        let mut ready = false;
+        for peer in self.peers.iter_mut().flatten() {
+            if peer.closed.is_some() {
+                continue;
+            }
+            let waiting_to_write = !peer.outbound.is_empty();
+            match peer.pipe.prepare_sleep(waiting_to_write) {
+                Some((fd, events)) => fds.push(libc::pollfd {
+                    fd,
+                    events,
+                    revents: 0,
+                }),
+                None => ready = true,
+            }
+        }
+        if !ready {
+            let wait = until
+                .saturating_duration_since(Instant::now())
+                .min(CONTROL_CHECK);
+            let millis = wait.as_millis().max(1) as libc::c_int;
+            // SAFETY: `fds` is a valid, exclusively borrowed array of `fds.len()`
+            // pollfds for the duration of the call.
+            unsafe {
+                libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, millis);
+            }
+        }
+        for peer in self.peers.iter_mut().flatten() {
+            peer.pipe.end_sleep();
+        }
+    }
+
+    /// Queues a message for `to` and writes what its connection takes at once.
+    pub(super) fn queue(
+        &mut self,
+        to: usize,
+        tag: Tag,
+        frames: Vec<Bytes>,
+    ) -> Result<(), LinkError> {
+        let head = encode_head(tag, &frames);
+        let mut parts = Vec::with_capacity(frames.len() + 1);
+        parts.push(Bytes::from(head));
+        parts.extend(frames);
+        let bytes: usize = parts.iter().map(Bytes::len).sum();
+        let peer = self.peer(to)?;
+        if let Some(reason) = &peer.closed {
+            return Err(LinkError::Lost {
+                rank: to,
+                endpoint: peer.endpoint(),
+                reason: reason.clone(),
+            });
+        }
+        peer.outbound.push_back(Outbound {
+            parts,
+            part: 0,
+            offset: 0,
+        });
+        peer.queued += bytes;
+        self.flush(to)?;
+        Ok(())
+    }
+
+    /// One pass of a spinning wait. With more ranks on this host than cores (as under
+    /// `switchyard launch` on a laptop) the peer waited for may need this very core:
+    /// yield it, as OpenMPI does when oversubscribed. Otherwise spin in place: a yield
+    /// is a system call, and the wait ends sooner without.
+    pub(super) fn spin_once(&self) {
+        if self.oversubscribed {
+            std::thread::yield_now();
+        } else {
+            for _ in 0..32 {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// Waits for progress on any connection until `deadline`, spinning first, and
+    /// watching the control link for abort notices. `Ok(false)` at the deadline.
+    pub(super) fn wait(&mut self, deadline: Instant) -> Result<bool, LinkError> {
+        let spin_until = Instant::now() + self.spin;
+        loop {
+            // Looked at on the busy path too: a wait that always finds progress
+            // would otherwise never see it.
+            self.interrupted()?;
+            if self.progress()? {
+                return Ok(true);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(false);
+            }
+            if now < spin_until {
+                self.spin_once();
+                continue;
+            }
+            self.control.check_aborts()?;
+            // A peer in this call on the host board while this rank waits for its
+            // messages would never send one: said now, not at the deadline.
+            if let Some(refused) = self.board_refusal() {
+                return Err(refused);
+            }
+            self.sleep(deadline);
+        }
+    }
+}
