@@ -302,7 +302,13 @@ fn ctrl_c_ends_every_remote_process(wrapped: bool) {
         .unwrap();
     assert!(sent.success());
     let status = exit_within(&mut guard, Duration::from_secs(20));
-    let lines: Vec<String> = rx.try_iter().collect();
+    // The reader threads may still be forwarding what the launcher wrote before it
+    // exited: read until they end (both pipes closed), for 5 s at most.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut lines: Vec<String> = Vec::new();
+    while let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        lines.push(line);
+    }
     assert_eq!(status.code(), Some(130), "{lines:#?}");
     assert!(
         lines.iter().any(|l| l.contains("interrupted by SIGINT")),

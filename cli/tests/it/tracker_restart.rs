@@ -103,7 +103,23 @@ impl Running {
     }
 
     fn stderr_text(&self) -> String {
-        self.stderr.try_iter().collect::<Vec<_>>().join("\n")
+        // The reader thread may still be forwarding what the tracker wrote before it
+        // exited: read up to the end of the stream (the thread then drops its sender),
+        // not just what has arrived (a loaded machine once gave an empty text here).
+        let deadline = Instant::now() + WAIT;
+        let mut lines = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr.recv_timeout(left) {
+                Ok(line) => lines.push(line),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    lines.push(format!("(standard error still open after {WAIT:?})"));
+                    break;
+                }
+            }
+        }
+        lines.join("\n")
     }
 }
 
