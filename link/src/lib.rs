@@ -14,6 +14,7 @@
 //! | `group.rs` | [`GroupLink`]: some of a link's ranks as a world of their own, for the phases of a hierarchical call |
 //! | `shm/` | the shared-memory pipe a [`StreamLink`] uses for a peer on this host, the host board, and their hand-over at setup |
 //! | `memory/` | `MemoryLink`: ranks in one process, taking turns on a deterministic schedule (`turn.rs`; feature `testing`) |
+//! | `sync.rs` | the atomics of the shared-memory protocols: std's, or loom's in the models of `shm/*_loom.rs` |
 //! | `error.rs`, `interrupt.rs` | [`LinkError`], what a link reports; [`Interrupt`], the flag that ends a wait |
 //!
 //! The facade (`switchyard`) builds its mesh engine on these links; a program uses
@@ -35,6 +36,8 @@ mod setup;
 mod shm;
 mod socket;
 mod stream;
+#[cfg(target_os = "linux")]
+mod sync;
 
 pub use error::LinkError;
 pub use group::GroupLink;

@@ -30,9 +30,9 @@
 //! the data (so that a call of a few bytes is one cache line), in whole cache lines.
 
 use super::segment::{map_shared, sealed_len, sealed_memfd};
+use crate::sync::{AtomicU32, AtomicU64, Ordering, fence};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
 /// Data bytes of one slot in a board of `ranks`: 256 KiB up to 64 ranks (a board of
 /// 32 MiB, mapped whole but touched only as far as calls write), then less so that
@@ -66,6 +66,10 @@ pub(crate) const META_BYTES: usize = 24;
 
 /// The head of one slot; the data follows at once, so that a call of a few bytes
 /// takes one cache line to publish and one to read.
+///
+/// Its methods, with [`wake_sleepers`] and [`set_flag`], are the protocol: [`Board`]
+/// adds the bytes, and the loom models (`board_loom.rs`) run the same functions over
+/// bytes of their own.
 #[repr(C)]
 struct SlotControl {
     /// The board call whose data the slot holds (0: none yet).
@@ -84,7 +88,76 @@ struct SlotControl {
 /// Where a slot's data begins: right after its head, 8-aligned for any element.
 const DATA_AT: usize = std::mem::size_of::<SlotControl>();
 
-const _: () = assert!(DATA_AT % 8 == 0 && DATA_AT < LINE);
+#[cfg(not(all(test, loom)))]
+const _: () = assert!(DATA_AT == 48 && DATA_AT < LINE);
+
+impl SlotControl {
+    /// A slot head of loom's atomics, holding no call, for the models.
+    #[cfg(all(test, loom))]
+    fn new() -> SlotControl {
+        SlotControl {
+            call: AtomicU64::new(0),
+            seq: AtomicU64::new(0),
+            len: AtomicU32::new(0),
+            meta_len: AtomicU32::new(0),
+            meta: [0; META_BYTES],
+        }
+    }
+
+    /// Publishes board call `call` in this slot: `copy` writes its data and meta
+    /// first, then the head's fields are stored, the call number last with release
+    /// ordering, so that a reader that sees the number sees the rest.
+    fn publish(&self, call: u64, seq: u64, len: u32, meta_len: u32, copy: impl FnOnce()) {
+        copy();
+        self.seq.store(seq, Ordering::Relaxed);
+        self.len.store(len, Ordering::Relaxed);
+        self.meta_len.store(meta_len, Ordering::Relaxed);
+        self.call.store(call, Ordering::Release);
+    }
+
+    /// The communicator's call number, the data length and the meta length of board
+    /// call `call`, once the slot holds it; the data and meta are then complete.
+    fn holding(&self, call: u64) -> Option<(u64, u32, u32)> {
+        // Board call 0 is none: a slot that holds nothing yet says 0 too.
+        if call == 0 || self.call.load(Ordering::Acquire) != call {
+            return None;
+        }
+        let seq = self.seq.load(Ordering::Relaxed);
+        let len = self.len.load(Ordering::Relaxed);
+        let meta_len = self.meta_len.load(Ordering::Relaxed);
+        Some((seq, len, meta_len))
+    }
+
+    /// Whether the slot holds board call `call` or a later one.
+    fn reached(&self, call: u64) -> bool {
+        self.call.load(Ordering::Acquire) >= call
+    }
+}
+
+/// After a publish: calls `wake` for every rank of `flags` whose sleep flag is up.
+/// The fence pairs with the one in [`set_flag`]: either the sleeper's second look
+/// sees the part, or this sees its flag.
+fn wake_sleepers<'a>(
+    flags: impl Iterator<Item = (usize, &'a AtomicU32)>,
+    mut wake: impl FnMut(usize),
+) {
+    fence(Ordering::SeqCst);
+    for (rank, flag) in flags {
+        if flag.load(Ordering::Relaxed) != 0 {
+            wake(rank);
+        }
+    }
+}
+
+/// Raises (before a sleep) or lowers (after it) a rank's sleep `flag`. Raising is
+/// followed by a fence: the rank then looks at the slot it waits for once more before
+/// it sleeps.
+fn set_flag(flag: &AtomicU32, asleep: bool) {
+    flag.store(u32::from(asleep), Ordering::Relaxed);
+    if asleep {
+        fence(Ordering::SeqCst);
+    }
+}
 
 /// A slot's content as its reader sees it.
 pub(crate) struct Entry<'a> {
@@ -256,35 +329,30 @@ impl Board {
         seq: u64,
         meta: &[u8],
         parts: &[&[u8]],
-        mut wake: impl FnMut(usize),
+        wake: impl FnMut(usize),
     ) {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         assert!(len <= self.slot_bytes && meta.len() <= META_BYTES);
         self.calls += 1;
         let (control, slot) = self.slot(self.me, self.calls);
-        // SAFETY: `slot` has `slot_bytes` bytes, `len` of them written here; nobody
-        // reads this slot until the call number below says it holds this call
-        // (readers of the call two back are done, see the module documentation).
-        unsafe {
-            let mut at = slot;
-            for part in parts {
-                switchyard_msg::copy::copy_bytes_raw(part.as_ptr(), at, part.len());
-                at = at.add(part.len());
+        // Both lengths fit: at most a slot (below 4 GiB, checked at open) and
+        // META_BYTES.
+        control.publish(self.calls, seq, len as u32, meta.len() as u32, || {
+            // SAFETY: `slot` has `slot_bytes` bytes, `len` of them written here; nobody
+            // reads this slot until the call number says it holds this call (readers of
+            // the call two back are done, see the module documentation).
+            unsafe {
+                let mut at = slot;
+                for part in parts {
+                    switchyard_msg::copy::copy_bytes_raw(part.as_ptr(), at, part.len());
+                    at = at.add(part.len());
+                }
+                let meta_at = std::ptr::addr_of!(control.meta).cast::<u8>().cast_mut();
+                std::ptr::copy_nonoverlapping(meta.as_ptr(), meta_at, meta.len());
             }
-            let meta_at = std::ptr::addr_of!(control.meta).cast::<u8>().cast_mut();
-            std::ptr::copy_nonoverlapping(meta.as_ptr(), meta_at, meta.len());
-        }
-        // Both fit: at most a slot (below 4 GiB, checked at open) and META_BYTES.
-        control.seq.store(seq, Ordering::Relaxed);
-        control.len.store(len as u32, Ordering::Relaxed);
-        control.meta_len.store(meta.len() as u32, Ordering::Relaxed);
-        control.call.store(self.calls, Ordering::Release);
-        fence(Ordering::SeqCst);
-        for rank in (0..self.ranks).filter(|&r| r != self.me) {
-            if self.sleeping(rank).load(Ordering::Relaxed) != 0 {
-                wake(rank);
-            }
-        }
+        });
+        let others = (0..self.ranks).filter(|&r| r != self.me);
+        wake_sleepers(others.map(|rank| (rank, self.sleeping(rank))), wake);
     }
 
     /// Whether rank `from` has published its part of this rank's last board call
@@ -298,7 +366,7 @@ impl Board {
         // `from` writes this slot next for the call after our next one, which needs
         // our next part: the slot holds our last call or an earlier one.
         let (control, _) = self.slot(from, self.calls);
-        control.call.load(Ordering::Acquire) >= self.calls
+        control.reached(self.calls)
     }
 
     /// Rank `from`'s part of the current board call (the one this rank published
@@ -316,13 +384,9 @@ impl Board {
     /// Rank `from`'s part of board call `call`, once it holds that call.
     fn read(&self, from: usize, call: u64) -> Result<Option<Entry<'_>>, BoardError> {
         let (control, slot) = self.slot(from, call);
-        // Board call 0 is none: a slot that holds nothing yet says 0 too.
-        if call == 0 || control.call.load(Ordering::Acquire) != call {
+        let Some((seq, len, meta_len)) = control.holding(call) else {
             return Ok(None);
-        }
-        let seq = control.seq.load(Ordering::Relaxed);
-        let len = control.len.load(Ordering::Relaxed);
-        let meta_len = control.meta_len.load(Ordering::Relaxed);
+        };
         if len as usize > self.slot_bytes || meta_len as usize > META_BYTES {
             return Err(BoardError {
                 rank: from,
@@ -349,11 +413,7 @@ impl Board {
     /// is followed by a fence: the caller then looks at the slot it waits for once
     /// more before it sleeps.
     pub(crate) fn set_sleeping(&self, asleep: bool) {
-        self.sleeping(self.me)
-            .store(u32::from(asleep), Ordering::Relaxed);
-        if asleep {
-            fence(Ordering::SeqCst);
-        }
+        set_flag(self.sleeping(self.me), asleep);
     }
 }
 
@@ -467,3 +527,7 @@ mod tests {
         assert!(Board::open(segment_fd, 1, 2).is_err());
     }
 }
+
+#[cfg(all(test, loom))]
+#[path = "board_loom.rs"]
+mod loom_tests;

@@ -14,8 +14,8 @@
 //! position that would put more than the ring's capacity between head and tail is
 //! reported as [`RingError`], never used as an index.
 
+use crate::sync::{AtomicU32, AtomicU64, Ordering, fence};
 use std::io::IoSlice;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 use switchyard_msg::copy::copy_bytes_raw;
 
 /// One cache line, so that the writer's and the reader's fields never share one.
@@ -23,6 +23,9 @@ const LINE: usize = 64;
 
 /// The control block of one ring, at a fixed place in the shared segment. Every field
 /// on its own cache line.
+///
+/// Its methods are the protocol: the ends below add the bytes, and the loom models
+/// (`ring_loom.rs`) run the same methods over bytes of their own.
 #[repr(C)]
 pub(super) struct Control {
     /// Bytes written so far (only the writer stores it).
@@ -42,6 +45,9 @@ pub(super) struct Control {
 /// Bytes one [`Control`] takes in the segment.
 pub(super) const CONTROL_BYTES: usize = std::mem::size_of::<Control>();
 
+#[cfg(not(all(test, loom)))]
+const _: () = assert!(CONTROL_BYTES == 4 * LINE);
+
 /// A peer's control block that cannot be right.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -51,6 +57,113 @@ pub(crate) struct RingError {
     head: u64,
     tail: u64,
     capacity: usize,
+}
+
+impl Control {
+    /// A control block of loom's atomics, for the models.
+    #[cfg(all(test, loom))]
+    fn new() -> Control {
+        Control {
+            head: AtomicU64::new(0),
+            _head_line: [0; LINE - 8],
+            tail: AtomicU64::new(0),
+            _tail_line: [0; LINE - 8],
+            reader_sleeping: AtomicU32::new(0),
+            _reader_line: [0; LINE - 4],
+            writer_waiting: AtomicU32::new(0),
+            _writer_line: [0; LINE - 4],
+        }
+    }
+
+    /// The writer's move, `head` being the bytes it has written so far: `copy` gets
+    /// the stream position to write at and the room there, copies what it will and
+    /// says how much; then that is published. Returns the bytes copied and whether
+    /// the reader was asleep and must be woken.
+    fn write(
+        &self,
+        head: &mut u64,
+        capacity: usize,
+        copy: impl FnOnce(u64, usize) -> usize,
+    ) -> Result<(usize, bool), RingError> {
+        let tail = self.tail.load(Ordering::Acquire);
+        let used = head.wrapping_sub(tail);
+        if used > capacity as u64 {
+            return Err(RingError {
+                head: *head,
+                tail,
+                capacity,
+            });
+        }
+        let written = copy(*head, capacity - used as usize);
+        if written == 0 {
+            return Ok((0, false));
+        }
+        *head = head.wrapping_add(written as u64);
+        self.head.store(*head, Ordering::Release);
+        Ok((written, take_flag(&self.reader_sleeping)))
+    }
+
+    /// The reader's move, `tail` being the bytes it has read so far: `copy` gets the
+    /// stream position to read at and how many bytes (at most `most`, at least 1) to
+    /// copy out; then their room is freed. Returns the bytes copied (0 when the ring
+    /// is empty) and whether the writer was asleep waiting for room and must be woken.
+    fn read(
+        &self,
+        tail: &mut u64,
+        capacity: usize,
+        most: usize,
+        copy: impl FnOnce(u64, usize),
+    ) -> Result<(usize, bool), RingError> {
+        let head = self.head.load(Ordering::Acquire);
+        let waiting = head.wrapping_sub(*tail);
+        if waiting > capacity as u64 {
+            return Err(RingError {
+                head,
+                tail: *tail,
+                capacity,
+            });
+        }
+        let n = (waiting as usize).min(most);
+        if n == 0 {
+            return Ok((0, false));
+        }
+        copy(*tail, n);
+        *tail = tail.wrapping_add(n as u64);
+        self.tail.store(*tail, Ordering::Release);
+        Ok((n, take_flag(&self.writer_waiting)))
+    }
+
+    /// Whether bytes past `tail` are waiting.
+    fn has_data(&self, tail: u64) -> bool {
+        self.head.load(Ordering::Acquire) != tail
+    }
+
+    /// Raises the reader's flag before a sleep and says whether bytes past `tail`
+    /// arrived after all (then the reader must not sleep).
+    fn reader_prepare_sleep(&self, tail: u64) -> bool {
+        self.reader_sleeping.store(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        self.has_data(tail)
+    }
+
+    /// Lowers the reader's flag after a sleep.
+    fn reader_end_sleep(&self) {
+        self.reader_sleeping.store(0, Ordering::Relaxed);
+    }
+
+    /// Raises the writer's flag before a sleep and says whether there is room after
+    /// `head` after all (then the writer must not sleep).
+    fn writer_prepare_sleep(&self, head: u64, capacity: usize) -> bool {
+        self.writer_waiting.store(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        let tail = self.tail.load(Ordering::Acquire);
+        head.wrapping_sub(tail) < capacity as u64
+    }
+
+    /// Lowers the writer's flag after a sleep.
+    fn writer_end_sleep(&self) {
+        self.writer_waiting.store(0, Ordering::Relaxed);
+    }
 }
 
 /// The memory of one ring: its control block and `capacity` data bytes.
@@ -98,6 +211,36 @@ impl RingMemory {
         let tail = self.control().tail.load(Ordering::Acquire);
         Reader { ring: self, tail }
     }
+
+    /// Copies `bytes` to stream position `at`, wrapping at the end of the data.
+    fn copy_in(self, at: u64, bytes: &[u8]) {
+        let offset = (at as usize) & (self.capacity - 1);
+        let first = bytes.len().min(self.capacity - offset);
+        // SAFETY: `offset + first <= capacity` and `bytes.len() - first <= offset`, so
+        // both copies stay inside the data area; the range lies between the published
+        // head and the tail plus the capacity, which the reader does not read until
+        // the writer publishes it.
+        unsafe {
+            copy_bytes_raw(bytes.as_ptr(), self.data.add(offset), first);
+            copy_bytes_raw(bytes.as_ptr().add(first), self.data, bytes.len() - first);
+        }
+    }
+
+    /// Copies the `buf.len()` bytes at stream position `at` into `buf`, wrapping at
+    /// the end of the data.
+    fn copy_out(self, at: u64, buf: &mut [u8]) {
+        let n = buf.len();
+        let offset = (at as usize) & (self.capacity - 1);
+        let first = n.min(self.capacity - offset);
+        // SAFETY: both ranges stay inside the data area (as in `copy_in`) and lie
+        // below the head the writer published with release ordering, which the reader
+        // loaded with acquire: the bytes are complete and the writer does not touch
+        // them until the reader publishes a tail past them.
+        unsafe {
+            copy_bytes_raw(self.data.add(offset), buf.as_mut_ptr(), first);
+            copy_bytes_raw(self.data, buf.as_mut_ptr().add(first), n - first);
+        }
+    }
 }
 
 /// The writing end of a ring.
@@ -118,65 +261,33 @@ impl Writer {
     /// asleep and must be woken.
     pub(super) fn write(&mut self, slices: &[IoSlice<'_>]) -> Result<(usize, bool), RingError> {
         let ring = self.ring;
-        let tail = ring.control().tail.load(Ordering::Acquire);
-        let used = self.head.wrapping_sub(tail);
-        if used > ring.capacity as u64 {
-            return Err(RingError {
-                head: self.head,
-                tail,
-                capacity: ring.capacity,
-            });
-        }
-        let mut free = ring.capacity - used as usize;
-        let mut written = 0usize;
-        for slice in slices {
-            if free == 0 {
-                break;
-            }
-            let n = slice.len().min(free);
-            self.copy_in(self.head.wrapping_add(written as u64), &slice[..n]);
-            written += n;
-            free -= n;
-        }
-        if written == 0 {
-            return Ok((0, false));
-        }
-        self.head = self.head.wrapping_add(written as u64);
-        ring.control().head.store(self.head, Ordering::Release);
-        Ok((written, take_flag(&ring.control().reader_sleeping)))
-    }
-
-    /// Copies `bytes` to stream position `at`, wrapping at the end of the data.
-    fn copy_in(&self, at: u64, bytes: &[u8]) {
-        let ring = self.ring;
-        let offset = (at as usize) & (ring.capacity - 1);
-        let first = bytes.len().min(ring.capacity - offset);
-        // SAFETY: `offset + first <= capacity` and `bytes.len() - first <= offset`, so
-        // both copies stay inside the data area; the range lies between the published
-        // head and the tail plus the capacity, which the reader does not read until
-        // this end publishes it.
-        unsafe {
-            copy_bytes_raw(bytes.as_ptr(), ring.data.add(offset), first);
-            copy_bytes_raw(bytes.as_ptr().add(first), ring.data, bytes.len() - first);
-        }
+        ring.control()
+            .write(&mut self.head, ring.capacity, |head, mut free| {
+                let mut written = 0usize;
+                for slice in slices {
+                    if free == 0 {
+                        break;
+                    }
+                    let n = slice.len().min(free);
+                    ring.copy_in(head.wrapping_add(written as u64), &slice[..n]);
+                    written += n;
+                    free -= n;
+                }
+                written
+            })
     }
 
     /// Raises the writer's flag before a sleep and says whether there is room after
     /// all (then the caller must not sleep).
     pub(super) fn prepare_sleep(&self) -> bool {
-        let control = self.ring.control();
-        control.writer_waiting.store(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        let tail = control.tail.load(Ordering::Acquire);
-        self.head.wrapping_sub(tail) < self.ring.capacity as u64
+        self.ring
+            .control()
+            .writer_prepare_sleep(self.head, self.ring.capacity)
     }
 
     /// Lowers the writer's flag after a sleep.
     pub(super) fn end_sleep(&self) {
-        self.ring
-            .control()
-            .writer_waiting
-            .store(0, Ordering::Relaxed);
+        self.ring.control().writer_end_sleep();
     }
 
     /// Whether every byte written has been read.
@@ -202,54 +313,21 @@ impl Reader {
     /// asleep waiting for room and must be woken.
     pub(super) fn read(&mut self, buf: &mut [u8]) -> Result<(usize, bool), RingError> {
         let ring = self.ring;
-        let head = ring.control().head.load(Ordering::Acquire);
-        let waiting = head.wrapping_sub(self.tail);
-        if waiting > ring.capacity as u64 {
-            return Err(RingError {
-                head,
-                tail: self.tail,
-                capacity: ring.capacity,
-            });
-        }
-        let n = (waiting as usize).min(buf.len());
-        if n == 0 {
-            return Ok((0, false));
-        }
-        let offset = (self.tail as usize) & (ring.capacity - 1);
-        let first = n.min(ring.capacity - offset);
-        // SAFETY: both ranges stay inside the data area (as in `Writer::copy_in`) and
-        // lie below the head the writer published with release ordering, which this
-        // end loaded with acquire: the bytes are complete and the writer does not
-        // touch them until this end publishes a tail past them.
-        unsafe {
-            copy_bytes_raw(ring.data.add(offset), buf.as_mut_ptr(), first);
-            copy_bytes_raw(ring.data, buf.as_mut_ptr().add(first), n - first);
-        }
-        self.tail = self.tail.wrapping_add(n as u64);
-        ring.control().tail.store(self.tail, Ordering::Release);
-        Ok((n, take_flag(&ring.control().writer_waiting)))
-    }
-
-    /// Whether bytes are waiting.
-    pub(super) fn has_data(&self) -> bool {
-        self.ring.control().head.load(Ordering::Acquire) != self.tail
+        ring.control()
+            .read(&mut self.tail, ring.capacity, buf.len(), |tail, n| {
+                ring.copy_out(tail, &mut buf[..n]);
+            })
     }
 
     /// Raises the reader's flag before a sleep and says whether bytes arrived after
     /// all (then the caller must not sleep).
     pub(super) fn prepare_sleep(&self) -> bool {
-        let control = self.ring.control();
-        control.reader_sleeping.store(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        self.has_data()
+        self.ring.control().reader_prepare_sleep(self.tail)
     }
 
     /// Lowers the reader's flag after a sleep.
     pub(super) fn end_sleep(&self) {
-        self.ring
-            .control()
-            .reader_sleeping
-            .store(0, Ordering::Relaxed);
+        self.ring.control().reader_end_sleep();
     }
 }
 
@@ -437,3 +515,7 @@ mod tests {
         drop(local);
     }
 }
+
+#[cfg(all(test, loom))]
+#[path = "ring_loom.rs"]
+mod loom_tests;
