@@ -71,8 +71,8 @@ pub fn run(
             break;
         }
         input.clear();
-        input.extend_from_slice(&working[rng.below(working.len())]);
-        let other = &working[rng.below(working.len())];
+        input.extend_from_slice(&working[rng.index(working.len())]);
+        let other = &working[rng.index(working.len())];
         mutate(&mut rng, &mut input, other, target.max_len);
         let outcome = execute(&input)?;
         executions += 1;

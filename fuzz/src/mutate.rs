@@ -6,35 +6,9 @@
 //! writes boundary numbers over whole words, which reach limit checks that random
 //! bytes rarely do.
 
-/// SplitMix64: tiny, fast and good enough to pick mutations.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator starting from `seed`.
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n` (`n` > 0).
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n.max(1) as u64) as usize
-    }
-
-    /// One of `items` (not empty).
-    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len())]
-    }
-}
+/// The workspace's seeded generator (SplitMix64), shared with the simulations: tiny,
+/// fast and good enough to pick mutations.
+pub use switchyard_sim::Rng;
 
 /// Byte values at the edges of what the formats test: small tags, signs, all ones.
 const BYTES: [u8; 10] = [0, 1, 2, 3, 11, 12, 0x7f, 0x80, 0xfe, 0xff];
@@ -64,7 +38,7 @@ const WORDS: [u64; 18] = [
 /// Mutates `input` in place with one to four stacked changes, keeping it at most
 /// `max_len` bytes; `other` is another corpus entry to splice from.
 pub fn mutate(rng: &mut Rng, input: &mut Vec<u8>, other: &[u8], max_len: usize) {
-    for _ in 0..1 + rng.below(4) {
+    for _ in 0..1 + rng.index(4) {
         mutate_once(rng, input, other);
     }
     input.truncate(max_len);
@@ -72,50 +46,50 @@ pub fn mutate(rng: &mut Rng, input: &mut Vec<u8>, other: &[u8], max_len: usize) 
 
 fn mutate_once(rng: &mut Rng, input: &mut Vec<u8>, other: &[u8]) {
     let len = input.len();
-    match rng.below(10) {
+    match rng.index(10) {
         0 if len > 0 => {
-            let at = rng.below(len);
-            input[at] ^= 1 << rng.below(8);
+            let at = rng.index(len);
+            input[at] ^= 1 << rng.index(8);
         }
         1 if len > 0 => {
-            let at = rng.below(len);
+            let at = rng.index(len);
             input[at] = rng.next_u64() as u8;
         }
         2 if len > 0 => {
-            let at = rng.below(len);
+            let at = rng.index(len);
             input[at] = rng.pick(&BYTES);
         }
         3 | 4 => {
-            let width = if rng.below(2) == 0 { 4 } else { 8 };
+            let width = if rng.index(2) == 0 { 4 } else { 8 };
             if len >= width {
-                let at = rng.below(len - width + 1);
+                let at = rng.index(len - width + 1);
                 let word = rng.pick(&WORDS).to_le_bytes();
                 input[at..at + width].copy_from_slice(&word[..width]);
             }
         }
         5 => {
-            let at = rng.below(len + 1);
-            let count = 1 + rng.below(8);
+            let at = rng.index(len + 1);
+            let count = 1 + rng.index(8);
             let bytes: Vec<u8> = (0..count).map(|_| rng.next_u64() as u8).collect();
             input.splice(at..at, bytes);
         }
         6 if len > 0 => {
-            let at = rng.below(len);
-            let end = (at + 1 + rng.below(8)).min(len);
+            let at = rng.index(len);
+            let end = (at + 1 + rng.index(8)).min(len);
             input.drain(at..end);
         }
         7 if len > 0 => {
-            let at = rng.below(len);
-            let end = (at + 1 + rng.below(16)).min(len);
+            let at = rng.index(len);
+            let end = (at + 1 + rng.index(16)).min(len);
             let chunk = input[at..end].to_vec();
-            let to = rng.below(len + 1);
+            let to = rng.index(len + 1);
             input.splice(to..to, chunk);
         }
-        8 if len > 0 => input.truncate(rng.below(len)),
+        8 if len > 0 => input.truncate(rng.index(len)),
         9 if !other.is_empty() => {
             // Splice: this input's head, the other's tail.
-            let keep = rng.below(len + 1);
-            let from = rng.below(other.len());
+            let keep = rng.index(len + 1);
+            let from = rng.index(other.len());
             input.truncate(keep);
             input.extend_from_slice(&other[from..]);
         }

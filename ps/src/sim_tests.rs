@@ -21,8 +21,10 @@
 //! push withdrawn (`RoundIncomplete`) was not, then or later. And every worker ends
 //! its script within a bound of simulated time.
 //!
-//! `SEED=n cargo test -p switchyard-ps --lib sim` replays one seed and prints its
-//! trace; `SIM_SEEDS=n` runs that many seeds instead of the default budget.
+//! The generator, the in-order network and the campaign runner are the simulator's
+//! ([`switchyard_sim`]): `SEED=n` replays one seed and prints its trace; `SIM_SEEDS=n`
+//! runs that many seeds instead of the default budget; a failing seed prints the line
+//! that replays it.
 //! [`Servers::Expire`] is the design it replaced (each server expires a round on its
 //! own clock, refusing its pushes), kept so that the test shows the simulation finds
 //! that design's split rounds.
@@ -36,6 +38,7 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 use switchyard_msg::Kind;
 use switchyard_msg::payload;
+use switchyard_sim::{self as sim, Campaign, Failure, Faults, Network, Rng, Step, Trace};
 
 /// The request timeout of the simulated workers (and, in [`Servers::Expire`], of the
 /// servers).
@@ -47,26 +50,10 @@ const ROUNDS: usize = 3;
 /// Seeds a plain `cargo test` runs.
 const BUDGET: u64 = 3000;
 
-/// SplitMix64: small, seedable, and ours.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n`.
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
+/// The network: each message takes up to 30 ms, in order per pair; one time in ten
+/// the clock runs although a message is due.
+fn faults() -> Faults {
+    Faults::delays(Duration::ZERO, Duration::from_millis(30))
 }
 
 /// How the simulated servers end rounds that wait too long.
@@ -144,6 +131,7 @@ const LANES: usize = 256;
 
 struct Sim {
     rng: Rng,
+    faults: Faults,
     /// Whether workers skip keys (break sync mode's rule).
     skip: bool,
     now: Instant,
@@ -154,13 +142,13 @@ struct Sim {
     arrived: Vec<BTreeMap<(u32, u64), Arrival>>,
     workers: Vec<Worker>,
     owner: BTreeMap<u64, usize>,
-    /// (from, to, deliver at, message), in send order per pair.
-    wire: Vec<(Endpoint, Endpoint, Instant, Message)>,
+    /// Messages in flight, in order per (from, to) pair.
+    net: Network<(Endpoint, Endpoint), Instant, Message>,
     /// Per (worker, request id, key): the contribution's bit.
     bits: BTreeMap<(u32, u64, u64), Bit>,
     next_bit: BTreeMap<u64, u32>,
     outcomes: BTreeMap<(u32, u64), (Vec<u64>, Outcome)>,
-    trace: Vec<String>,
+    trace: Trace,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -171,7 +159,7 @@ enum Endpoint {
 
 impl Sim {
     fn new(seed: u64, mode: Servers, skip: bool) -> Sim {
-        let mut rng = Rng(seed);
+        let mut rng = Rng::new(seed);
         let servers = 2 + rng.below(2) as usize;
         let workers = 2 + rng.below(2) as u32;
         let keys = 2 + rng.below(3);
@@ -200,6 +188,7 @@ impl Sim {
             .collect();
         let mut sim = Sim {
             rng,
+            faults: faults(),
             skip,
             now: start,
             start,
@@ -208,11 +197,11 @@ impl Sim {
             arrived: vec![BTreeMap::new(); servers],
             workers: Vec::new(),
             owner,
-            wire: Vec::new(),
+            net: Network::default(),
             bits: BTreeMap::new(),
             next_bit: BTreeMap::new(),
             outcomes: BTreeMap::new(),
-            trace: Vec::new(),
+            trace: Trace::default(),
         };
         for w in 0..workers {
             let script = sim.script(keys);
@@ -238,10 +227,7 @@ impl Sim {
                 .filter(|_| !(skip && self.rng.chance(10)))
                 .collect();
             // Shuffled, then cut.
-            for i in (1..round.len()).rev() {
-                let j = self.rng.below(i as u64 + 1) as usize;
-                round.swap(i, j);
-            }
+            self.rng.shuffle(&mut round);
             let mut requests = Vec::new();
             while !round.is_empty() {
                 let take = 1 + self.rng.below(round.len() as u64) as usize;
@@ -260,22 +246,12 @@ impl Sim {
     }
 
     fn trace(&mut self, line: String) {
-        let at = self.now - self.start;
-        self.trace.push(format!("{at:>10.3?} {line}"));
+        self.trace.note(self.now - self.start, line);
     }
 
     fn send(&mut self, from: Endpoint, to: Endpoint, message: Message) {
-        // In order per pair: never before the last message of the same pair.
-        let delay = Duration::from_micros(self.rng.below(30_000));
-        let last = self
-            .wire
-            .iter()
-            .filter(|(f, t, _, _)| *f == from && *t == to)
-            .map(|(_, _, at, _)| *at)
-            .max()
-            .unwrap_or(self.now);
-        let at = (self.now + delay).max(last);
-        self.wire.push((from, to, at, message));
+        let at = self.now + self.faults.delay(&mut self.rng);
+        self.net.send((from, to), at, message);
     }
 
     fn request(
@@ -469,8 +445,7 @@ impl Sim {
         }
     }
 
-    fn deliver(&mut self, i: usize) {
-        let (from, to, _, message) = self.wire.remove(i);
+    fn deliver(&mut self, (from, to): (Endpoint, Endpoint), message: Message) {
         match (to, message) {
             (Endpoint::Server(s), Message::Request(req)) => {
                 let Endpoint::Worker(w) = from else { return };
@@ -571,7 +546,7 @@ impl Sim {
     fn run(&mut self) -> Result<(), String> {
         let bound = self.start + Duration::from_secs(60);
         loop {
-            if self.workers.iter().all(|w| w.done_at.is_some()) && self.wire.is_empty() {
+            if self.workers.iter().all(|w| w.done_at.is_some()) && self.net.is_empty() {
                 return self.check();
             }
             if self.now > bound {
@@ -589,21 +564,15 @@ impl Sim {
             }
             // Deliver a message that is due (any of them, in order per pair), or let
             // the clock run to the next thing that happens.
-            let due: Vec<usize> = (0..self.wire.len())
-                .filter(|&i| {
-                    let (from, to, at, _) = &self.wire[i];
-                    *at <= self.now
-                        && !self.wire[..i]
-                            .iter()
-                            .any(|(f, t, _, _)| f == from && t == to)
-                })
-                .collect();
-            if !due.is_empty() && !self.rng.chance(10) {
-                let i = due[self.rng.below(due.len() as u64) as usize];
-                self.deliver(i);
+            if let Step::Deliver(pair, message) =
+                self.net.step(&mut self.rng, &self.faults, self.now)
+            {
+                self.deliver(pair, message);
                 continue;
             }
-            let jump = Duration::from_micros(1 + self.rng.below(20_000));
+            let jump = self
+                .rng
+                .between(Duration::from_micros(1), Duration::from_micros(20_001));
             self.now += jump;
             if self.mode == Servers::Expire {
                 self.expire();
@@ -672,81 +641,52 @@ impl Sim {
     }
 }
 
-/// Runs `seeds` (or the one `SEED` names) in `mode`; the first failing seed's line
-/// to replay it, its trace, and what broke.
-fn campaign(mode: Servers, skip: bool, seeds: std::ops::Range<u64>) -> Result<u64, String> {
-    let (seeds, replaying) = match std::env::var("SEED").ok().and_then(|s| s.parse().ok()) {
-        Some(seed) => (seed..seed + 1, true),
-        None => (seeds, false),
-    };
-    let count = seeds.end - seeds.start;
-    for seed in seeds {
-        let mut sim = Sim::new(seed, mode, skip);
-        let result = sim.run();
-        if replaying || result.is_err() {
-            let trace = sim.trace.join("\n");
-            if let Err(broken) = result {
-                return Err(format!(
-                    "{broken}\nreplay: SEED={seed} cargo test -p switchyard-ps --lib sim ({mode:?}, skipping keys: {skip})\n{trace}"
-                ));
-            }
-            eprintln!("seed {seed} ({mode:?}) passed:\n{trace}");
-        }
-    }
-    Ok(count)
+/// The campaign of `test`: `mode`, workers skipping keys or not.
+fn campaign(test: &str) -> Campaign {
+    Campaign::new("switchyard-ps", test, BUDGET)
 }
 
-fn budget() -> u64 {
-    std::env::var("SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(BUDGET)
+/// One seed's run.
+fn run(seed: u64, mode: Servers, skip: bool) -> sim::Outcome {
+    let mut sim = Sim::new(seed, mode, skip);
+    let result = sim.run();
+    sim::Outcome::new(result, sim.trace)
 }
 
 #[test]
 fn sim_a_push_whose_round_a_skipped_key_holds_up_is_never_dropped() {
-    if let Err(failure) = campaign(Servers::NoClock, true, 0..budget()) {
-        panic!("{failure}");
-    }
+    campaign("sim_a_push_whose_round_a_skipped_key_holds_up_is_never_dropped")
+        .check(|seed| run(seed, Servers::NoClock, true));
 }
 
 #[test]
 fn sim_every_push_is_applied_by_every_server_or_by_none() {
-    if let Err(failure) = campaign(Servers::NoClock, false, 0..budget()) {
-        panic!("{failure}");
-    }
+    campaign("sim_every_push_is_applied_by_every_server_or_by_none")
+        .check(|seed| run(seed, Servers::NoClock, false));
 }
 
-/// The first seed of the budget on which `mode` breaks an invariant, and what broke.
-fn first_failure(mode: Servers) -> (u64, String) {
-    let failure = (0..budget()).find_map(|seed| {
-        campaign(mode, false, seed..seed + 1)
-            .err()
-            .map(|f| (seed, f))
-    });
-    failure.unwrap_or_else(|| panic!("no seed of the budget breaks an invariant with {mode:?}"))
+/// The first seed of the budget on which `mode` breaks an invariant (`None` when
+/// `SEED` replays one).
+fn first_failure(test: &str, mode: Servers) -> Option<Failure> {
+    campaign(test).first_failure(|seed| run(seed, mode, false))
 }
 
 /// The design the withdrawal replaced, servers expiring rounds on their own clocks,
 /// splits rounds, and the simulation finds a seed that shows it within the budget.
 #[test]
 fn sim_finds_the_split_rounds_of_servers_with_clocks_of_their_own() {
-    if std::env::var("SEED").is_ok() {
-        return;
+    let test = "sim_finds_the_split_rounds_of_servers_with_clocks_of_their_own";
+    if let Some(failure) = first_failure(test, Servers::Expire) {
+        assert!(failure.broken.contains("applied to keys"), "{failure}");
     }
-    let (seed, failure) = first_failure(Servers::Expire);
-    eprintln!("per-server expiry: the first failing seed is {seed}");
-    assert!(failure.contains("applied to keys"), "{failure}");
 }
 
 /// A withdrawal that does not wait for every server's answer withdraws pushes some
 /// server had applied, and the simulation finds a seed that shows it.
 #[test]
 fn sim_finds_a_withdrawal_that_does_not_wait_for_every_answer() {
-    if std::env::var("SEED").is_ok() {
-        return;
+    let test = "sim_finds_a_withdrawal_that_does_not_wait_for_every_answer";
+    if let Some(failure) = first_failure(test, Servers::Hasty) {
+        assert!(failure.broken.contains("applied to keys"), "{failure}");
     }
-    let (seed, failure) = first_failure(Servers::Hasty);
-    eprintln!("hasty withdrawal: the first failing seed is {seed}");
-    assert!(failure.contains("applied to keys"), "{failure}");
 }

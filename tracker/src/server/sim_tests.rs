@@ -32,9 +32,10 @@
 //! were logged in the order it sent them and before its shutdown, and the job's
 //! protocol is the workers'.
 //!
-//! `SEED=n cargo test -p switchyard-tracker --lib sim` replays one seed and prints its
-//! trace (in the proof tests, under their broken variant); `SIM_SEEDS=n` runs that many
-//! seeds instead of the default budget. [`Variant`] holds the three decisions the
+//! The generator, the in-order network and the campaign runner are the simulator's
+//! ([`switchyard_sim`]): `SEED=n` replays one seed and prints its trace (in the proof
+//! tests, under their broken variant); `SIM_SEEDS=n` runs that many seeds instead of
+//! the default budget; a failing seed prints the line that replays it. [`Variant`] holds the three decisions the
 //! recent fixes reverted, so that the tests show the simulation finds each.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -49,6 +50,7 @@ use crate::wire::{Limits, MAGIC, put_i32, put_json, put_str};
 use serde_json::{Value, json};
 use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
+use switchyard_sim::{self as sim, Campaign, Faults, Network, Rng, Step, Trace};
 
 /// Seeds a plain `cargo test` runs.
 const BUDGET: u64 = 1500;
@@ -57,38 +59,13 @@ const BOUND: Duration = Duration::from_secs(60);
 /// How often the real wait for a turn looks again whether a grace ran out (the
 /// simulated one looks at every step).
 const RECHECK: Duration = Duration::from_millis(50);
-/// Each hop of the network takes between these (microseconds).
-const MIN_DELAY: u64 = 2_000;
-const MAX_DELAY: u64 = 10_000;
+/// Each hop of the network takes 2-10 ms; one time in ten the clock runs although a
+/// message is due.
+fn faults() -> Faults {
+    Faults::delays(Duration::from_millis(2), Duration::from_millis(10))
+}
 /// How long a JSON worker waits for the tracker to close its `print` connection.
 const PRINT_CLOSE_WAIT: Duration = Duration::from_secs(5);
-
-/// SplitMix64: small, seedable, and ours.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n`.
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-
-    /// A duration in `0..max`.
-    fn up_to(&mut self, max: Duration) -> Duration {
-        Duration::from_micros(self.below(max.as_micros() as u64))
-    }
-}
 
 /// The server's decisions under test: as fixed, or one of them reverted.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -290,13 +267,8 @@ enum Msg {
     Closed,
 }
 
-/// A message in flight on connection `key`, towards the tracker (`up`) or the client.
-struct Flight {
-    key: usize,
-    up: bool,
-    at: Duration,
-    msg: Msg,
-}
+/// A direction of connection `key`: towards the tracker (`true`) or the client.
+type Channel = (usize, bool);
 
 /// What the tracker logged.
 #[derive(Debug)]
@@ -307,6 +279,7 @@ enum Logged {
 
 struct Sim {
     rng: Rng,
+    faults: Faults,
     variant: Variant,
     t0: Instant,
     now: Duration,
@@ -323,11 +296,11 @@ struct Sim {
     workers: Vec<Worker>,
     planned: Vec<Planned>,
     replays: bool,
-    wire: Vec<Flight>,
+    net: Network<Channel, Duration, Msg>,
     log: Vec<Logged>,
     done: bool,
     broken: Option<String>,
-    trace: Vec<String>,
+    trace: Trace,
 }
 
 /// Classic hello bytes after the magic.
@@ -449,7 +422,7 @@ fn parse_command(buf: &[u8], limits: &Limits) -> Result<(Parsed, usize), Stop> {
 
 impl Sim {
     fn new(seed: u64, variant: Variant) -> Sim {
-        let mut rng = Rng(seed);
+        let mut rng = Rng::new(seed);
         let n = 1 + rng.below(4) as u32;
         let proto = if rng.chance(50) {
             Proto::Classic
@@ -488,12 +461,13 @@ impl Sim {
             workers: Vec::new(),
             planned: Vec::new(),
             replays: rng.chance(30),
-            wire: Vec::new(),
+            net: Network::default(),
             log: Vec::new(),
             done: false,
             broken: None,
-            trace: Vec::new(),
+            trace: Trace::default(),
             rng,
+            faults: faults(),
         };
         let host = |i: usize| format!("10.0.0.{}", i + 1);
         for w in 0..n as usize {
@@ -632,8 +606,7 @@ impl Sim {
     }
 
     fn trace(&mut self, line: String) {
-        let at = self.now;
-        self.trace.push(format!("{at:>10.3?} {line}"));
+        self.trace.note(self.now, line);
     }
 
     fn fail(&mut self, why: String) {
@@ -657,16 +630,8 @@ impl Sim {
     }
 
     fn send(&mut self, key: usize, up: bool, msg: Msg) {
-        let delay = Duration::from_micros(MIN_DELAY + self.rng.below(MAX_DELAY - MIN_DELAY));
-        let last = self
-            .wire
-            .iter()
-            .filter(|f| f.key == key && f.up == up)
-            .map(|f| f.at)
-            .max()
-            .unwrap_or(self.now);
-        let at = (self.now + delay).max(last);
-        self.wire.push(Flight { key, up, at, msg });
+        let at = self.now + self.faults.delay(&mut self.rng);
+        self.net.send((key, up), at, msg);
     }
 
     /// Sends `bytes` towards the tracker cut into pieces at random points (more of
@@ -1330,8 +1295,7 @@ impl Sim {
 
     // ---- the network and the clients ----
 
-    fn deliver(&mut self, i: usize) {
-        let Flight { key, up, msg, .. } = self.wire.remove(i);
+    fn deliver(&mut self, (key, up): Channel, msg: Msg) {
         if up {
             self.at_tracker(key, msg);
         } else {
@@ -1574,21 +1538,10 @@ impl Sim {
             }
             // Deliver a message that is due (any of them, in order per connection and
             // direction), or let the clock run.
-            let due: Vec<usize> = (0..self.wire.len())
-                .filter(|&i| {
-                    let f = &self.wire[i];
-                    f.at <= self.now
-                        && !self.wire[..i]
-                            .iter()
-                            .any(|g| g.key == f.key && g.up == f.up)
-                })
-                .collect();
-            if !due.is_empty() && !self.rng.chance(10) {
-                let i = due[self.rng.below(due.len() as u64) as usize];
-                self.deliver(i);
-                continue;
+            match self.net.step(&mut self.rng, &self.faults, self.now) {
+                Step::Deliver(channel, msg) => self.deliver(channel, msg),
+                Step::Advance { idle } => self.advance(idle),
             }
-            self.advance(due.is_empty());
         }
     }
 
@@ -1598,13 +1551,14 @@ impl Sim {
         let jump = if idle && self.rng.chance(5) {
             Duration::from_millis(200) + self.rng.up_to(Duration::from_millis(1800))
         } else {
-            Duration::from_micros(1 + self.rng.below(20_000))
+            self.rng
+                .between(Duration::from_micros(1), Duration::from_micros(20_001))
         };
         let now = self.now;
         let next = self
-            .wire
+            .net
             .iter()
-            .map(|f| f.at)
+            .map(|(_, at, _)| *at)
             .chain(self.workers.iter().filter_map(|w| w.ready_at))
             .chain(
                 self.workers
@@ -1627,69 +1581,36 @@ impl Sim {
     }
 }
 
-/// Runs `seeds` (or the one `SEED` names) under `variant`; the first failing seed's
-/// line to replay it, its trace, and what broke.
-fn campaign(variant: Variant, seeds: std::ops::Range<u64>) -> Result<u64, String> {
-    let (seeds, replaying) = match std::env::var("SEED").ok().and_then(|s| s.parse().ok()) {
-        Some(seed) => (seed..seed + 1, true),
-        None => (seeds, false),
-    };
-    let count = seeds.end - seeds.start;
-    for seed in seeds {
-        let mut sim = Sim::new(seed, variant);
-        let result = sim.run();
-        if replaying || result.is_err() {
-            let trace = sim.trace.join("\n");
-            if let Err(broken) = result {
-                return Err(format!(
-                    "{broken}\nreplay: SEED={seed} cargo test -p switchyard-tracker --lib {} -- --nocapture\n{trace}",
-                    variant.test()
-                ));
-            }
-            eprintln!("seed {seed} ({variant:?}) passed:\n{trace}");
-        }
-    }
-    Ok(count)
+/// The campaign of `variant`'s test.
+fn campaign(variant: Variant) -> Campaign {
+    Campaign::new("switchyard-tracker", variant.test(), BUDGET)
 }
 
-fn budget() -> u64 {
-    std::env::var("SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(BUDGET)
+/// One seed's run under `variant`.
+fn run(seed: u64, variant: Variant) -> sim::Outcome {
+    let mut sim = Sim::new(seed, variant);
+    let result = sim.run();
+    sim::Outcome::new(result, sim.trace)
 }
 
 #[test]
 fn sim_the_tracker_keeps_its_invariants() {
-    if let Err(failure) = campaign(Variant::Fixed, 0..budget()) {
-        panic!("{failure}");
-    }
+    campaign(Variant::Fixed).check(|seed| run(seed, Variant::Fixed));
 }
 
-/// The first seed of the budget on which `variant` breaks an invariant, and what
-/// broke; with `SEED`, that seed's trace under `variant`.
-fn first_failure(variant: Variant) -> Option<(u64, String)> {
-    if std::env::var("SEED").is_ok() {
-        if let Err(failure) = campaign(variant, 0..1) {
-            eprintln!("{failure}");
-        }
-        return None;
-    }
-    let failure =
-        (0..budget()).find_map(|seed| campaign(variant, seed..seed + 1).err().map(|f| (seed, f)));
-    Some(
-        failure.unwrap_or_else(|| {
-            panic!("no seed of the budget breaks an invariant with {variant:?}")
-        }),
-    )
+/// The report of the first seed of the budget on which `variant` breaks an invariant
+/// (its number printed); `None` when `SEED` replays one (its trace printed).
+fn first_failure(variant: Variant) -> Option<String> {
+    campaign(variant)
+        .first_failure(|seed| run(seed, variant))
+        .map(|f| f.to_string())
 }
 
 /// 65ec50c reverted: a stranger that sent eight bytes of a hello and stalled holds its
 /// host's prints and shutdowns until its read timeout.
 #[test]
 fn sim_finds_a_hold_counted_from_the_first_eight_bytes() {
-    if let Some((seed, failure)) = first_failure(Variant::HeardAtHead) {
-        eprintln!("hold from the first eight bytes: the first failing seed is {seed}");
+    if let Some(failure) = first_failure(Variant::HeardAtHead) {
         assert!(failure.contains("held back by strangers"), "{failure}");
     }
 }
@@ -1698,8 +1619,7 @@ fn sim_finds_a_hold_counted_from_the_first_eight_bytes() {
 /// workers out.
 #[test]
 fn sim_finds_a_protocol_decided_by_a_waiting_start() {
-    if let Some((seed, failure)) = first_failure(Variant::ProtocolByClaim) {
-        eprintln!("protocol by a waiting start: the first failing seed is {seed}");
+    if let Some(failure) = first_failure(Variant::ProtocolByClaim) {
         assert!(failure.contains("cannot join this job"), "{failure}");
     }
 }
@@ -1708,8 +1628,7 @@ fn sim_finds_a_protocol_decided_by_a_waiting_start() {
 /// refused.
 #[test]
 fn sim_finds_eviction_by_claim() {
-    if let Some((seed, failure)) = first_failure(Variant::EvictByClaim) {
-        eprintln!("eviction by claim: the first failing seed is {seed}");
+    if let Some(failure) = first_failure(Variant::EvictByClaim) {
         assert!(
             failure.contains("refused by the cap while strangers"),
             "{failure}"
