@@ -35,6 +35,15 @@
 //! listeners read each connection's handshake on a thread of its own, within
 //! `CHECK_IN_READ` (5 s), so that connections that say nothing delay no rank.
 //!
+//! # Where the decisions live
+//!
+//! The root's and each rank's decisions are state machines without sockets or clocks
+//! (`root.rs`: check-ins in, answers out, the time given; `member.rs`: the root's
+//! answer and the ring's entries in, what to link and send out). The functions here
+//! are their shells: they accept, read, write, connect, probe and keep the time. The
+//! deterministic simulation (`sim_tests.rs`, docs/testing.md) drives the same machines
+//! with strangers, crashes and stopped processes.
+//!
 //! # A rank that leaves
 //!
 //! Every listener a rank announces was bound before it checked in, so a rank that
@@ -68,14 +77,18 @@ use std::time::{Duration, Instant};
 use switchyard_secret::JobSecret;
 use thiserror::Error;
 
+mod member;
 mod ring;
 mod root;
+#[cfg(test)]
+mod sim_tests;
 mod wire;
 
 use switchyard_net::handshakes::{self, Handshakes, accept_all};
 
+use member::{Member, MemberAction, MemberEvent};
 use ring::RingAcceptor;
-pub(crate) use root::{RootState, Verdict};
+use root::{Conn, Root, RootAction, RootEvent};
 use wire::{Wire, put_text};
 
 /// Magic of a check-in and of the root's answer.
@@ -455,14 +468,14 @@ fn answer(stream: &TcpStream, rank: u32, status: u32, texts: &[&str], until: Ins
 }
 
 /// The root: accepts check-ins (their handshakes concurrently, so that no silent
-/// connection holds a rank up) until all `world` ranks are in, then answers each with
-/// its successor's and predecessor's ring addresses.
+/// connection holds a rank up) and hands each to the [`Root`] machine, which decides
+/// whom to refuse, when every rank is in (each is then answered with its successor's
+/// and predecessor's ring addresses), and when to give up.
 ///
-/// A rank whose connection closes while it waits for the answer has left: every rank
-/// waiting is told at once (status [`LEFT`]), and so is every rank that checks in
-/// within [`LINGER`] (ranks started with the others but slower to arrive), until all
-/// but the one that left were told; then the root returns [`IdError::Left`]. A rank
-/// arriving later finds no root, as after any failure of rank 0.
+/// A rank whose connection closes while it waits for the answer has left: the
+/// machine tells every rank waiting (status [`LEFT`]) and every rank that checks in
+/// within [`LINGER`], and the root returns [`IdError::Left`]. A rank arriving later
+/// finds no root, as after any failure of rank 0.
 fn serve_root(
     listener: TcpListener,
     tag: u64,
@@ -470,109 +483,79 @@ fn serve_root(
     until: Instant,
     secret: Option<JobSecret>,
 ) -> Result<(), IdError> {
-    let started = Instant::now();
     listener
         .set_nonblocking(true)
         .map_err(|e| IdError::Address(e.to_string()))?;
-    let mut state = RootState::new(tag, world);
-    let mut waiting: Vec<(u32, TcpStream)> = Vec::new();
+    let mut root = Root::new(tag, world, Instant::now(), until);
+    // The connections the machine may still answer: those waiting for it.
+    let mut streams: HashMap<Conn, TcpStream> = HashMap::new();
+    let mut next_conn: Conn = 0;
     let mut handshakes = Handshakes::new(handshakes::DEFAULT_LIMIT);
-    // Once a rank left: which, the ranks told so, and when it was seen.
-    let mut left: Option<(u32, Vec<bool>, Instant)> = None;
-    let mut refused: Vec<String> = Vec::new();
     let mut watched = Instant::now();
     loop {
         accept_all(&listener, &mut handshakes, {
             let secret = secret.clone();
             move |s, peer| read_check_in(s, peer, secret.as_ref(), until)
         });
-        if let Some((gone, told, _)) = &left {
-            if told
-                .iter()
-                .enumerate()
-                .all(|(r, t)| *t || r as u32 == *gone)
-            {
-                return Err(IdError::Left {
-                    rank: *gone,
-                    reason: "its connection to the root closed after it checked in".into(),
-                });
-            }
-        }
-        let linger_over = left
-            .as_ref()
-            .is_some_and(|(_, _, seen)| seen.elapsed() >= LINGER);
-        if Instant::now() >= until || linger_over {
-            return Err(match left {
-                Some((rank, _, _)) => IdError::Left {
-                    rank,
-                    reason: "its connection to the root closed after it checked in".into(),
-                },
-                None => IdError::Missing {
-                    waited: started.elapsed(),
-                    missing: state.missing(),
-                    refused,
-                },
-            });
+        if let Some(end) = root.poll(Instant::now()) {
+            return end;
         }
         // A rank that closed its connection before the answer died or was stopped.
-        if left.is_none() && watched.elapsed() >= WATCH_EVERY {
+        if watched.elapsed() >= WATCH_EVERY {
             watched = Instant::now();
-            if let Some(i) = waiting.iter().position(|(_, s)| closed(s)) {
-                let (gone, _) = waiting.remove(i);
-                tracing::warn!(
-                    rank = gone,
-                    "bootstrap root: rank left after checking in; telling the others"
-                );
-                let mut told = vec![false; world as usize];
-                for (rank, stream) in waiting.drain(..) {
-                    answer(&stream, rank, LEFT, &[&gone.to_string()], until);
-                    told[rank as usize] = true;
-                }
-                left = Some((gone, told, Instant::now()));
+            let gone = root
+                .waiting()
+                .find(|conn| streams.get(conn).is_none_or(closed));
+            if let Some(conn) = gone {
+                let actions = root.handle(RootEvent::Closed(conn), Instant::now());
+                act(&mut streams, actions, until);
             }
         }
         let Some(done) = handshakes.next(RETRY) else {
             continue;
         };
         let peer = done.peer;
-        let (stream, their_tag, rank, their_world, ring) = match done.result {
+        let (stream, tag, rank, world, ring) = match done.result {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(%peer, error = %e, "bootstrap root: check-in dropped");
                 continue;
             }
         };
-        if let Some((gone, told, _)) = &mut left {
-            if their_tag == tag && rank < world {
-                answer(&stream, rank, LEFT, &[&gone.to_string()], until);
-                told[rank as usize] = true;
-            }
-            continue;
-        }
-        match state.check_in(their_tag, rank, their_world, ring) {
-            Verdict::Close => {
-                tracing::warn!(%peer, tag = format!("{their_tag:016x}"), "bootstrap root: wrong job tag, connection closed");
-            }
-            Verdict::Refuse(status, reason) => {
-                tracing::warn!(%peer, rank, world = their_world, %reason, "bootstrap root: check-in refused");
-                answer(&stream, rank, status, &[&reason], until);
-                if refused.len() < MAX_REFUSALS_KEPT {
-                    refused.push(format!(
-                        "rank {rank} from {peer} with world size {their_world}: {reason}"
-                    ));
+        let conn = next_conn;
+        next_conn += 1;
+        streams.insert(conn, stream);
+        let event = RootEvent::CheckIn {
+            conn,
+            peer: peer.to_string(),
+            tag,
+            rank,
+            world,
+            ring,
+        };
+        let actions = root.handle(event, Instant::now());
+        act(&mut streams, actions, until);
+    }
+}
+
+/// Carries out the root's `actions`: each answered or closed connection is written
+/// to and dropped.
+fn act(streams: &mut HashMap<Conn, TcpStream>, actions: Vec<RootAction>, until: Instant) {
+    for action in actions {
+        match action {
+            RootAction::Answer {
+                conn,
+                rank,
+                status,
+                texts,
+            } => {
+                if let Some(stream) = streams.remove(&conn) {
+                    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+                    answer(&stream, rank, status, &texts, until);
                 }
             }
-            Verdict::Wait => waiting.push((rank, stream)),
-            Verdict::Complete(successors) => {
-                waiting.push((rank, stream));
-                let n = successors.len();
-                for (rank, stream) in &waiting {
-                    let r = *rank as usize;
-                    // successors[r - 2] is rank r - 1's ring address.
-                    let predecessor = &successors[(r + 2 * n - 2) % n];
-                    answer(stream, *rank, 0, &[&successors[r], predecessor], until);
-                }
-                return Ok(());
+            RootAction::Close(conn) => {
+                streams.remove(&conn);
             }
         }
     }
@@ -604,9 +587,8 @@ fn exchange_with(
     secret: Option<JobSecret>,
     announced: &dyn Fn(SocketAddr),
 ) -> Result<Vec<String>, IdError> {
-    if world == 0 || rank >= world {
-        return Err(IdError::BadRank { rank, world });
-    }
+    // Refused here, before rank 0 starts its root.
+    let member = Member::new(id.tag, (rank, world), id.root, endpoint)?;
     let started = Instant::now();
     let until = started + timeout;
     let root = if rank == 0 {
@@ -632,14 +614,7 @@ fn exchange_with(
     } else {
         None
     };
-    let result = ring_exchange(
-        id,
-        (rank, world),
-        (ip, endpoint),
-        secret.as_ref(),
-        (until, started),
-        announced,
-    );
+    let result = ring_exchange(id, member, ip, secret.as_ref(), (until, started), announced);
     if let Some(root) = root {
         let served = root
             .join()
@@ -677,20 +652,18 @@ fn exchange_with(
     result
 }
 
+/// This rank's part: check in, link the ring, pass the endpoints round, each step as
+/// `member` decides.
 fn ring_exchange(
     id: &UniqueId,
-    (rank, world): (u32, u32),
-    (ip, endpoint): (IpAddr, &str),
+    mut member: Member,
+    ip: IpAddr,
     secret: Option<&JobSecret>,
     (until, started): (Instant, Instant),
     announced: &dyn Fn(SocketAddr),
 ) -> Result<Vec<String>, IdError> {
-    if endpoint.len() > MAX_TEXT as usize {
-        return Err(IdError::Address(format!(
-            "endpoint longer than {MAX_TEXT} bytes"
-        )));
-    }
-    let (next_rank, prev_rank) = ((rank + 1) % world, (rank + world - 1) % world);
+    let (rank, world) = (member.rank(), member.world());
+    let (next_rank, prev_rank) = (member.successor(), member.predecessor());
     let ring =
         TcpListener::bind((ip, 0)).map_err(|e| IdError::Address(format!("bind {ip}: {e}")))?;
     let ring_addr = ring
@@ -698,7 +671,7 @@ fn ring_exchange(
         .map_err(|e| IdError::Address(e.to_string()))?;
     // Accepting starts before the address is announced: see `ring`. Dropped on an
     // early return, it stops.
-    let acceptor = RingAcceptor::start(ring, id.tag, prev_rank, secret.cloned(), until)?;
+    let acceptor = RingAcceptor::start(ring, member.predecessor_hello(), secret.cloned(), until)?;
     announced(ring_addr);
     let mut to_root = connect(id.root, until, started, None)?;
     if let Some(secret) = secret {
@@ -728,41 +701,20 @@ fn ring_exchange(
         e => e,
     })?;
     let status = wire.u32("answer status")?;
-    let text = wire.text("successor's ring address")?;
-    let address = |text: &str| {
-        text.parse::<SocketAddr>()
-            .map_err(|_| wire.fail(format!("ring address {text:?} is not an address")))
+    let texts = match Member::answer_texts(status) {
+        2 => vec![
+            wire.text("successor's ring address")?,
+            wire.text("predecessor's ring address")?,
+        ],
+        _ => vec![wire.text("reason")?],
     };
-    let (successor, predecessor) = match status {
-        0 => (
-            address(&text)?,
-            address(&wire.text("predecessor's ring address")?)?,
-        ),
-        1 => {
-            return Err(IdError::DuplicateRank {
-                root: id.root,
-                rank,
-                reason: text,
-            });
-        }
-        LEFT => {
-            let gone = text
-                .parse::<u32>()
-                .map_err(|_| wire.fail(format!("departed rank {text:?} is not a number")))?;
-            return Err(IdError::Left {
-                rank: gone,
-                reason: "its connection to the root closed after it checked in (it died \
-                         or was interrupted)"
-                    .into(),
-            });
-        }
-        _ => {
-            return Err(IdError::WrongWorld {
-                root: id.root,
-                world,
-                reason: text,
-            });
-        }
+    let (successor, predecessor) = match member.handle(MemberEvent::Answer { status, texts }) {
+        MemberAction::Link {
+            successor,
+            predecessor,
+        } => (successor, predecessor),
+        MemberAction::Done(Err(e)) => return Err(e),
+        other => return Err(out_of_turn(&other)),
     };
     drop(to_root);
     acceptor.predecessor_at(predecessor);
@@ -811,21 +763,30 @@ fn ring_exchange(
         peer: format!("ring predecessor {predecessor} (rank {prev_rank})"),
         until,
     };
-    let n = world as usize;
-    let r = rank as usize;
-    let mut all = vec![String::new(); n];
-    all[r] = endpoint.to_string();
-    for k in 0..n - 1 {
-        let mut frame = Vec::new();
-        put_text(&mut frame, &all[(r + n - k) % n]);
-        next_wire
-            .write(&frame, "endpoint")
-            .map_err(|e| ring_closed(e, next_rank))?;
-        all[(r + n - k - 1) % n] = prev_wire
-            .text("endpoint")
-            .map_err(|e| ring_closed(e, prev_rank))?;
+    let mut action = member.handle(MemberEvent::Linked);
+    loop {
+        action = match action {
+            MemberAction::Send(entry) => {
+                let mut frame = Vec::new();
+                put_text(&mut frame, &entry);
+                next_wire
+                    .write(&frame, "endpoint")
+                    .map_err(|e| ring_closed(e, next_rank))?;
+                let got = prev_wire
+                    .text("endpoint")
+                    .map_err(|e| ring_closed(e, prev_rank))?;
+                member.handle(MemberEvent::Entry(got))
+            }
+            MemberAction::Done(result) => return result,
+            other => return Err(out_of_turn(&other)),
+        };
     }
-    Ok(all)
+}
+
+/// An action the rank's machine cannot ask for at this point of the exchange; the
+/// machine never does, and an error is better than a panic should it change.
+fn out_of_turn(action: &MemberAction) -> IdError {
+    IdError::Address(format!("bootstrap step out of turn: {action:?}"))
 }
 
 /// A ring link that `neighbour` closed or reset: it left (it died, was interrupted,

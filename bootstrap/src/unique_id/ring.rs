@@ -10,6 +10,7 @@
 //! from its bind on, each connection's handshake on a thread of its own as the root
 //! does ([`handshakes`](switchyard_net::handshakes)), and the backlog never stays full.
 
+use super::member::PredecessorHello;
 use super::wire::Wire;
 use super::{CHECK_IN_READ, IdError, PROBE_CONNECT, RETRY, RING, RING_PURPOSE, WATCH_EVERY, gone};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
@@ -33,12 +34,10 @@ pub(super) struct RingAcceptor {
 }
 
 impl RingAcceptor {
-    /// Serves `ring` from now on for the ring hello of rank `want` with job `tag`,
-    /// until `until`.
+    /// Serves `ring` from now on for the predecessor's ring hello, until `until`.
     pub(super) fn start(
         ring: TcpListener,
-        tag: u64,
-        want: u32,
+        want: PredecessorHello,
         secret: Option<JobSecret>,
         until: Instant,
     ) -> Result<RingAcceptor, IdError> {
@@ -48,7 +47,7 @@ impl RingAcceptor {
         let thread = std::thread::Builder::new()
             .name("sy-ring-accept".into())
             .spawn(move || {
-                accept_predecessor(&ring, tag, want, &told, secret.as_ref(), until)
+                accept_predecessor(&ring, want, &told, secret.as_ref(), until)
                     .map(|stream| (stream, ring))
             })
             .map_err(|e| IdError::Address(format!("no thread for the ring listener: {e}")))?;
@@ -103,19 +102,19 @@ fn read_ring_hello(
     Ok((stream, tag, rank))
 }
 
-/// Accepts the predecessor's (`want`'s) ring connection, serving every connection's
+/// Accepts the predecessor's ring connection (the hello `hello` accepts), serving every connection's
 /// handshake concurrently; strangers are closed and logged. Once `told` gives the
 /// predecessor's ring listener, it is probed now and then while it has not come: a
 /// refused probe means it left, and waiting ends at once. `told` disconnected: this
 /// rank gave up, and so does its listener.
 fn accept_predecessor(
     ring: &TcpListener,
-    tag: u64,
-    want: u32,
+    hello: PredecessorHello,
     told: &Receiver<SocketAddr>,
     secret: Option<&JobSecret>,
     until: Instant,
 ) -> Result<TcpStream, IdError> {
+    let want = hello.rank();
     let mut handshakes = Handshakes::new(handshakes::DEFAULT_LIMIT);
     let mut addr: Option<SocketAddr> = None;
     let mut probed = Instant::now();
@@ -159,7 +158,7 @@ fn accept_predecessor(
         };
         let peer = done.peer;
         match done.result {
-            Ok((stream, t, r)) if t == tag && r == want => return Ok(stream),
+            Ok((stream, t, r)) if hello.accepts(t, r) => return Ok(stream),
             Ok((_, t, r)) => {
                 tracing::warn!(%peer, rank = r, tag = format!("{t:016x}"), "bootstrap ring: not the predecessor, closed")
             }
