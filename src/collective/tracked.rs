@@ -6,8 +6,9 @@
 //! tracker's **ring** once: each binds its mesh endpoint on the address it used to
 //! reach the tracker (the address the tracker hands to peers; the interface named by
 //! `SWITCHYARD_IFNAME` when that is set), the endpoints go round
-//! the ring (an allgather of length-prefixed strings, under
-//! [`CommOptions::timeout`]), and then `MeshBuilder::connect` (`setup.rs`)
+//! the ring (an allgather of length-prefixed strings, each with the identity of its
+//! rank's attempt, once more round than an allgather needs so that each rank sees its
+//! own come back: `ring`), and then `MeshBuilder::connect` (`setup.rs`)
 //! wires the mesh as for any other start. The tracker links are closed afterwards.
 //!
 //! The communicator keeps its tracker session: [`Communicator::tracker_print`] sends
@@ -27,20 +28,18 @@ use super::Communicator;
 use super::engine::{Engine, Solo};
 use super::error::{Call, CollectiveError};
 use super::options::CommOptions;
-use crate::bootstrap::{BootstrapError, EndpointExchange};
 use std::net::{IpAddr, TcpStream};
-use std::time::{Duration, Instant};
-use switchyard_tracker::client::classic::{ClassicClient, ClassicSession};
+use std::time::Instant;
+use switchyard_tracker::client::classic::{ClassicClient, ClassicSession, WatchedLinks};
 use switchyard_tracker::client::json::{JsonClient, JsonSession};
 use switchyard_tracker::client::{ClientConfig, ClientError};
-use switchyard_tracker::wire::{self, Deadline};
+
+mod ring;
+use ring::TrackerRing;
 
 // Defined with the bootstrap, which reads them (the tracker a `Bootstrap` names, the
 // protocol it speaks); the collectives keep their public paths to them.
 pub use crate::bootstrap::{ENV_TRACKER_PROTOCOL, TrackerJoin, TrackerProtocol};
-
-/// Longest mesh endpoint accepted from a peer during the ring allgather.
-const MAX_ENDPOINT: usize = 4096;
 
 /// Points of [`tracker_mesh`] where a test can stop a thread-ranked worker (a panic
 /// unwinds it and drops its sockets, as a killed process's close).
@@ -165,11 +164,14 @@ struct Joined {
     /// side); the same stream in a world of two.
     next: Option<TcpStream>,
     prev: Option<TcpStream>,
-    /// Every link of a classic join, held open until the endpoint exchange is over: a
-    /// peer still accepting its links takes a closed one for a failed join
-    /// ([`ClientConfig::watch_links`]), and only the end of the exchange proves that
-    /// every rank finished joining.
-    held: Vec<TcpStream>,
+    /// The ring predecessor's rank (classic joins), whose link the exchange reads.
+    prev_rank: Option<u32>,
+    /// Every link of a classic join, held open and watched until the endpoint exchange
+    /// is over: a peer still accepting its links takes a closed one for a failed join
+    /// ([`ClientConfig::watch_links`]), only the end of the exchange proves that every
+    /// rank finished joining, and a peer that leaves during the exchange must fail it
+    /// at once ([`WatchedLinks`]).
+    links: WatchedLinks,
     local_ip: IpAddr,
     session: Session,
 }
@@ -207,7 +209,8 @@ fn join(spec: &TrackerJoin, config: ClientConfig, how: JoinAs) -> Result<Joined,
                 world: j.world,
                 next,
                 prev,
-                held: j.links.into_values().collect(),
+                prev_rank: j.ring_prev,
+                links: WatchedLinks::new(j.links),
                 local_ip: j.local_ip,
                 session: Session::Classic(j.session),
             })
@@ -220,68 +223,12 @@ fn join(spec: &TrackerJoin, config: ClientConfig, how: JoinAs) -> Result<Joined,
                 world: j.world,
                 next: Some(j.successor),
                 prev: Some(j.predecessor),
-                held: Vec::new(),
+                prev_rank: None,
+                links: WatchedLinks::default(),
                 local_ip: j.local_ip,
                 session: Session::Json(j.session),
             })
         }
-    }
-}
-
-/// The tracker's ring as an [`EndpointExchange`]: built once the tracker has assigned
-/// the rank and linked its ring neighbours, used for one allgather, then dropped
-/// with the tracker links before the mesh connects.
-///
-/// Every rank's endpoint, in rank order, passed round the ring: at step `k` this rank
-/// sends entry `rank − k` to its successor and receives entry `rank − k − 1` from its
-/// predecessor. Entries are an `i32` byte count and the bytes.
-#[derive(Debug)]
-struct TrackerRing {
-    /// Stream to the ring successor (send side).
-    next: TcpStream,
-    /// Stream from the ring predecessor (receive side).
-    prev: TcpStream,
-    /// The join's other links, closed with the ring (see [`Joined::held`]).
-    _held: Vec<TcpStream>,
-}
-
-impl EndpointExchange for TrackerRing {
-    fn exchange(
-        &mut self,
-        rank: u32,
-        world: u32,
-        mine: &str,
-        limit: Duration,
-    ) -> Result<Vec<String>, BootstrapError> {
-        let n = world as usize;
-        let r = rank as usize;
-        let until = Instant::now() + limit;
-        let peer = |side: &str, of: usize| format!("ring {side} (rank {})", of % n);
-        let mut all = vec![String::new(); n];
-        all[r] = mine.to_string();
-        for k in 0..n - 1 {
-            #[cfg(test)]
-            hook::at(hook::Point::Ring(k));
-            let out = &all[(r + n - k) % n];
-            let mut frame = Vec::with_capacity(4 + out.len());
-            wire::put_str(&mut frame, out);
-            let left = until.saturating_duration_since(Instant::now());
-            wire::write_all_within(&self.next, &frame, left, "mesh endpoint").map_err(|e| {
-                BootstrapError::Protocol {
-                    peer: peer("successor", r + 1),
-                    reason: format!("sending to it: {e}"),
-                }
-            })?;
-            let left = until.saturating_duration_since(Instant::now());
-            let got = Deadline::new(&self.prev, left)
-                .str("mesh endpoint", MAX_ENDPOINT)
-                .map_err(|e| BootstrapError::Protocol {
-                    peer: peer("predecessor", r + n - 1),
-                    reason: format!("receiving from it: {e}"),
-                })?;
-            all[(r + n - k - 1) % n] = got;
-        }
-        Ok(all)
     }
 }
 
@@ -392,11 +339,7 @@ pub(crate) fn tracker_mesh(
                     ),
                     IpAddr::V4(_) => e,
                 })?;
-            let mut ring = TrackerRing {
-                next,
-                prev,
-                _held: joined.held,
-            };
+            let mut ring = TrackerRing::new(next, prev, joined.prev_rank, joined.links);
             let endpoints = builder.exchange(
                 &mut ring,
                 || format!("mesh endpoint exchange over the {at} ring"),
@@ -483,6 +426,7 @@ mod tests {
     use super::*;
     use crate::collective::ReduceOp;
     use std::sync::{Arc, Barrier};
+    use std::time::Duration;
     use switchyard_tracker::{Tracker, TrackerConfig};
 
     /// Every wait of a worker is bounded by this.

@@ -134,6 +134,23 @@ fn options() -> CommOptions {
     CommOptions::default().with_timeout(TIMEOUT)
 }
 
+/// With `RUST_LOG` set, the ranks' and the tracker's logs go to each test's output
+/// (shown for a test that fails).
+fn trace() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    if std::env::var_os("RUST_LOG").is_none() {
+        return;
+    }
+    ONCE.call_once(|| {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .with_thread_ids(true)
+            .with_ansi(false)
+            .try_init();
+    });
+}
+
 fn spec(port: u16, rank: usize) -> TrackerJoin {
     TrackerJoin::new("127.0.0.1", port).with_task_id(rank.to_string())
 }
@@ -234,6 +251,7 @@ fn shake_hands(stream: TcpStream, rank: usize) -> TcpStream {
 /// died); then the recovery with rank [`SECOND`]'s `death`. The attempts each rank
 /// took for the mesh after the deaths, and how long.
 fn second_death(death: Death) -> Vec<(u32, Duration)> {
+    trace();
     let tracker = Tracker::start(TrackerConfig::new(N as u32)).unwrap();
     let port = tracker.addr().port();
     let between = Arc::new(Barrier::new(N));
@@ -400,6 +418,7 @@ fn link_and_die_while_peers_accept(port: u16, heard: &Heard) {
 /// [`SECOND`]'s own new process starts once rank [`FIRST`]'s has negotiated. The
 /// attempts each rank took for the mesh after the deaths, and how long.
 fn second_death_while_peers_accept() -> Vec<(u32, Duration)> {
+    trace();
     let tracker = Tracker::start(TrackerConfig::new(N as u32)).unwrap();
     let port = tracker.addr().port();
     let heard = Heard::listen(&tracker);

@@ -34,7 +34,11 @@ pub struct ClientConfig {
     /// link open until no peer can still be joining (switchyard's tracker mesh keeps
     /// them until its ring exchange, which every rank must have joined to finish, is
     /// over): a peer that drops a link it no longer needs would fail a join that is
-    /// still accepting. Default off.
+    /// still accepting. A peer that sends anything on a link before the join is over
+    /// has left it too, except the ring predecessor, whose first bytes of what follows
+    /// the join may come early: switchyard's peers send nothing else there but, once
+    /// their own use of the links is over, [`DONE`](super::classic::DONE), which a peer
+    /// that is still joining cannot see from a peer of its own set. Default off.
     pub watch_links: bool,
 }
 

@@ -25,6 +25,7 @@
 
 mod assignment;
 mod negotiate;
+mod watch;
 
 use super::error::At;
 use super::{ClientConfig, ClientError, net};
@@ -34,6 +35,7 @@ use negotiate::{Accepting, Dialled, Fields, Negotiation, Offer, Step};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::Instant;
+pub use watch::{DONE, WatchedLinks};
 
 /// The task id sent when a worker has none (the reference's sentinel).
 const NO_TASK: &str = "NULL";
@@ -155,7 +157,7 @@ impl ClassicClient {
         let accepting = negotiation
             .state
             .accepting(self.config.accept_timeout, Instant::now());
-        self.accept_links(&listener, accepting, assignment.rank, &mut links)?
+        self.accept_links(&listener, accepting, &assignment, &mut links)?
             .finish()?;
         Ok(Joined {
             rank: assignment.rank,
@@ -277,7 +279,7 @@ impl ClassicClient {
                     // it (nor, after the last round, a port that would draw peers into
                     // a set of links that cannot form).
                     if self.config.watch_links {
-                        if let Some(rank) = closed_link(&links) {
+                        if let Some(rank) = closed_link(&links, a.prev) {
                             return Err(ClientError::LinkClosed {
                                 rank,
                                 during: "while negotiating",
@@ -324,13 +326,13 @@ impl ClassicClient {
         &self,
         listener: &TcpListener,
         mut state: Accepting,
-        me: u32,
+        a: &Assignment,
         links: &mut BTreeMap<u32, TcpStream>,
     ) -> Result<Accepting, ClientError> {
-        let watch = self.config.watch_links;
+        let (me, watch) = (a.rank, self.config.watch_links);
         let left = |links: &BTreeMap<u32, TcpStream>| {
             watch
-                .then(|| closed_link(links))
+                .then(|| closed_link(links, a.prev))
                 .flatten()
                 .map(|rank| ClientError::LinkClosed {
                     rank,
@@ -416,30 +418,34 @@ impl ClassicSession {
     }
 }
 
-/// The first of `links` (by rank) that its peer closed or reset, if any. A live link
-/// carries nothing before the join is over, or the mesh's first bytes, which stay
-/// unread.
-fn closed_link(links: &BTreeMap<u32, TcpStream>) -> Option<u32> {
+/// The first of `links` (by rank) whose peer left this set of links, if any: it closed
+/// or reset the link, or sent something on a link other than the one from `sender`
+/// (the ring predecessor, whose mesh endpoint exchange may begin before this join is
+/// over). Its other peers send nothing before this join is over but the mark that
+/// their own endpoint exchange is over ([`DONE`]), which they cannot reach on a ring
+/// that includes this join: such a peer finished with an earlier attempt of this rank.
+fn closed_link(links: &BTreeMap<u32, TcpStream>, sender: Option<u32>) -> Option<u32> {
     links
         .iter()
-        .find(|(_, stream)| is_closed(stream))
+        .find(|(rank, stream)| has_left(stream, sender != Some(**rank)))
         .map(|(rank, _)| *rank)
 }
 
-fn is_closed(stream: &TcpStream) -> bool {
+/// Whether the peer on `stream` closed or reset it, or (with `silent`) sent anything.
+fn has_left(stream: &TcpStream, silent: bool) -> bool {
     if stream.set_nonblocking(true).is_err() {
         return true;
     }
     let mut byte = [0u8; 1];
-    let closed = match stream.peek(&mut byte) {
+    let left = match stream.peek(&mut byte) {
         Ok(0) => true,
-        Ok(_) => false,
+        Ok(_) => silent,
         Err(e) => !matches!(
             e.kind(),
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
         ),
     };
-    stream.set_nonblocking(false).is_err() || closed
+    stream.set_nonblocking(false).is_err() || left
 }
 
 /// docs/rabit-protocol.md, *The peer handshake*: send our rank, read the peer's.
