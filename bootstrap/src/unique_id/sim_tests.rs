@@ -34,7 +34,10 @@
 //! later. At the end: with no
 //! crash and no stop, every rank formed the job within 1 s of the last rank's start,
 //! strangers or not; when a rank crashes after the root took its check-in, every
-//! other rank ends within [`LINGER`] + 1 s of the crash, not at its timeout.
+//! rank the root heard from ends within 1 s of the crash or of its own check-in,
+//! whichever is later: not at its timeout, nor when a missing rank comes (the root
+//! tells every rank waiting, and every rank that checks in within [`LINGER`]; rank 0,
+//! which serves the root, returns up to that linger later).
 //!
 //! `SEED=n cargo test -p switchyard-bootstrap --lib sim` replays one seed and prints
 //! its trace; `SIM_SEEDS=n` runs that many seeds instead of the default budget.
@@ -43,7 +46,7 @@
 use super::member::{Member, MemberAction, MemberEvent};
 use super::root::{Conn, Root, RootAction, RootEvent};
 use super::{CHECK_IN_READ, IdError, LINGER, RETRY, WATCH_EVERY};
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use switchyard_sim::{self as sim, Campaign, Faults, Network, Rng, Step, Trace};
@@ -204,7 +207,8 @@ struct RootModel {
     /// The connections the machine may still answer.
     held: BTreeSet<usize>,
     /// Ranks whose check-in the machine took (for the departure bound).
-    taken: BTreeSet<u32>,
+    /// When the machine took each rank's own check-in (for the departure bound).
+    taken: BTreeMap<u32, Duration>,
 }
 
 struct Sim {
@@ -298,7 +302,7 @@ impl Sim {
                 watched: Duration::ZERO,
                 result: None,
                 held: BTreeSet::new(),
-                taken: BTreeSet::new(),
+                taken: BTreeMap::new(),
             },
             conns: Vec::new(),
             net: Network::default(),
@@ -585,7 +589,7 @@ impl Sim {
                 let waiting: BTreeSet<usize> = root.waiting().map(|w| w as usize).collect();
                 let own = matches!(self.conns[c].opener, Opener::CheckIn(r) if r == rank);
                 if own && tag == TAG && world == self.n {
-                    self.root.taken.insert(rank);
+                    self.root.taken.entry(rank).or_insert(self.now);
                     if self.rng.chance(20) {
                         let at = self.now + self.rng.up_to(Duration::from_secs(1));
                         let replay = Msg::CheckIn {
@@ -1340,17 +1344,28 @@ impl Sim {
         }
         if let Some(c) = crashed {
             let at = self.ranks[c as usize].crashed.unwrap();
-            if self.root.taken.contains(&c) && !paused {
-                let bound = at + LINGER + Duration::from_secs(1);
-                // The ranks the root heard from; one that comes later finds no root
-                // when rank 0 crashed, and waits for its timeout.
-                for r in (0..self.n).filter(|&r| r != c && self.root.taken.contains(&r)) {
+            if self.root.taken.contains_key(&c) && !paused {
+                // The ranks the root heard from (one that comes later finds no root
+                // when rank 0 crashed, or none after the linger, and waits for its
+                // timeout): each ends within 1 s of the crash or of its check-in,
+                // whichever is later, not when a missing rank would have come.
+                let heard: Vec<(u32, Duration)> = self
+                    .root
+                    .taken
+                    .iter()
+                    .filter(|&(&r, _)| r != c)
+                    .map(|(&r, &t)| (r, t))
+                    .collect();
+                for (r, checked_in) in heard {
+                    // Rank 0 returns when its root does: up to the linger later.
+                    let linger = if r == 0 { LINGER } else { Duration::ZERO };
+                    let bound = at.max(checked_in) + linger + Duration::from_secs(1);
                     let rank = &self.ranks[r as usize];
                     if rank.ended_at.is_some_and(|t| t > bound) {
                         return Err(format!(
                             "rank {c} crashed at {at:?} after the root took its check-in, but \
-                             rank {r}, whose check-in the root took too, ended only at {:?}, \
-                             past {bound:?}: {:?}",
+                             rank {r}, whose check-in the root took at {checked_in:?}, ended \
+                             only at {:?}, past {bound:?}: {:?}",
                             rank.ended_at.unwrap(),
                             rank.result
                         ));
