@@ -314,38 +314,32 @@ fn second_death(death: Death) -> Vec<(u32, Duration)> {
 }
 
 #[test]
-#[ignore = "a rare run (about 1 in 40 here) does not re-form within the 8 s timeout: the residual stall docs/failure-model.md describes; run with --ignored"]
 fn a_second_death_before_the_recover_is_sent() {
     second_death(Death::At(Point::Join));
 }
 
 #[test]
-#[ignore = "a rare run (about 1 in 40 here) does not re-form within the 8 s timeout: the residual stall docs/failure-model.md describes; run with --ignored"]
 fn a_second_death_while_negotiating_with_the_tracker() {
     second_death(Death::Negotiating);
 }
 
 #[test]
-#[ignore = "a rare run (about 1 in 40 here) does not re-form within the 8 s timeout: the residual stall docs/failure-model.md describes; run with --ignored"]
 fn a_second_death_after_reporting_its_port() {
     second_death(Death::Reported);
 }
 
 #[test]
-#[ignore = "a rare run (about 1 in 40 here) does not re-form within the 8 s timeout: the residual stall docs/failure-model.md describes; run with --ignored"]
 fn a_second_death_with_the_tracker_links_made() {
     second_death(Death::At(Point::Linked));
 }
 
 #[test]
-#[ignore = "a rare run (about 1 in 40 here) does not re-form within the 8 s timeout: the residual stall docs/failure-model.md describes; run with --ignored"]
 fn a_second_death_during_the_endpoint_exchange() {
     second_death(Death::At(Point::Ring(1)));
     second_death(Death::At(Point::Ring(N - 2)));
 }
 
 #[test]
-#[ignore = "a rare run (about 1 in 40 here) does not re-form within the 8 s timeout: the residual stall docs/failure-model.md describes; run with --ignored"]
 fn a_second_death_before_the_mesh_connects() {
     second_death(Death::At(Point::Connect));
 }
