@@ -863,3 +863,53 @@ fn shared_memory_and_tcp_pairs_mix_in_one_world() {
         .collect();
     collect(handles.into_iter().map(|h| h.join()).collect());
 }
+
+/// Two ranks that fit the host's cores (so their waits spin, 1 ms by default) but that
+/// the scheduler put on one core, as it does beside other work: a rank that waits
+/// yields the core its peer needs instead of spinning on it. Measured in processor
+/// time, which is what a spin burns, and not in wall time, which other work on the
+/// machine decides: spinning, each call burned a whole spin (or a scheduler slice) of
+/// each rank's time, about 1 ms.
+#[cfg(all(feature = "zmq", target_os = "linux"))]
+#[test]
+fn ranks_put_on_one_core_yield_it_to_each_other_instead_of_spinning() {
+    const CALLS: u32 = 300;
+    let results = on_ranks_over("tcp", 2, options(), move |comm| {
+        // SAFETY: a zeroed set is a valid empty `cpu_set_t`; pid 0 is this thread.
+        let pinned = unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(0, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+        };
+        assert!(pinned, "{}", std::io::Error::last_os_error());
+        let mut buf = vec![1.0f32; 2];
+        comm.allreduce(&mut buf, ReduceOp::Sum)?;
+        let before = thread_cpu_time();
+        for _ in 0..CALLS {
+            buf.fill(1.0);
+            comm.allreduce(&mut buf, ReduceOp::Sum)?;
+            assert_eq!(buf, [2.0, 2.0]);
+        }
+        Ok(thread_cpu_time() - before)
+    });
+    for (rank, burned) in results.iter().enumerate() {
+        // A tenth of a millisecond a call: a tenth of what one spin burns.
+        assert!(
+            *burned < Duration::from_micros(100) * CALLS,
+            "rank {rank} burned {burned:?} of processor time in {CALLS} calls"
+        );
+    }
+}
+
+/// The processor time this thread has used.
+#[cfg(all(feature = "zmq", target_os = "linux"))]
+fn thread_cpu_time() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec to write to.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0;
+    assert!(ok, "{}", std::io::Error::last_os_error());
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}

@@ -24,8 +24,13 @@
 //! flags, then wakes every sleeper through the pair's pipe (one byte on its Unix
 //! socket), so no wake-up is lost (the rings' argument, `ring.rs`).
 //!
+//! A rank that waits also notes in its line the processor it runs on: a rank that
+//! waits for a peer last seen on its own processor yields that processor instead of
+//! spinning on it, since the peer cannot publish until it runs (two ranks put on one
+//! core by the scheduler, beside other work, would otherwise take turns to spin out).
+//!
 //! Layout: a 64-byte header (magic, ranks, slot size), a 64-byte line per rank with
-//! its sleep flag, then per rank two slots, each a 48-byte head (board call number,
+//! its sleep flag and processor, then per rank two slots, each a 48-byte head (board call number,
 //! the communicator's call number, length, the call's meta frame) followed at once by
 //! the data (so that a call of a few bytes is one cache line), in whole cache lines.
 
@@ -304,6 +309,42 @@ impl Board {
         // SAFETY: the line is inside the mapping (checked length), 64-aligned; only
         // atomics touch it.
         unsafe { &*self.base.add(LINE + rank * LINE).cast::<AtomicU32>() }
+    }
+
+    /// Rank `rank`'s processor word: 0 while unknown, else 1 + the processor it was
+    /// on when it last waited. The second word of its flag line: publishers read the
+    /// line's flag anyway, and the word changes only when the rank moves.
+    fn processor_word(&self, rank: usize) -> &AtomicU32 {
+        debug_assert!(rank < self.ranks);
+        // SAFETY: as `sleeping`: the line is inside the mapping; 4 bytes past its
+        // start is 4-aligned; only atomics touch it.
+        unsafe { &*self.base.add(LINE + rank * LINE + 4).cast::<AtomicU32>() }
+    }
+
+    /// Notes on the board the processor this thread runs on, and says whether the
+    /// rank of slot `rank` (with `None`: any other rank) was last seen on it: a wait
+    /// for such a rank yields the processor instead of spinning on it.
+    ///
+    /// The word is written only when it changes, so that a rank that stays put does
+    /// not take the line from the publishers' caches; relaxed, since it is a hint: a
+    /// stale value costs one spin or one yield. False when the kernel does not say
+    /// where this thread runs.
+    pub(crate) fn shares_processor_with(&self, rank: Option<usize>) -> bool {
+        // SAFETY: no arguments; glibc reads it from the thread's rseq area or the
+        // vDSO, without a system call.
+        let Ok(processor) = u32::try_from(unsafe { libc::sched_getcpu() }) else {
+            return false;
+        };
+        let here = processor.saturating_add(1);
+        let mine = self.processor_word(self.me);
+        if mine.load(Ordering::Relaxed) != here {
+            mine.store(here, Ordering::Relaxed);
+        }
+        let seen_here = |r: usize| self.processor_word(r).load(Ordering::Relaxed) == here;
+        match rank {
+            Some(r) => r != self.me && seen_here(r),
+            None => (0..self.ranks).any(|r| r != self.me && seen_here(r)),
+        }
     }
 
     /// The control line and data of `rank`'s slot for board call `call`.

@@ -83,6 +83,10 @@ impl Board {
     pub(crate) fn published_last(&self, _: usize) -> bool {
         match *self {}
     }
+
+    pub(crate) fn shares_processor_with(&self, _: Option<usize>) -> bool {
+        match *self {}
+    }
 }
 
 /// No board: `None`.

@@ -177,7 +177,7 @@ impl StreamLink {
                 });
             }
             if now < spin_until {
-                self.spin_once();
+                self.spin_once(Some(slot));
                 continue;
             }
             self.control.check_aborts()?;

@@ -217,12 +217,20 @@ impl StreamLink {
         Ok(())
     }
 
-    /// One pass of a spinning wait. With more ranks on this host than cores (as under
-    /// `switchyard launch` on a laptop) the peer waited for may need this very core:
-    /// yield it, as OpenMPI does when oversubscribed. Otherwise spin in place: a yield
-    /// is a system call, and the wait ends sooner without.
-    pub(super) fn spin_once(&self) {
-        if self.oversubscribed {
+    /// One pass of a spinning wait for the rank of board slot `slot` (`None`: for
+    /// any peer). The peer waited for may need this very core: with more ranks on
+    /// this host than cores (as under `switchyard launch` on a laptop), or when the
+    /// peer was last seen on this rank's processor (the scheduler put both on one
+    /// core beside other work), the pass yields the core, as OpenMPI does when
+    /// oversubscribed; spinning on it would only delay the peer until the spin ends.
+    /// Otherwise it spins in place: a yield is a system call, and the wait ends
+    /// sooner without.
+    pub(super) fn spin_once(&self, slot: Option<usize>) {
+        let beside = self
+            .board
+            .as_ref()
+            .is_some_and(|board| board.shares_processor_with(slot));
+        if self.oversubscribed || beside {
             std::thread::yield_now();
         } else {
             for _ in 0..32 {
@@ -247,7 +255,7 @@ impl StreamLink {
                 return Ok(false);
             }
             if now < spin_until {
-                self.spin_once();
+                self.spin_once(None);
                 continue;
             }
             self.control.check_aborts()?;
