@@ -538,26 +538,19 @@ fn serve_root(
     }
 }
 
-/// Carries out the root's `actions`: each answered or closed connection is written
-/// to and dropped.
+/// Carries out the root's `actions`: each connection is answered (or not) and
+/// dropped.
 fn act(streams: &mut HashMap<Conn, TcpStream>, actions: Vec<RootAction>, until: Instant) {
-    for action in actions {
-        match action {
-            RootAction::Answer {
-                conn,
-                rank,
-                status,
-                texts,
-            } => {
-                if let Some(stream) = streams.remove(&conn) {
-                    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-                    answer(&stream, rank, status, &texts, until);
-                }
-            }
-            RootAction::Close(conn) => {
-                streams.remove(&conn);
-            }
-        }
+    for RootAction {
+        conn,
+        answer: reply,
+    } in actions
+    {
+        let (Some(stream), Some(reply)) = (streams.remove(&conn), reply) else {
+            continue;
+        };
+        let texts: Vec<&str> = reply.texts.iter().map(String::as_str).collect();
+        answer(&stream, reply.rank, reply.status, &texts, until);
     }
 }
 

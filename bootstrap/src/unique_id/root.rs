@@ -44,23 +44,26 @@ pub(crate) enum RootEvent {
     Closed(Conn),
 }
 
-/// What the root does.
+/// What the root does with a connection it is done with: writes the answer, if any
+/// (none for a connection of another job), then closes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum RootAction {
-    /// Write the answer `status` and `texts` on `conn` (rank `rank`'s), then close it.
-    Answer {
-        /// The connection.
-        conn: Conn,
-        /// The rank it checked in as.
-        rank: u32,
-        /// [`ACCEPTED`], a refusal, or [`LEFT`].
-        status: u32,
-        /// The successor's and predecessor's ring addresses, or the reason, or the
-        /// departed rank's number.
-        texts: Vec<String>,
-    },
-    /// Close `conn` without an answer: not this job's (wrong tag).
-    Close(Conn),
+pub(crate) struct RootAction {
+    /// The connection.
+    pub(crate) conn: Conn,
+    /// What to write on it first.
+    pub(crate) answer: Option<Answer>,
+}
+
+/// An answer of the root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Answer {
+    /// The rank the connection checked in as.
+    pub(crate) rank: u32,
+    /// [`ACCEPTED`], a refusal, or [`LEFT`].
+    pub(crate) status: u32,
+    /// The successor's and predecessor's ring addresses, or the reason, or the
+    /// departed rank's number.
+    pub(crate) texts: Vec<String>,
 }
 
 /// A rank that left while others waited: who, whom the root told, since when.
@@ -137,7 +140,7 @@ impl Root {
     ) -> Vec<RootAction> {
         if tag != self.tag {
             tracing::warn!(%peer, tag = format!("{tag:016x}"), "bootstrap root: wrong job tag, connection closed");
-            return vec![RootAction::Close(conn)];
+            return vec![close(conn)];
         }
         if let Some(left) = &mut self.left {
             // Told at once, so that it does not wait for the timeout.
@@ -146,7 +149,7 @@ impl Root {
                 let texts = vec![left.rank.to_string()];
                 return vec![answer(conn, rank, LEFT, texts)];
             }
-            return vec![RootAction::Close(conn)];
+            return vec![close(conn)];
         }
         let refusal = if world != self.world {
             Some((
@@ -259,12 +262,18 @@ impl Root {
 }
 
 fn answer(conn: Conn, rank: u32, status: u32, texts: Vec<String>) -> RootAction {
-    RootAction::Answer {
+    RootAction {
         conn,
-        rank,
-        status,
-        texts,
+        answer: Some(Answer {
+            rank,
+            status,
+            texts,
+        }),
     }
+}
+
+fn close(conn: Conn) -> RootAction {
+    RootAction { conn, answer: None }
 }
 
 #[cfg(test)]
@@ -288,12 +297,14 @@ mod tests {
     fn the_root_refuses_and_completes() {
         let now = Instant::now();
         let mut root = Root::new(7, 3, now, now + Duration::from_secs(5));
-        assert_eq!(
-            root.handle(check_in(1, 8, 0, 3, "a"), now),
-            vec![RootAction::Close(1)]
-        );
+        assert_eq!(root.handle(check_in(1, 8, 0, 3, "a"), now), vec![close(1)]);
         let refused = |a: Vec<RootAction>| match &a[..] {
-            [RootAction::Answer { status, .. }] => *status,
+            [
+                RootAction {
+                    answer: Some(Answer { status, .. }),
+                    ..
+                },
+            ] => *status,
             _ => panic!("{a:?}"),
         };
         assert_eq!(
@@ -314,13 +325,12 @@ mod tests {
         assert!(root.poll(now).is_none());
         let answers = root.handle(check_in(7, 7, 0, 3, "a"), now);
         let texts = |conn: Conn| {
-            answers.iter().find_map(|a| match a {
-                RootAction::Answer {
-                    conn: c,
+            answers.iter().find_map(|a| match &a.answer {
+                Some(Answer {
                     status: ACCEPTED,
                     texts,
                     ..
-                } if *c == conn => Some(texts.clone()),
+                }) if a.conn == conn => Some(texts.clone()),
                 _ => None,
             })
         };
@@ -337,17 +347,12 @@ mod tests {
         root.handle(check_in(1, 7, 0, 3, "a"), now);
         root.handle(check_in(2, 7, 1, 3, "b"), now);
         let told = root.handle(RootEvent::Closed(2), now);
-        assert!(
-            matches!(&told[..], [RootAction::Answer { conn: 1, status: LEFT, texts, .. }] if texts == &["1"])
-        );
+        assert_eq!(told, vec![answer(1, 0, LEFT, vec!["1".into()])]);
         assert!(root.poll(now).is_none());
         assert!(root.waiting().next().is_none());
         // Rank 2, late, is told too; then the root is done.
         let late = root.handle(check_in(3, 7, 2, 3, "c"), now);
-        assert!(matches!(
-            &late[..],
-            [RootAction::Answer { status: LEFT, .. }]
-        ));
+        assert_eq!(late, vec![answer(3, 2, LEFT, vec!["1".into()])]);
         assert!(matches!(
             root.poll(now),
             Some(Err(IdError::Left { rank: 1, .. }))

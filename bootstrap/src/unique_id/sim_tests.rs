@@ -44,7 +44,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::member::{Member, MemberAction, MemberEvent};
-use super::root::{Conn, Root, RootAction, RootEvent};
+use super::root::{Answer, Conn, Root, RootAction, RootEvent};
 use super::{CHECK_IN_READ, IdError, LINGER, RETRY, WATCH_EVERY};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
@@ -620,30 +620,24 @@ impl Sim {
     }
 
     fn root_actions(&mut self, actions: Vec<RootAction>) {
-        for action in actions {
-            match action {
-                RootAction::Answer {
-                    conn,
+        for RootAction { conn, answer } in actions {
+            let c = conn as usize;
+            self.root.held.remove(&c);
+            match answer {
+                Some(Answer {
                     rank,
                     status,
                     texts,
-                } => {
-                    let c = conn as usize;
-                    self.root.held.remove(&c);
+                }) => {
+                    let who = self.who(c);
                     self.note(format!(
-                        "root answers rank {rank} on {}: status {status} {texts:?}",
-                        self.who(c)
+                        "root answers rank {rank} on {who}: status {status} {texts:?}"
                     ));
                     self.send(c, false, Msg::Answer { status, texts });
-                    self.close(c, false);
                 }
-                RootAction::Close(conn) => {
-                    let c = conn as usize;
-                    self.root.held.remove(&c);
-                    self.note(format!("root closes {}", self.who(c)));
-                    self.close(c, false);
-                }
+                None => self.note(format!("root closes {}", self.who(c))),
             }
+            self.close(c, false);
         }
     }
 
