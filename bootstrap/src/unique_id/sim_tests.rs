@@ -61,9 +61,14 @@ const LIMIT: usize = 8;
 /// How late the loops may see a timer: the real ones look every [`RETRY`].
 const SLACK: Duration = Duration::from_millis(50);
 
-/// Messages take 1-5 ms; one time in ten the clock runs although one is due.
+/// Messages take 1-5 ms; one time in ten the clock runs although one is due; a
+/// stranger replays one rank's hello in five (after it arrived) and closes one
+/// connection in three at a moment of its choice; one seed in seven crashes a rank,
+/// one in ten of the others stops one.
 fn faults() -> Faults {
     Faults {
+        duplicate: 20,
+        drop: 30,
         crash: 15,
         pause: (10, Duration::from_secs(12)),
         ..Faults::delays(Duration::from_millis(1), Duration::from_millis(5))
@@ -590,7 +595,7 @@ impl Sim {
                 let own = matches!(self.conns[c].opener, Opener::CheckIn(r) if r == rank);
                 if own && tag == TAG && world == self.n {
                     self.root.taken.entry(rank).or_insert(self.now);
-                    if self.rng.chance(20) {
+                    if self.faults.duplicates(&mut self.rng) {
                         let at = self.now + self.rng.up_to(Duration::from_secs(1));
                         let replay = Msg::CheckIn {
                             tag,
@@ -663,7 +668,9 @@ impl Sim {
                         "rank {r} takes the ring hello of rank {from} on {}",
                         self.who(c)
                     ));
-                    if matches!(self.conns[c].opener, Opener::Successor(_)) && self.rng.chance(20) {
+                    if matches!(self.conns[c].opener, Opener::Successor(_))
+                        && self.faults.duplicates(&mut self.rng)
+                    {
                         let at = self.now + self.rng.up_to(Duration::from_secs(1));
                         let replay = Msg::Hello { tag, rank: from };
                         self.planned
@@ -1156,8 +1163,8 @@ impl Sim {
             },
         };
         let close_after = self
-            .rng
-            .chance(30)
+            .faults
+            .drops(&mut self.rng)
             .then(|| self.rng.up_to(Duration::from_secs(8)));
         let c = self.open(Opener::Stranger(kind), None, to);
         self.note(format!("{} connects to send {first:?}", self.who(c)));
