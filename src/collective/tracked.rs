@@ -35,6 +35,7 @@ use switchyard_tracker::client::json::{JsonClient, JsonSession};
 use switchyard_tracker::client::{ClientConfig, ClientError};
 
 mod ring;
+mod ring_steps;
 use ring::TrackerRing;
 
 // Defined with the bootstrap, which reads them (the tracker a `Bootstrap` names, the

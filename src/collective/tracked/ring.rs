@@ -22,6 +22,7 @@
 //! on the ring of this rank's own attempt (its ring came round through this attempt),
 //! so that is never taken for a failure.
 
+use super::ring_steps::{Entry, Next, NotBack, RingSteps};
 use crate::bootstrap::{BootstrapError, EndpointExchange};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -68,9 +69,6 @@ impl TrackerRing {
     }
 }
 
-/// A ring's entry: the sender's attempt and its endpoint.
-type Entry = (u64, String);
-
 impl EndpointExchange for TrackerRing {
     fn exchange(
         &mut self,
@@ -82,20 +80,17 @@ impl EndpointExchange for TrackerRing {
         let n = world as usize;
         let r = rank as usize;
         let until = Instant::now() + limit;
-        let peer = |side: &str, of: usize| format!("ring {side} (rank {})", of % n);
         let failed = |side: &str, of: usize, reason: String| BootstrapError::Protocol {
-            peer: peer(side, of),
+            peer: format!("ring {side} (rank {})", of % n),
             reason,
         };
-        let mut all: Vec<Entry> = vec![(0, String::new()); n];
-        all[r] = (self.attempt, mine.to_string());
-        for k in 0..n {
+        let (mut steps, mut out) = RingSteps::new(r, n, self.attempt, mine);
+        loop {
             #[cfg(test)]
-            super::hook::at(super::hook::Point::Ring(k));
-            let (attempt, endpoint) = &all[(r + n - k) % n];
-            let mut frame = Vec::with_capacity(12 + endpoint.len());
-            frame.extend_from_slice(&attempt.to_le_bytes());
-            wire::put_str(&mut frame, endpoint);
+            super::hook::at(super::hook::Point::Ring(steps.step()));
+            let mut frame = Vec::with_capacity(12 + out.1.len());
+            frame.extend_from_slice(&out.0.to_le_bytes());
+            wire::put_str(&mut frame, &out.1);
             let left = until.saturating_duration_since(Instant::now());
             wire::write_all_within(&self.next, &frame, left, "mesh endpoint")
                 .map_err(|e| failed("successor", r + 1, format!("sending to it: {e}")))?;
@@ -108,24 +103,26 @@ impl EndpointExchange for TrackerRing {
                 })?;
             let got = read_entry(&self.prev, until)
                 .map_err(|e| failed("predecessor", r + n - 1, format!("receiving from it: {e}")))?;
-            let from = (r + n - k - 1) % n;
-            if from != r {
-                all[from] = got;
-            } else if got != all[r] {
-                return Err(failed(
-                    "predecessor",
-                    r + n - 1,
-                    format!(
-                        "this rank's own endpoint did not come back round the ring ({:?} of \
-                         attempt {:#x} came instead of {mine:?} of attempt {:#x}): the ring's \
-                         links join attempts of ranks that have since left",
-                        got.1, got.0, self.attempt
-                    ),
-                ));
+            match steps.on_frame(got) {
+                Ok(Next::Send(entry)) => out = entry,
+                Ok(Next::Over(all)) => {
+                    self.links.finish();
+                    return Ok(all);
+                }
+                Err(NotBack { got }) => {
+                    return Err(failed(
+                        "predecessor",
+                        r + n - 1,
+                        format!(
+                            "this rank's own endpoint did not come back round the ring ({:?} \
+                             of attempt {:#x} came instead of {mine:?} of attempt {:#x}): the \
+                             ring's links join attempts of ranks that have since left",
+                            got.1, got.0, self.attempt
+                        ),
+                    ));
+                }
             }
         }
-        self.links.finish();
-        Ok(all.into_iter().map(|(_, endpoint)| endpoint).collect())
     }
 }
 
