@@ -620,7 +620,13 @@ impl Sim {
                 ));
                 self.close(c, false);
             }
-            _ => {}
+            // Half a hello: the read waits for the rest, until its deadline.
+            Msg::Partial => {}
+            _ => {
+                self.root.pending.remove(i);
+                self.note(format!("root drops {}: not a check-in", self.who(c)));
+                self.close(c, false);
+            }
         }
     }
 
@@ -688,7 +694,12 @@ impl Sim {
                 rank.pending.remove(i);
                 self.close(c, false);
             }
-            _ => {}
+            Msg::Partial => {}
+            _ => {
+                rank.pending.remove(i);
+                self.note(format!("rank {r} drops {}: not a ring hello", self.who(c)));
+                self.close(c, false);
+            }
         }
     }
 
