@@ -3,56 +3,17 @@
 
 use super::RobustOptions;
 use super::engine::{Rejoin, Report, RobustEngine, SilentReport};
+use super::retry::{After, Retries, attempt_limit};
 use crate::bootstrap::{Bootstrap, Rendezvous};
 use crate::collective::error::{Call, CollectiveError};
 use crate::collective::options::heartbeat_var;
 use crate::collective::setup::tracker_spec;
 use crate::collective::tracked::{JoinAs, TrackerMesh, tracker_mesh};
 use crate::collective::{CommOptions, Communicator, TrackerJoin, TrackerProtocol};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use switchyard_net::env::{self, EnvError, Lookup};
 use switchyard_tracker::client::ClientConfig;
 use switchyard_tracker::client::classic::ClassicClient;
-
-/// The shortest pause between two attempts to form a mesh.
-const REJOIN_PAUSE: Duration = Duration::from_millis(50);
-
-/// The longest random part of that pause.
-const REJOIN_SPREAD_MAX: Duration = Duration::from_millis(800);
-
-/// The pauses between attempts: [`REJOIN_PAUSE`] plus a random part whose range
-/// doubles after each failed attempt (up to [`REJOIN_SPREAD_MAX`]), drawn from a
-/// generator seeded by the worker's identity, so that ranks that failed together do
-/// not all come back together, and a test sees the same pauses every run.
-#[derive(Clone, Debug)]
-struct Backoff {
-    state: u64,
-    failed: u32,
-}
-
-impl Backoff {
-    fn new(seed: &str) -> Backoff {
-        // FNV-1a of the seed.
-        let state = seed.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
-        Backoff { state, failed: 0 }
-    }
-
-    /// The pause after another failed attempt.
-    fn next(&mut self) -> Duration {
-        // splitmix64.
-        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        let spread = (REJOIN_PAUSE * 2u32.pow(self.failed.min(5))).min(REJOIN_SPREAD_MAX);
-        self.failed += 1;
-        let nanos = u64::try_from(spread.as_nanos()).unwrap_or(u64::MAX);
-        REJOIN_PAUSE + Duration::from_nanos(z % nanos.max(1))
-    }
-}
 
 /// Forms this rank's mesh through the tracker (`how`: the first `start`, or a
 /// survivor's `recover`), in attempts, within [`CommOptions::timeout`] in all.
@@ -71,34 +32,30 @@ fn form(
     form_counted(spec, options, how).map(|(mesh, _)| mesh)
 }
 
-/// [`form`], and the attempts it took.
+/// [`form`], and the attempts it took. When to try again and when to give up is
+/// [`Retries`]' to decide; this runs the attempts and sleeps the pauses.
 fn form_counted(
     spec: &TrackerJoin,
     options: &CommOptions,
     how: JoinAs,
 ) -> Result<(TrackerMesh, u32), CollectiveError> {
-    let until = Instant::now() + options.timeout;
     let mut attempt_options = options.clone();
-    attempt_options.setup_limit =
-        Some((options.timeout / 4).clamp(Duration::from_secs(1), Duration::from_secs(5)));
+    attempt_options.setup_limit = Some(attempt_limit(options.timeout));
     let keep_session = how == JoinAs::Start;
+    let seed = format!("{}/{how:?}", spec.task_id.as_deref().unwrap_or_default());
+    let mut retries = Retries::new(&seed, Instant::now(), options.timeout);
     let mut attempts = 0;
-    let mut backoff = Backoff::new(&format!(
-        "{}/{how:?}",
-        spec.task_id.as_deref().unwrap_or_default()
-    ));
     loop {
         attempts += 1;
         match tracker_mesh(spec, &attempt_options, how, keep_session) {
             Ok(mesh) => return Ok((mesh, attempts)),
-            Err(e) => {
-                let pause = backoff.next();
-                if Instant::now() + pause >= until {
-                    return Err(e);
+            Err(e) => match retries.failed(Instant::now()) {
+                After::GiveUp => return Err(e),
+                After::Retry(pause) => {
+                    tracing::warn!(?how, error = %e, ?pause, "robust: forming the mesh failed; trying again");
+                    std::thread::sleep(pause);
                 }
-                tracing::warn!(?how, error = %e, ?pause, "robust: forming the mesh failed; trying again");
-                std::thread::sleep(pause);
-            }
+            },
         }
     }
 }
@@ -235,6 +192,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::collective::ENV_HEARTBEAT;
+    use std::time::Duration;
 
     #[test]
     fn robust_mode_beats_unless_told_otherwise_and_refuses_a_malformed_deadline() {

@@ -34,6 +34,7 @@
 mod engine;
 mod join;
 mod mock;
+mod retry;
 mod state;
 mod store;
 
