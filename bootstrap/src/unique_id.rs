@@ -694,13 +694,10 @@ fn ring_exchange(
         e => e,
     })?;
     let status = wire.u32("answer status")?;
-    let texts = match Member::answer_texts(status) {
-        2 => vec![
-            wire.text("successor's ring address")?,
-            wire.text("predecessor's ring address")?,
-        ],
-        _ => vec![wire.text("reason")?],
-    };
+    let texts = Member::answer_texts(status)
+        .iter()
+        .map(|what| wire.text(what))
+        .collect::<Result<Vec<String>, IdError>>()?;
     let (successor, predecessor) = match member.handle(MemberEvent::Answer { status, texts }) {
         MemberAction::Link {
             successor,

@@ -13,8 +13,8 @@ use std::net::SocketAddr;
 /// What a rank learns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum MemberEvent {
-    /// The root answered `status` with `texts` (as many as
-    /// [`Member::answer_texts`] says).
+    /// The root answered `status` with `texts` (those [`Member::answer_texts`]
+    /// names).
     Answer {
         /// The answer's status.
         status: u32,
@@ -128,10 +128,14 @@ impl Member {
         (self.rank + self.world - 1) % self.world
     }
 
-    /// How many texts follow an answer's `status`: the two neighbours' ring
-    /// addresses, or one reason.
-    pub(crate) fn answer_texts(status: u32) -> usize {
-        if status == ACCEPTED { 2 } else { 1 }
+    /// The texts that follow an answer's `status`, by what each is: the two
+    /// neighbours' ring addresses, or one reason.
+    pub(crate) fn answer_texts(status: u32) -> &'static [&'static str] {
+        if status == ACCEPTED {
+            &["successor's ring address", "predecessor's ring address"]
+        } else {
+            &["reason"]
+        }
     }
 
     /// The ring hello this rank's listener waits for: its predecessor's.
