@@ -121,10 +121,11 @@ pub struct CommOptions {
     /// Over shared memory the longer spin matters: with a spin shorter than a
     /// wake-up, two ranks can fall into taking turns to sleep, every call paying a
     /// wake-up (measured: 8 B allreduces at 70 us instead of 2.7 us, n = 2). With more
-    /// ranks than cores a waiting rank yields its core between polls, and so does a
-    /// rank whose peer on the host board was last seen on its own processor (ranks
-    /// that fit the cores, put on one core by the scheduler beside other work):
-    /// spinning there would hold the core the peer needs for the whole spin.
+    /// ranks than cores a waiting rank yields its core between polls. A rank whose
+    /// peer on the host board was last seen on its own processor (ranks that fit the
+    /// cores, put on one core by the scheduler beside other work) sleeps at once:
+    /// spinning there would hold the core the peer needs for the whole spin, and a
+    /// yield lets the other work on the core run a time slice first.
     pub spin: Option<Duration>,
     /// The heartbeat deadline (default `None`: off; also `SWITCHYARD_HEARTBEAT_MS`,
     /// milliseconds, 0: off). Robust mode turns it on with

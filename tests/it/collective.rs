@@ -866,13 +866,13 @@ fn shared_memory_and_tcp_pairs_mix_in_one_world() {
 
 /// Two ranks that fit the host's cores (so their waits spin, 1 ms by default) but that
 /// the scheduler put on one core, as it does beside other work: a rank that waits
-/// yields the core its peer needs instead of spinning on it. Measured in processor
+/// gives up the core its peer needs instead of spinning on it. Measured in processor
 /// time, which is what a spin burns, and not in wall time, which other work on the
 /// machine decides: spinning, each call burned a whole spin (or a scheduler slice) of
 /// each rank's time, about 1 ms.
 #[cfg(all(feature = "zmq", target_os = "linux"))]
 #[test]
-fn ranks_put_on_one_core_yield_it_to_each_other_instead_of_spinning() {
+fn ranks_put_on_one_core_give_it_up_to_each_other_instead_of_spinning() {
     const CALLS: u32 = 300;
     let results = on_ranks_over("tcp", 2, options(), move |comm| {
         // SAFETY: a zeroed set is a valid empty `cpu_set_t`; pid 0 is this thread.

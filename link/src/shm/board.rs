@@ -25,9 +25,9 @@
 //! socket), so no wake-up is lost (the rings' argument, `ring.rs`).
 //!
 //! A rank that waits also notes in its line the processor it runs on: a rank that
-//! waits for a peer last seen on its own processor yields that processor instead of
-//! spinning on it, since the peer cannot publish until it runs (two ranks put on one
-//! core by the scheduler, beside other work, would otherwise take turns to spin out).
+//! waits for a peer last seen on its own processor sleeps at once instead of spinning
+//! on it, since the peer cannot publish until it runs (two ranks put on one core by
+//! the scheduler, beside other work, would otherwise take turns to spin out).
 //!
 //! Layout: a 64-byte header (magic, ranks, slot size), a 64-byte line per rank with
 //! its sleep flag and processor, then per rank two slots, each a 48-byte head (board call number,
@@ -322,13 +322,13 @@ impl Board {
     }
 
     /// Notes on the board the processor this thread runs on, and says whether the
-    /// rank of slot `rank` (with `None`: any other rank) was last seen on it: a wait
-    /// for such a rank yields the processor instead of spinning on it.
+    /// rank of slot `rank` (with `None`: every other rank) was last seen on it: a wait
+    /// for such a rank sleeps at once instead of spinning on the processor.
     ///
     /// The word is written only when it changes, so that a rank that stays put does
     /// not take the line from the publishers' caches; relaxed, since it is a hint: a
-    /// stale value costs one spin or one yield. False when the kernel does not say
-    /// where this thread runs.
+    /// stale value costs a spin, or a sleep where a spin would have done. False when
+    /// the kernel does not say where this thread runs.
     pub(crate) fn shares_processor_with(&self, rank: Option<usize>) -> bool {
         // SAFETY: no arguments; glibc reads it from the thread's rseq area or the
         // vDSO, without a system call.
@@ -343,7 +343,7 @@ impl Board {
         let seen_here = |r: usize| self.processor_word(r).load(Ordering::Relaxed) == here;
         match rank {
             Some(r) => r != self.me && seen_here(r),
-            None => (0..self.ranks).any(|r| r != self.me && seen_here(r)),
+            None => self.ranks > 1 && (0..self.ranks).all(|r| r == self.me || seen_here(r)),
         }
     }
 
@@ -481,6 +481,32 @@ mod tests {
             all.push(Board::open(dup, me, ranks).unwrap());
         }
         all
+    }
+
+    #[test]
+    fn a_rank_knows_which_peers_were_last_seen_on_its_processor() {
+        // Pinned to the processor it is on, so that every look below sees the same.
+        // SAFETY: a zeroed set is a valid empty `cpu_set_t`; pid 0 is this thread.
+        let pinned = unsafe {
+            let here = usize::try_from(libc::sched_getcpu()).unwrap();
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(here, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+        };
+        assert!(pinned);
+        let b = boards(3, 64);
+        // Nobody has said where it runs: no peer is beside rank 0.
+        assert!(!b[0].shares_processor_with(Some(1)));
+        assert!(!b[0].shares_processor_with(None));
+        // Rank 1 looks (and so notes its processor): beside rank 0 now, rank 2 not yet.
+        assert!(b[1].shares_processor_with(Some(0)));
+        assert!(b[0].shares_processor_with(Some(1)));
+        assert!(!b[0].shares_processor_with(Some(2)));
+        assert!(!b[0].shares_processor_with(None));
+        assert!(b[2].shares_processor_with(None));
+        assert!(b[0].shares_processor_with(None));
+        // A rank is never beside itself.
+        assert!(!b[0].shares_processor_with(Some(0)));
     }
 
     #[test]

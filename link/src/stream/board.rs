@@ -176,8 +176,8 @@ impl StreamLink {
                     waited: now - started,
                 });
             }
-            if now < spin_until {
-                self.spin_once(Some(slot));
+            if now < spin_until && !self.peer_beside(Some(slot)) {
+                self.spin_once();
                 continue;
             }
             self.control.check_aborts()?;
