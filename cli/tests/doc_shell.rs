@@ -374,8 +374,9 @@ struct Outcome {
     took: Duration,
 }
 
-/// Runs `script` with `bash -euo pipefail` at `root`, its output to one file, within
-/// `limit`; every process it leaves behind is killed.
+/// Runs `script` with `bash -euo pipefail` at `root` with `path` as its `PATH`, its
+/// output to the file `log` (read, then removed), within [`BLOCK_LIMIT`]; every process
+/// it leaves behind is killed.
 fn run_block(script: &str, root: &Path, path: &std::ffi::OsStr, log: &Path) -> Outcome {
     let file = File::create(log).expect("create the block's log");
     let mut command = Command::new("bash");
@@ -668,4 +669,50 @@ fn release_paths_become_the_debug_build() {
          cargo build\n"
     );
     assert_eq!(for_this_build(block, None), block);
+}
+
+/// A block's exit status and output come back, and what it left running in the
+/// background is killed with it.
+#[test]
+fn a_block_that_fails_is_seen_and_its_leftovers_are_killed() {
+    let log = std::env::temp_dir().join(format!(
+        "switchyard-doc-shell-{}-self-test.log",
+        std::process::id()
+    ));
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let outcome = run_block(
+        "sleep 300 &\necho \"left $!\"\nfalse\necho not reached\n",
+        &root(),
+        &path,
+        &log,
+    );
+    assert_eq!(outcome.success, Some(false), "{}", outcome.output);
+    assert!(
+        !outcome.output.contains("not reached"),
+        "{}",
+        outcome.output
+    );
+    let pid: u32 = outcome
+        .output
+        .lines()
+        .find_map(|l| l.strip_prefix("left "))
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {:?}", outcome.output));
+    // Gone, or a zombie waiting for its new parent to reap it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit(')')
+            .next()
+            .and_then(|r| r.trim().chars().next());
+        if stat.is_empty() || state == Some('Z') {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the background sleep {pid} still runs"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
