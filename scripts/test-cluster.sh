@@ -28,7 +28,7 @@
 #
 # `up` writes into DIR:
 #   ssh_config   `ssh -F DIR/ssh_config nodeI` logs in to host I (names, key, no
-#                host-key prompts); `switchyard launch --ssh-args "-F DIR/ssh_config"`
+#                host-key prompts); `switchyard launch --launcher ssh --launcher-args "-F DIR/ssh_config"`
 #   hostfile     one host name per line, node0 first
 #   hosts        the /etc/hosts every host sees
 #   owner        (test clusters only) the PID of the test process that owns it
