@@ -541,20 +541,28 @@ mod tests {
                         panic!("rank 1's next process did not join in 3 attempts");
                     }
                     let how = JoinAs::Recover { rank: task as u32 };
-                    for attempt in 1..=3 {
+                    // The first attempt fails with rank 1's dead process; the next
+                    // can fail too while rank 1's next process is refused (its rank
+                    // still taken) and pauses before it tries again, so the
+                    // survivors pause between attempts as robust mode does.
+                    for attempt in 1..=5 {
                         match tracker_mesh(&spec, &options(), how, false) {
                             Ok(mesh) => return (allreduce_on(mesh, n, 10), attempt),
                             Err(e) => eprintln!("rank {task}, attempt {attempt}: {e}"),
                         }
+                        std::thread::sleep(Duration::from_millis(50));
                     }
-                    panic!("rank {task} did not rejoin in 3 attempts");
+                    panic!("rank {task} did not rejoin in 5 attempts");
                 })
             })
             .collect();
         for (rank, w) in workers.into_iter().enumerate() {
             let (_, attempts) = w.join().unwrap();
             if rank != 1 {
-                assert_eq!(attempts, 2, "rank {rank} fails once, then rejoins");
+                assert!(
+                    attempts >= 2,
+                    "rank {rank} rejoined a generation that failed"
+                );
             }
         }
         tracker.stop();
