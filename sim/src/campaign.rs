@@ -123,6 +123,8 @@ pub struct Campaign {
     package: String,
     test: String,
     budget: u64,
+    /// The test target's option in the replay line: `--lib`, or `--test NAME`.
+    target: String,
 }
 
 impl Campaign {
@@ -133,7 +135,24 @@ impl Campaign {
             package: package.into(),
             test: test.into(),
             budget,
+            target: "--lib".into(),
         }
+    }
+
+    /// The same campaign for a test of the integration test target `target` (its
+    /// replay line says `--test TARGET` instead of `--lib`).
+    ///
+    /// ```
+    /// use switchyard_sim::Campaign;
+    /// let campaign = Campaign::new("switchyard", "sim_calls", 10).in_test("it");
+    /// assert_eq!(
+    ///     campaign.replay_line(4),
+    ///     "SEED=4 cargo test -p switchyard --test it sim_calls -- --nocapture"
+    /// );
+    /// ```
+    pub fn in_test(mut self, target: impl AsRef<str>) -> Campaign {
+        self.target = format!("--test {}", target.as_ref());
+        self
     }
 
     /// The seeds to run, from `SEED` and `SIM_SEEDS`.
@@ -152,8 +171,8 @@ impl Campaign {
     /// The command that replays `seed` of this campaign alone.
     pub fn replay_line(&self, seed: u64) -> String {
         format!(
-            "SEED={seed} cargo test -p {} --lib {} -- --nocapture",
-            self.package, self.test
+            "SEED={seed} cargo test -p {} {} {} -- --nocapture",
+            self.package, self.target, self.test
         )
     }
 

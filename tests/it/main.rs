@@ -23,6 +23,7 @@ mod interrupt;
 mod newcomer;
 mod prepare_failed;
 mod ps_processes;
+mod sim_calls;
 mod tracker_env;
 mod tracker_facade;
 mod tracker_ours;
