@@ -374,10 +374,16 @@ struct Outcome {
     took: Duration,
 }
 
-/// Runs `script` with `bash -euo pipefail` at `root` with `path` as its `PATH`, its
-/// output to the file `log` (read, then removed), within [`BLOCK_LIMIT`]; every process
-/// it leaves behind is killed.
-fn run_block(script: &str, root: &Path, path: &std::ffi::OsStr, log: &Path) -> Outcome {
+/// Runs `script` with `bash -euo pipefail` at `root` with `path` as its `PATH` (and
+/// `target_dir`, if any, as its `CARGO_TARGET_DIR`), its output to the file `log` (read,
+/// then removed), within [`BLOCK_LIMIT`]; every process it leaves behind is killed.
+fn run_block(
+    script: &str,
+    root: &Path,
+    path: &std::ffi::OsStr,
+    target_dir: Option<&Path>,
+    log: &Path,
+) -> Outcome {
     let file = File::create(log).expect("create the block's log");
     let mut command = Command::new("bash");
     command
@@ -388,6 +394,9 @@ fn run_block(script: &str, root: &Path, path: &std::ffi::OsStr, log: &Path) -> O
         .stdout(file.try_clone().expect("clone the log"))
         .stderr(file)
         .process_group(0);
+    if let Some(target_dir) = target_dir {
+        command.env("CARGO_TARGET_DIR", target_dir);
+    }
     // The blocks run as in a fresh shell of one host: no job of an enclosing launcher.
     for (name, _) in std::env::vars_os() {
         let name_text = name.to_string_lossy();
@@ -487,6 +496,10 @@ fn the_shell_blocks_marked_to_run_succeed() {
     }
     let path = std::env::join_paths(path_dirs).expect("a PATH");
 
+    // The blocks' cargo builds where this test's build went (a --target-dir of the
+    // caller's, too), so that the paths the substitution gives name what they built.
+    let target_dir = bin_dir.parent().expect("the target folder").to_path_buf();
+
     let (blocks, _) = all_blocks();
     let _built = BuiltFiles::save(&bin_dir);
     let mut failures = Vec::new();
@@ -502,7 +515,7 @@ fn the_shell_blocks_marked_to_run_succeed() {
             "switchyard-doc-shell-{}-{index}.log",
             std::process::id()
         ));
-        let outcome = run_block(&script, &root, &path, &log);
+        let outcome = run_block(&script, &root, &path, Some(&target_dir), &log);
         let place = format!("{}:{}", block.file, block.line);
         eprintln!("{place}: {:.1} s", outcome.took.as_secs_f64());
         let mut wrong = Vec::new();
@@ -684,6 +697,7 @@ fn a_block_that_fails_is_seen_and_its_leftovers_are_killed() {
         "sleep 300 &\necho \"left $!\"\nfalse\necho not reached\n",
         &root(),
         &path,
+        None,
         &log,
     );
     assert_eq!(outcome.success, Some(false), "{}", outcome.output);
