@@ -1,10 +1,12 @@
 //! The shell blocks of the documents: every ```` ```sh ```` or ```` ```bash ```` block of
-//! `README.md` and of the pages under `docs/` (but the dated benchmark log,
-//! `docs/benchmarks/`) carries a marker on the line before it, an HTML comment that says
-//! whether CI runs it (docs/testing.md, "The documents' shell blocks"):
+//! `README.md` and of the pages under `docs/` (except the dated benchmark log,
+//! `docs/benchmarks/`) carries a marker as the last line before it that is not blank, an
+//! HTML comment that says whether CI runs it (docs/testing.md, "The documents' shell
+//! blocks"):
 //!
-//! - `<!-- runs in CI -->`: this test runs the block with `bash` at the repository root,
-//!   the built `switchyard` first on the `PATH`, and requires exit status 0;
+//! - `<!-- runs in CI -->`: this test runs the block with `bash -euo pipefail` at the
+//!   repository root, the built `switchyard` first on the `PATH`, and requires exit
+//!   status 0;
 //!   `<!-- runs in CI; expects "TEXT" "TEXT" -->` also requires each text in the
 //!   block's output (stdout and stderr together);
 //! - `<!-- not run in CI: REASON -->`: the block is not run, for the reason given.
@@ -538,8 +540,12 @@ fn the_shell_blocks_marked_to_run_succeed() {
         }
     }
     eprintln!(
-        "{ran} shell blocks ran in {:.1} s",
-        started.elapsed().as_secs_f64()
+        "{ran} shell blocks ran in {:.1} s; {} are marked not to run",
+        started.elapsed().as_secs_f64(),
+        blocks
+            .iter()
+            .filter(|b| matches!(b.marker, Ok(Marker::Skip { .. })))
+            .count()
     );
     assert!(ran > 0, "no shell block is marked `runs in CI`");
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
