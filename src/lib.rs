@@ -84,6 +84,20 @@ pub mod guide {
     pub struct Sockets;
 }
 
+/// The `half` crate, whose [`f16`](half::f16) and [`bf16`](half::bf16) are element
+/// types of the payloads and the collectives: a program can name them through
+/// `switchyard::half` without depending on a matching version itself.
+///
+/// ```
+/// use switchyard::collective::{Communicator, ReduceOp};
+/// use switchyard::half::bf16;
+/// let mut comm = Communicator::solo();
+/// let mut grads = [bf16::from_f32(0.5), bf16::from_f32(-2.0)];
+/// comm.allreduce(&mut grads, ReduceOp::Sum)?;
+/// assert_eq!(grads[1].to_f32(), -2.0);
+/// # Ok::<(), switchyard::collective::CollectiveError>(())
+/// ```
+pub use half;
 /// The worker side of starting a job (the `switchyard-bootstrap` crate): rank, job
 /// size and the other ranks' endpoints from `switchyard launch`, a tracker, torchrun's
 /// or a scheduler's variables, `mpirun`, or a shared [`UniqueId`](bootstrap::UniqueId).

@@ -32,7 +32,9 @@ mod sealed {
 }
 
 /// A plain number type that can travel as a payload frame: every bit pattern is a
-/// valid value and the layout has no padding.
+/// valid value and the layout has no padding. Besides Rust's own number types, the
+/// `half` crate's [`half::f16`] (IEEE binary16) and [`half::bf16`] (bfloat16) are
+/// elements: two bytes each, in native byte order.
 pub trait Element: bytemuck::Pod + sealed::Sealed + Send + Sync + 'static {}
 
 macro_rules! elements {
@@ -41,7 +43,20 @@ macro_rules! elements {
         impl Element for $t {}
     )*};
 }
-elements!(f32, f64, i8, i16, i32, i64, u8, u16, u32, u64);
+elements!(
+    f32,
+    f64,
+    i8,
+    i16,
+    i32,
+    i64,
+    u8,
+    u16,
+    u32,
+    u64,
+    half::f16,
+    half::bf16
+);
 
 /// A `Vec` of elements seen as bytes, so that [`Bytes`] can own it without copying.
 struct ElementVec<T: Element>(Vec<T>);

@@ -2,13 +2,14 @@
 //! on the one picked by [`choose`].
 //!
 //! Reductions run on the element type their [`DType`] names (the bytes are
-//! reinterpreted in place, never copied); copies (broadcast, allgather) run on the
-//! bytes, because any cut of a buffer copies the same.
+//! reinterpreted in place, never copied), but for the two-byte floats, which run on
+//! an `f32` copy and are rounded back once ([`DType::is_half`]); copies (broadcast,
+//! allgather) run on the bytes, because any cut of a buffer copies the same.
 
 use super::algo::choice::{Algorithm, Kind, checks_everyone, choose, choose_across_hosts};
 use super::algo::run::{broadcast_as, not_for, reduce_as};
 use super::algo::{AGREE_STEPS, Round, board, direct, doubling, ring, tree};
-use super::element::{DType, ReduceOp, Reducible, with_dtype};
+use super::element::{DType, ReduceOp, Reducible, in_f32, with_dtype};
 use super::engine::{self, Collective, Combine, Elem, Engine, share_fold_result};
 use super::error::{Call, CollectiveError};
 use super::hierarchy;
@@ -167,8 +168,21 @@ impl MeshEngine {
         };
         let sig = Signature::reduction(call, dtype, op);
         let total = (buf.len() / dtype.size()) as u64;
-        let algorithm = self.choose(kind, buf.len(), total);
         let tuning = self.tuning;
+        if dtype.is_half() {
+            // Run on f32 (`DType::is_half`): the algorithm is chosen for the bytes it
+            // moves, twice the buffer's.
+            let algorithm = self.choose(kind, buf.len().saturating_mul(2), total);
+            return self.round(sig, total, (kind, algorithm), |round| {
+                in_f32(call, buf, dtype, |wide| {
+                    if algorithm == Algorithm::Hierarchical {
+                        return hierarchy::allreduce(round, wide, op, &tuning);
+                    }
+                    reduce_as::<f32>(round, wide, op, algorithm, &tuning)
+                })
+            });
+        }
+        let algorithm = self.choose(kind, buf.len(), total);
         self.round(sig, total, (kind, algorithm), |round| {
             with_dtype!(dtype, T => {
                 let buf = elements::<T>(call, buf)?;
@@ -296,7 +310,8 @@ impl Engine for MeshEngine {
         let call = Call::Allreduce;
         let total = (out.len() / dtype.size()) as u64;
         let algorithm = self.choose(Kind::Allreduce, out.len(), total);
-        if algorithm != Algorithm::Board {
+        // Halves run on an f32 copy of the input whichever the algorithm.
+        if algorithm != Algorithm::Board || dtype.is_half() {
             return engine::copy_then_allreduce(self, input, out, dtype, op);
         }
         let sig = Signature::reduction(call, dtype, op);

@@ -12,6 +12,11 @@ use switchyard::bootstrap::{Bootstrap, MemoryExchange};
 use switchyard::collective::testing::{self, MemoryLink, MemorySchedule};
 use switchyard::collective::{CollectiveError, CommOptions, Communicator, ReduceOp, RobustOptions};
 
+/// `f16` and `bf16` on every algorithm, against `f64` references (TCP and shared
+/// memory need the `zmq` feature's `tcp://` endpoints).
+#[cfg(feature = "zmq")]
+mod half;
+
 static JOB: AtomicUsize = AtomicUsize::new(0);
 
 /// Endpoints for a fresh job of `n` ranks over `scheme` (`local` or `inproc`).

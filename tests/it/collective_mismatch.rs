@@ -369,6 +369,42 @@ fn element_types() {
     );
 }
 
+/// The two-byte floats are told apart from each other and from a user reduction of
+/// `u16` (all three are two bytes wide).
+#[test]
+fn half_element_types() {
+    use switchyard::half::{bf16, f16};
+    every_rank_fails(
+        "f16 against bf16",
+        keep,
+        |comm: &mut Communicator| {
+            if comm.rank() == 1 {
+                comm.allreduce(&mut [bf16::ONE; 1000], ReduceOp::Sum)
+            } else {
+                comm.allreduce(&mut [f16::ONE; 1000], ReduceOp::Sum)
+            }
+        },
+        |_| vec!["(Sum, bf16 x 1000)".into(), "(Sum, f16 x 1000)".into()],
+    );
+    every_rank_fails(
+        "f16 against u16",
+        keep,
+        |comm: &mut Communicator| {
+            if comm.rank() == 1 {
+                comm.allreduce_with(&mut [1u16; 1000], |a, b| *a = a.wrapping_add(*b))
+            } else {
+                comm.allreduce(&mut [f16::ONE; 1000], ReduceOp::Sum)
+            }
+        },
+        |_| {
+            vec![
+                "(user fn, 2-byte x 1000)".into(),
+                "(Sum, f16 x 1000)".into(),
+            ]
+        },
+    );
+}
+
 /// Rank 0 broadcasts (it only sends, so only checked mode tells it) while the others
 /// allreduce; and a barrier against an allreduce.
 #[test]

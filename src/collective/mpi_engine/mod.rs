@@ -38,6 +38,17 @@
 //! returns `Ok` from a call another rank made differently), since every rank sees
 //! every rank's signature and count before any data moves.
 //!
+//! # Two-byte floats
+//!
+//! MPI has no standard type for [`DType::F16`] and [`DType::BF16`] (`MPI_FLOAT16`
+//! and the like are extensions of some libraries). Their reductions run as on the
+//! mesh ([`DType::is_half`]): each rank widens its buffer to `f32`, `MPI_Allreduce`
+//! (or `MPI_Reduce_scatter`) runs on `MPI_FLOAT` with MPI's built-in operation, and
+//! each result element is rounded once to the element type. The result is then
+//! bit-identical across ranks wherever MPI's `f32` results are (MPI's
+//! recommendation, which Open MPI's algorithms keep), and the call moves twice the
+//! bytes of the buffer. Broadcast and allgather move halves as bytes.
+//!
 //! # Large buffers
 //!
 //! MPI counts are `int`: a buffer of more than `i32::MAX` elements is reduced or
@@ -46,7 +57,7 @@
 
 mod split;
 
-use super::element::{DType, ReduceOp};
+use super::element::{DType, ReduceOp, in_f32};
 use super::engine::{Collective, Combine, Elem, Engine, Prepare, share_fold_result};
 use super::error::{Call, CollectiveError};
 use super::signature::Signature;
@@ -101,6 +112,9 @@ fn datatype(dtype: DType) -> Datatype {
         DType::U32 => Datatype::U32,
         DType::U64 => Datatype::U64,
         DType::U8 => Datatype::U8,
+        // MPI has no standard two-byte float: halves are reduced as the `f32` they
+        // widen to ([`in_f32`]) and move as bytes otherwise.
+        DType::F16 | DType::BF16 => Datatype::F32,
     }
 }
 
@@ -354,7 +368,14 @@ impl Engine for MpiEngine {
         match request {
             Collective::Allreduce { buf, dtype, op } => {
                 let (ty, wrap_u8, op) = (datatype(*dtype), wraps_u8(*dtype, *op), operation(*op));
+                let dtype = *dtype;
                 self.call(sig, count, true, move |c, _| {
+                    if dtype.is_half() {
+                        return in_f32(sig.call, buf, dtype, |wide| {
+                            let wide = bytemuck::cast_slice_mut(wide);
+                            split::allreduce(c, wide, ty, op, max_count, in_place).map_err(failed)
+                        });
+                    }
                     if wrap_u8 {
                         return split::widened_u8(buf, |wide| {
                             split::allreduce(c, wide, Datatype::U32, op, max_count, in_place)
@@ -366,8 +387,16 @@ impl Engine for MpiEngine {
             }
             Collective::ReduceScatter { buf, dtype, op } => {
                 let (ty, wrap_u8, op) = (datatype(*dtype), wraps_u8(*dtype, *op), operation(*op));
+                let dtype = *dtype;
                 self.call(sig, count, true, move |c, _| {
-                    let plan = split::Scatter::even(buf.len() / ty.size(), rank, size, max_count);
+                    let elements = buf.len() / dtype.size();
+                    let plan = split::Scatter::even(elements, rank, size, max_count);
+                    if dtype.is_half() {
+                        return in_f32(sig.call, buf, dtype, |wide| {
+                            let wide = bytemuck::cast_slice_mut(wide);
+                            split::reduce_scatter(c, wide, &plan, ty, op, in_place).map_err(failed)
+                        });
+                    }
                     if wrap_u8 {
                         return split::widened_u8(buf, |wide| {
                             split::reduce_scatter(c, wide, &plan, Datatype::U32, op, in_place)

@@ -5,6 +5,7 @@
 
 use super::reference::*;
 use switchyard::collective::{CollectiveError, Communicator, ReduceOp};
+use switchyard::half::{bf16, f16};
 
 fn bits<T: bytemuck::Pod>(values: &[T]) -> Vec<u8> {
     bytemuck::cast_slice(values).to_vec()
@@ -54,6 +55,8 @@ pub(crate) fn allreduce_every_op_and_dtype(
     allreduce_every_op::<u32>(comm, len, &mut results)?;
     allreduce_every_op::<u64>(comm, len, &mut results)?;
     allreduce_every_op::<u8>(comm, len, &mut results)?;
+    allreduce_every_op::<f16>(comm, len, &mut results)?;
+    allreduce_every_op::<bf16>(comm, len, &mut results)?;
     Ok(results)
 }
 
@@ -112,8 +115,8 @@ pub(crate) fn allgathers(
     Ok(vec![bits(&out), bits(&all.concat())])
 }
 
-/// Reduce-scatter of `len` `i32` sums and of 17 `f32` maxima: each rank gets its
-/// block of the reduced buffer.
+/// Reduce-scatter of `len` `i32` sums, of 17 `f32` maxima and of `len` `f16` sums:
+/// each rank gets its block of the reduced buffer.
 pub(crate) fn reduce_scatters(
     comm: &mut Communicator,
     len: usize,
@@ -134,7 +137,19 @@ pub(crate) fn reduce_scatters(
         floats[mine.clone()],
         reference::<f32>(n, 17, ReduceOp::Max)[mine.clone()]
     );
-    Ok(vec![bits(&buf[range]), bits(&floats[mine])])
+    let mut halves = input::<f16>(r, len, ReduceOp::Sum);
+    let ours = comm.reduce_scatter(&mut halves, ReduceOp::Sum)?;
+    let expected = reference::<f16>(n, len, ReduceOp::Sum);
+    assert_eq!(
+        halves[ours.clone()],
+        expected[ours.clone()],
+        "f16 n={n} len={len}"
+    );
+    Ok(vec![
+        bits(&buf[range]),
+        bits(&floats[mine]),
+        bits(&halves[ours]),
+    ])
 }
 
 /// User reducers that are associative but not commutative: digits concatenated in
