@@ -128,20 +128,57 @@ impl View {
 
     /// The element type, from the buffer's format and item size.
     pub(crate) fn dtype(&self, call: &str) -> PyResult<DType> {
-        let format = if self.raw.format.is_null() {
-            "B".to_string()
-        } else {
-            // SAFETY: a non-null format is a NUL-terminated string owned by the view.
-            unsafe { CStr::from_ptr(self.raw.format) }
-                .to_string_lossy()
-                .into_owned()
-        };
+        let format = self.format();
         dtype_of(&format, self.raw.itemsize).ok_or_else(|| {
             PyValueError::new_err(format!(
-                "{call}: arrays of format {format:?} ({} bytes each) are not supported: use float32, float64, int32, int64, uint32, uint64 or uint8",
+                "{call}: arrays of format {format:?} ({} bytes each) are not supported: use float16, float32, float64, int32, int64, uint32, uint64 or uint8 (or uint16 holding bfloat16 bits, with dtype=\"bfloat16\")",
                 self.raw.itemsize
             ))
         })
+    }
+
+    /// The element type a reduction reads the buffer as: its own ([`View::dtype`]),
+    /// or the one `named` (only `"bfloat16"`, numpy having no such type), which needs
+    /// 2-byte integers holding the bits (uint16, int16).
+    pub(crate) fn reduced_as(&self, call: &str, named: Option<&str>) -> PyResult<DType> {
+        match named {
+            None => self.dtype(call),
+            Some("bfloat16") if self.is_two_byte_integer() => Ok(DType::BF16),
+            Some("bfloat16") => Err(PyValueError::new_err(format!(
+                "{call}: dtype=\"bfloat16\" reads the array's memory as bfloat16 bits and needs a uint16 array, not one of {} bytes per element in format {:?} (convert with bits = (a.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16), which truncates, or pass an ml_dtypes.bfloat16 array)",
+                self.raw.itemsize,
+                self.format()
+            ))),
+            Some(other) => Err(PyValueError::new_err(format!(
+                "{call}: dtype={other:?} is not supported: the only dtype to name is \"bfloat16\" (other types come from the array itself)"
+            ))),
+        }
+    }
+
+    /// The element type a call that only moves elements (allgather) gives the
+    /// buffer: its own ([`View::dtype`]), or for 2-byte integers (uint16, int16,
+    /// among them bfloat16 bits) [`DType::BF16`], which moves the same bytes.
+    pub(crate) fn moved_as(&self, call: &str) -> PyResult<DType> {
+        if self.is_two_byte_integer() {
+            return Ok(DType::BF16);
+        }
+        self.dtype(call)
+    }
+
+    /// Whether the elements are 2-byte integers.
+    fn is_two_byte_integer(&self) -> bool {
+        self.raw.itemsize == 2 && matches!(format_code(&self.format()), Some(b'H' | b'h'))
+    }
+
+    /// The buffer's struct-module format ("B" when the exporter gives none).
+    fn format(&self) -> String {
+        if self.raw.format.is_null() {
+            return "B".to_string();
+        }
+        // SAFETY: a non-null format is a NUL-terminated string owned by the view.
+        unsafe { CStr::from_ptr(self.raw.format) }
+            .to_string_lossy()
+            .into_owned()
     }
 
     /// The bytes.
@@ -174,16 +211,27 @@ impl Drop for View {
     }
 }
 
-/// The element type of a struct-module format code with item size `itemsize`.
+/// The type code of a struct-module format in native byte order and alignment:
+/// '@' or no prefix, or '=' / '<' on a little-endian machine, which is every machine
+/// this runs on.
+fn format_code(format: &str) -> Option<u8> {
+    match format.as_bytes() {
+        [c] => Some(*c),
+        [b'@' | b'=' | b'<', c] if cfg!(target_endian = "little") => Some(*c),
+        [b'@', c] => Some(*c),
+        _ => None,
+    }
+}
+
+/// The element type of a struct-module format code with item size `itemsize`
+/// (numpy's float16 is 'e').
 fn dtype_of(format: &str, itemsize: isize) -> Option<DType> {
     // Native byte order and alignment only: '@' or no prefix, or '=' / '<' on a
     // little-endian machine, which is every machine this runs on.
-    let code = match format.as_bytes() {
-        [c] => *c,
-        [b'@' | b'=' | b'<', c] if cfg!(target_endian = "little") => *c,
-        [b'@', c] => *c,
-        _ => return None,
-    };
+    let code = format_code(format)?;
+    if (code, itemsize) == (b'e', 2) {
+        return Some(DType::F16);
+    }
     let float = matches!(code, b'f' | b'd');
     let signed = matches!(code, b'b' | b'h' | b'i' | b'l' | b'q');
     let unsigned = matches!(code, b'B' | b'H' | b'I' | b'L' | b'Q');

@@ -133,9 +133,9 @@ impl Comm {
         result.map_err(to_py)
     }
 
-    /// Checks that `view` holds `dtype` elements for `call`.
+    /// Checks that `view` holds `dtype` elements for `call`, which moves them.
     fn same_dtype(view: &View, dtype: DType, call: &str, what: &str) -> PyResult<()> {
-        let theirs = view.dtype(call)?;
+        let theirs = view.moved_as(call)?;
         if theirs != dtype {
             return Err(PyValueError::new_err(format!(
                 "{call}: {what} holds {theirs:?} elements, the input {dtype:?}"
@@ -253,18 +253,22 @@ impl Comm {
     /// "this communicator is unusable after an earlier call failed" for every later
     /// call: make a new one to go on (in robust mode the failing rank's stays usable,
     /// and its next call must be this allreduce again).
-    #[pyo3(signature = (buf, op, prepare=None))]
+    ///
+    /// `dtype="bfloat16"` reduces a uint16 array as the bfloat16 numbers its bits
+    /// are; float16 and bfloat16 sum in float32 and round once per element.
+    #[pyo3(signature = (buf, op, prepare=None, dtype=None))]
     fn allreduce(
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
         op: &str,
         prepare: Option<PyObject>,
+        dtype: Option<&str>,
     ) -> PyResult<()> {
         let call = "allreduce";
         let op = op_of(op)?;
         let mut view = View::borrow(buf, call, false)?;
-        let dtype = view.dtype(call)?;
+        let dtype = view.reduced_as(call, dtype)?;
         let Some(prepare) = prepare else {
             let bytes = view.bytes_mut();
             return self.call(py, move |c| c.allreduce_raw(bytes, dtype, op));
@@ -345,7 +349,7 @@ impl Comm {
         let call = "allgather";
         let mine = View::borrow(mine, call, true)?;
         let mut out = View::borrow(out, call, false)?;
-        let dtype = mine.dtype(call)?;
+        let dtype = mine.moved_as(call)?;
         Comm::same_dtype(&out, dtype, call, "out")?;
         let mine = mine.bytes().to_vec();
         let out = out.bytes_mut();
@@ -353,17 +357,20 @@ impl Comm {
     }
 
     /// Reduces `buf` over all ranks and leaves this rank's block of the result in
-    /// place; returns the block's element range `(start, end)`.
+    /// place; returns the block's element range `(start, end)`. `dtype` as for
+    /// `allreduce`.
+    #[pyo3(signature = (buf, op, dtype=None))]
     fn reduce_scatter(
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
         op: &str,
+        dtype: Option<&str>,
     ) -> PyResult<(usize, usize)> {
         let call = "reduce_scatter";
         let op = op_of(op)?;
         let mut view = View::borrow(buf, call, false)?;
-        let dtype = view.dtype(call)?;
+        let dtype = view.reduced_as(call, dtype)?;
         let bytes = view.bytes_mut();
         let range = self.call(py, move |c| c.reduce_scatter_raw(bytes, dtype, op))?;
         Ok((range.start, range.end))

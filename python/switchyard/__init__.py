@@ -171,7 +171,31 @@ def _plain(a):
     memory) does; anything else is returned as it is."""
     if isinstance(a, np.ndarray) and a.dtype.kind in "mM":
         return a.view(np.int64)
+    if _is_bfloat16(a):
+        return a.view(np.uint16)
     return a
+
+
+def _is_bfloat16(a):
+    """Whether ``a`` is an array of a numpy extension type named ``bfloat16``
+    (``ml_dtypes.bfloat16``, which JAX and TensorFlow use): 2 bytes an element,
+    the top half of a float32."""
+    return isinstance(a, np.ndarray) and a.dtype.name == "bfloat16" and a.dtype.itemsize == 2
+
+
+def _reduced(a, dtype):
+    """``a`` as the native call takes it, and the element type to name: ``None``
+    (the array's own) or ``"bfloat16"``: named by the caller over a uint16 array of
+    bfloat16 bits, or taken from an ``ml_dtypes.bfloat16`` array (viewed as its
+    uint16 bits, the same memory)."""
+    if dtype is not None and dtype != "bfloat16":
+        raise ValueError(
+            'dtype=%r is not supported: the only dtype to name is "bfloat16" '
+            "(other types come from the array itself)" % (dtype,)
+        )
+    if _is_bfloat16(a):
+        return a.view(np.uint16), "bfloat16"
+    return _plain(a), dtype
 
 
 class Communicator:
@@ -256,21 +280,26 @@ class Communicator:
         """Whether other processes take part."""
         return self._c.is_distributed()
 
-    def allreduce(self, data, op, prepare_fun=None):
-        """Reduces ``data`` (a C-contiguous, writable numpy array of float32,
-        float64, int32, int64, uint32, uint64 or uint8) in place over all ranks and
-        returns it. ``prepare_fun(data)``, when given, fills ``data`` first, and is
-        not called when robust mode recovers the result from a survivor.
-        ``datetime64`` and ``timedelta64`` arrays reduce as their ``int64`` counts
-        (``MAX`` and ``MIN`` of datetimes, ``SUM`` of durations)."""
-        plain = _plain(data)
+    def allreduce(self, data, op, prepare_fun=None, dtype=None):
+        """Reduces ``data`` (a C-contiguous, writable numpy array of float16,
+        float32, float64, int32, int64, uint32, uint64 or uint8) in place over all
+        ranks and returns it. ``prepare_fun(data)``, when given, fills ``data``
+        first, and is not called when robust mode recovers the result from a
+        survivor. ``datetime64`` and ``timedelta64`` arrays reduce as their
+        ``int64`` counts (``MAX`` and ``MIN`` of datetimes, ``SUM`` of durations).
+
+        bfloat16, which numpy lacks: pass a uint16 array of bfloat16 bits with
+        ``dtype="bfloat16"``, or an ``ml_dtypes.bfloat16`` array as it is. float16
+        and bfloat16 are summed (or multiplied) in float32 and rounded once per
+        element, bit-identical on every rank."""
+        plain, dtype = _reduced(data, dtype)
         if prepare_fun is not None and plain is not data:
             user_prepare = prepare_fun
 
             def prepare_fun(_buffer):
                 user_prepare(data)
 
-        self._c.allreduce(plain, _op_name(op), prepare_fun)
+        self._c.allreduce(plain, _op_name(op), prepare_fun, dtype)
         return data
 
     def broadcast(self, data, root):
@@ -303,12 +332,14 @@ class Communicator:
         self._c.allgather(_plain(data), _plain(out))
         return out
 
-    def reduce_scatter(self, data, op):
+    def reduce_scatter(self, data, op, dtype=None):
         """Reduces ``data`` over all ranks and returns this rank's block of the
         result: a view of ``data`` (flattened), which holds it. The rest of ``data``
         is left unspecified. Blocks split ``data`` evenly, the first
-        ``len % world_size`` ranks getting one element more."""
-        start, end = self._c.reduce_scatter(_plain(data), _op_name(op))
+        ``len % world_size`` ranks getting one element more. ``dtype`` as for
+        :meth:`allreduce`."""
+        plain, dtype = _reduced(data, dtype)
+        start, end = self._c.reduce_scatter(plain, _op_name(op), dtype)
         return data.reshape(-1)[start:end]
 
     def barrier(self):
@@ -432,9 +463,9 @@ def tracker_print(msg):
     _the().tracker_print(msg)
 
 
-def allreduce(data, op, prepare_fun=None):
+def allreduce(data, op, prepare_fun=None, dtype=None):
     """See :meth:`Communicator.allreduce`."""
-    return _the().allreduce(data, op, prepare_fun)
+    return _the().allreduce(data, op, prepare_fun, dtype)
 
 
 def broadcast(data, root):
@@ -447,9 +478,9 @@ def allgather(data):
     return _the().allgather(data)
 
 
-def reduce_scatter(data, op):
+def reduce_scatter(data, op, dtype=None):
     """See :meth:`Communicator.reduce_scatter`."""
-    return _the().reduce_scatter(data, op)
+    return _the().reduce_scatter(data, op, dtype)
 
 
 def barrier():

@@ -47,7 +47,7 @@ def test_calls_before_init_are_errors():
     [
         (np.arange(8.0)[::2], "not C-contiguous"),
         (np.arange(4.0).reshape(2, 2).T, "not C-contiguous"),
-        (np.zeros(4, dtype=np.float16), "not supported"),
+        (np.zeros(4, dtype=np.uint16), "not supported"),
         (np.zeros(4, dtype=np.complex64), "not supported"),
     ],
 )
@@ -68,6 +68,44 @@ def test_an_operation_the_type_lacks_is_a_value_error(solo):
         switchyard.allreduce(np.zeros(2), switchyard.BITOR)
     with pytest.raises(ValueError, match="unknown reduction"):
         switchyard.allreduce(np.zeros(2), 99)
+
+
+def test_float16_and_bfloat16_bits_reduce_in_place(solo):
+    h = np.array([1.5, -2.0, 65504.0], dtype=np.float16)
+    assert switchyard.allreduce(h, switchyard.SUM) is h
+    assert h.dtype == np.float16 and h.tolist() == [1.5, -2.0, 65504.0]
+    bits = np.array([0x3FC0, 0xC000], dtype=np.uint16)  # bfloat16 1.5 and -2.0
+    assert switchyard.allreduce(bits, switchyard.MAX, dtype="bfloat16") is bits
+    assert bits.tolist() == [0x3FC0, 0xC000]
+    assert switchyard.reduce_scatter(bits, switchyard.SUM, dtype="bfloat16").tolist() == [
+        0x3FC0,
+        0xC000,
+    ]
+    assert switchyard.reduce_scatter(h, switchyard.MIN).dtype == np.float16
+
+
+def test_a_bfloat16_dtype_over_anything_but_uint16_is_a_value_error(solo):
+    with pytest.raises(ValueError, match="needs a uint16 array"):
+        switchyard.allreduce(np.zeros(2, np.float32), switchyard.SUM, dtype="bfloat16")
+    with pytest.raises(ValueError, match="needs a uint16 array"):
+        switchyard.reduce_scatter(np.zeros(2, np.float16), switchyard.SUM, dtype="bfloat16")
+    with pytest.raises(ValueError, match='the only dtype to name is "bfloat16"'):
+        switchyard.allreduce(np.zeros(2, np.uint16), switchyard.SUM, dtype="float8")
+    with pytest.raises(ValueError, match="BitOr is not defined for BF16"):
+        switchyard.allreduce(np.zeros(2, np.uint16), switchyard.BITOR, dtype="bfloat16")
+    with pytest.raises(ValueError, match="BitOr is not defined for F16"):
+        switchyard.allreduce(np.zeros(2, np.float16), switchyard.BITOR)
+
+
+def test_ml_dtypes_bfloat16_arrays_reduce_as_they_are(solo):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    a = np.array([1.5, -2.0, 3.0], dtype=ml_dtypes.bfloat16)
+    assert switchyard.allreduce(a, switchyard.SUM) is a
+    assert a.dtype == ml_dtypes.bfloat16 and a.astype(np.float32).tolist() == [1.5, -2.0, 3.0]
+    block = switchyard.reduce_scatter(a, switchyard.MAX)
+    assert block.dtype == ml_dtypes.bfloat16 and block.astype(np.float32).tolist() == [1.5, -2.0, 3.0]
+    gathered = switchyard.allgather(a)
+    assert gathered.dtype == ml_dtypes.bfloat16 and gathered.shape == (1, 3)
 
 
 def test_a_non_buffer_is_a_value_error(solo):

@@ -168,9 +168,10 @@ impl DType {
     /// result is rounded to the element type once, to nearest, ties to even. So a
     /// sum of `n` values is the `f32` sum rounded once: within half a unit in the
     /// last place of the element type of the `f32` sum, and exactly the correctly
-    /// rounded sum whenever the `f32` sum is exact (inputs within a factor of about
-    /// `2^13` of each other for `f16`, `2^16` for `bf16`, at up to 4 ranks). Results
-    /// are bit-identical on every rank. `Max` and `Min` are exact.
+    /// rounded sum whenever the `f32` sum is exact (at up to 4 ranks, whenever the
+    /// largest input's exponent exceeds the smallest nonzero one's by at most 11 for
+    /// `f16`, 14 for `bf16`). Results are bit-identical on every rank. `Max` and `Min`
+    /// are exact. The bound and its tests: the collectives page of the guide.
     ///
     /// ```
     /// use switchyard::collective::DType;
