@@ -191,6 +191,24 @@ mod in_mpi_job {
             }
             other => panic!("rank {rank}: expected a call mismatch, got {other:?}"),
         }
+        // The last rank reduces bfloat16, the others f16 (the same width).
+        let result = if rank == n - 1 {
+            comm.allreduce(&mut [switchyard::half::bf16::ONE; 5], ReduceOp::Sum)
+        } else {
+            comm.allreduce(&mut [switchyard::half::f16::ONE; 5], ReduceOp::Sum)
+        };
+        match result {
+            Err(CollectiveError::CallMismatch { ours, theirs, .. }) => {
+                let (f16, bf16) = ("allreduce(Sum, f16 x 5)", "allreduce(Sum, bf16 x 5)");
+                let want = if rank == n - 1 {
+                    (bf16, f16)
+                } else {
+                    (f16, bf16)
+                };
+                assert_eq!((ours.as_str(), theirs.as_str()), want);
+            }
+            other => panic!("rank {rank}: expected a type mismatch, got {other:?}"),
+        }
         // Nobody entered the mismatched collective, so the communicator still works.
         let mut buf = vec![rank as u64; 2];
         comm.allreduce(&mut buf, ReduceOp::Sum).unwrap();
