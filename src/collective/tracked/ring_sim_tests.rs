@@ -10,52 +10,41 @@
 //! both ways runs the exchange from a random time, or stays silent (still joining,
 //! holding its links) until a random time, past the exchange's limit for some; one
 //! linked one way is silent. A running attempt may die at a random time. Every frame,
-//! done mark and close takes 0.1-10 ms, in order on each link.
+//! done mark and close takes 0.1-10 ms, in order on each link; of the messages due at
+//! the same moment, the seed picks which goes first.
 //!
 //! Checked whenever an attempt completes: the attempts its predecessors' links lead to
 //! close the ring through it, and every endpoint it holds is that ring's. Checked for
 //! every attempt whose successor's link closed without the done mark while it ran: it
 //! failed within the network's delay and a poll of the watch, not at its limit.
 //!
-//! `SEED=n cargo test -p switchyard --lib ring_sim` replays one seed and prints its
-//! trace; `SIM_SEEDS=n` runs that many seeds instead of the default budget. The two
-//! proof tests run the variants without the check of the last step and without the
-//! watch, and require the campaign to find what each catches.
+//! The generator, the in-order network and the campaign runner are the simulator's
+//! ([`switchyard_sim`]): `SEED=n` replays one seed and prints its trace (in the proof
+//! tests, under their broken variant); `SIM_SEEDS=n` runs that many seeds instead of
+//! the default budget; a failing seed prints the line that replays it. The two proof
+//! tests run the variants without the check of the last step and without the watch,
+//! and require the campaign to find what each catches.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::{Entry, Next, RingSteps};
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, VecDeque};
+use std::time::Duration;
+use switchyard_sim::{self as sim, Campaign, Faults, Network, Rng, Step, Trace};
 
 /// Seeds a plain `cargo test` runs.
 const BUDGET: u64 = 10_000;
-/// The exchange's limit (microseconds): a quarter of the reform tests' timeout.
-const LIMIT: u64 = 2_000_000;
-/// How often the watch looks at the other links (microseconds).
-const POLL: u64 = 2_000;
-/// Each hop of the network takes between these (microseconds).
-const MIN_DELAY: u64 = 100;
-const MAX_DELAY: u64 = 10_000;
+/// The exchange's limit: a quarter of the reform tests' timeout.
+const LIMIT: Duration = Duration::from_secs(2);
+/// How often the watch looks at the other links.
+const POLL: Duration = Duration::from_millis(2);
 
-/// SplitMix64: small, seedable, and ours.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `lo..hi`.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo).max(1)
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.range(0, 100) < percent
+/// Each hop of the network takes 0.1-10 ms; a message due is delivered when it is due
+/// (the delays alone make timers race deliveries).
+fn faults() -> Faults {
+    Faults {
+        hold: 0,
+        ..Faults::delays(Duration::from_micros(100), Duration::from_millis(10))
     }
 }
 
@@ -72,6 +61,19 @@ enum Variant {
     Unwatched,
 }
 
+impl Variant {
+    /// The test that runs it.
+    fn test(self) -> &'static str {
+        match self {
+            Variant::Fixed => {
+                "ring_sim_the_exchange_completes_only_on_a_closed_ring_and_fails_fast"
+            }
+            Variant::Unchecked => "ring_sim_finds_a_ring_that_does_not_close_without_the_check",
+            Variant::Unwatched => "ring_sim_finds_a_wait_past_a_closed_link_without_the_watch",
+        }
+    }
+}
+
 /// What goes along a link.
 #[derive(Clone, Debug)]
 enum Msg {
@@ -80,8 +82,10 @@ enum Msg {
     Closed,
 }
 
-#[derive(Debug)]
-enum Event {
+/// What happens to an attempt at a time of its own (messages go through the
+/// network).
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Timer {
     Start(usize),
     Die(usize),
     /// A silent attempt gives up its links (its join failed).
@@ -89,11 +93,6 @@ enum Event {
     Deadline(usize),
     /// The watch's look after a watched link closed.
     Noticed(usize),
-    Deliver {
-        to: usize,
-        from: usize,
-        msg: Msg,
-    },
 }
 
 #[derive(Debug)]
@@ -102,7 +101,7 @@ enum State {
     Running(RingSteps),
     Completed,
     /// Failed or died, at this time.
-    Ended(u64),
+    Ended(Duration),
 }
 
 struct Attempt {
@@ -120,21 +119,22 @@ struct Attempt {
     /// Peers that said their exchange is over.
     done: BTreeSet<usize>,
     /// When its successor's link closed without the done mark while it ran.
-    left_at: Option<u64>,
+    left_at: Option<Duration>,
 }
 
 struct Sim {
     n: usize,
     variant: Variant,
     rng: Rng,
-    now: u64,
-    seq: u64,
-    events: BinaryHeap<Reverse<(u64, u64, usize)>>,
-    payloads: Vec<Option<Event>>,
-    /// The last delivery time on each directed link, to keep links in order.
-    last: std::collections::BTreeMap<(usize, usize), u64>,
+    faults: Faults,
+    now: Duration,
+    /// The timers to come, by time, then in the order they were set.
+    timers: BinaryHeap<Reverse<(Duration, u64, Timer)>>,
+    set: u64,
+    /// Messages in flight on each link `(from, to)`.
+    net: Network<(usize, usize), Duration, Msg>,
     attempts: Vec<Attempt>,
-    trace: Vec<String>,
+    trace: Trace,
     tally: Tally,
 }
 
@@ -147,16 +147,25 @@ struct Tally {
     limit: u64,
 }
 
+impl Tally {
+    fn add(&mut self, other: &Tally) {
+        self.completed += other.completed;
+        self.not_back += other.not_back;
+        self.watched += other.watched;
+        self.limit += other.limit;
+    }
+}
+
 impl Sim {
     fn new(seed: u64, variant: Variant) -> Sim {
-        let mut rng = Rng(seed);
-        let n = rng.range(3, 7) as usize;
+        let mut rng = Rng::new(seed);
+        let n = 3 + rng.index(4);
         let mut attempts = Vec::new();
         let mut of_rank = vec![Vec::new(); n];
         for (rank, list) in of_rank.iter_mut().enumerate() {
-            for _ in 0..rng.range(1, 4) {
+            for _ in 0..1 + rng.below(3) {
                 list.push(attempts.len());
-                let id = rng.next();
+                let id = rng.next_u64();
                 attempts.push(Attempt {
                     rank,
                     id,
@@ -176,9 +185,9 @@ impl Sim {
         for r in 0..n {
             let mut from = of_rank[r].clone();
             let mut to = of_rank[(r + 1) % n].clone();
-            shuffle(&mut rng, &mut from);
-            shuffle(&mut rng, &mut to);
-            let pairs = rng.range(0, from.len().min(to.len()) as u64 + 1) as usize;
+            rng.shuffle(&mut from);
+            rng.shuffle(&mut to);
+            let pairs = rng.index(from.len().min(to.len()) + 1);
             for (&a, &b) in from.iter().zip(&to).take(pairs) {
                 attempts[a].next = Some(b);
                 attempts[b].prev = Some(a);
@@ -188,46 +197,53 @@ impl Sim {
             n,
             variant,
             rng,
-            now: 0,
-            seq: 0,
-            events: BinaryHeap::new(),
-            payloads: Vec::new(),
-            last: std::collections::BTreeMap::new(),
+            faults: faults(),
+            now: Duration::ZERO,
+            timers: BinaryHeap::new(),
+            set: 0,
+            net: Network::default(),
             attempts,
-            trace: Vec::new(),
+            trace: Trace::default(),
             tally: Tally::default(),
         };
+        sim.note(format!("{n} ranks, {variant:?}"));
         for a in 0..sim.attempts.len() {
-            let linked = sim.attempts[a].next.is_some() && sim.attempts[a].prev.is_some();
-            if linked && sim.rng.chance(80) {
-                let start = sim.rng.range(0, 200_000);
-                sim.at(start, Event::Start(a));
+            let (next, prev) = (sim.attempts[a].next, sim.attempts[a].prev);
+            let linked = |b: Option<usize>| b.map_or("none".to_string(), |b| sim.name(b));
+            let links = format!("linked to {}, from {}", linked(next), linked(prev));
+            let plan = if next.is_some() && prev.is_some() && sim.rng.chance(80) {
+                let start = sim.rng.up_to(Duration::from_millis(200));
+                sim.at(start, Timer::Start(a));
+                let mut plan = format!("starts at {start:?}");
                 if sim.rng.chance(30) {
-                    let death = sim.rng.range(0, 500_000);
-                    sim.at(death, Event::Die(a));
+                    let death = sim.rng.up_to(Duration::from_millis(500));
+                    sim.at(death, Timer::Die(a));
+                    plan += &format!(", dies at {death:?}");
                 }
+                plan
             } else {
-                let quit = sim.rng.range(0, 3_000_000);
-                sim.at(quit, Event::Quit(a));
-            }
+                let quit = sim.rng.up_to(Duration::from_secs(3));
+                sim.at(quit, Timer::Quit(a));
+                format!("silent, its join gives up at {quit:?}")
+            };
+            sim.note(format!("{} {links}; {plan}", sim.name(a)));
         }
         sim
     }
 
-    fn at(&mut self, time: u64, event: Event) {
-        self.seq += 1;
-        self.payloads.push(Some(event));
-        self.events
-            .push(Reverse((time, self.seq, self.payloads.len() - 1)));
+    fn note(&mut self, line: String) {
+        self.trace.note(self.now, line);
+    }
+
+    fn at(&mut self, time: Duration, timer: Timer) {
+        self.set += 1;
+        self.timers.push(Reverse((time, self.set, timer)));
     }
 
     /// Sends `msg` from `from` to `to` along their link, after the previous one.
     fn send(&mut self, from: usize, to: usize, msg: Msg) {
-        let delay = self.rng.range(MIN_DELAY, MAX_DELAY);
-        let last = self.last.get(&(from, to)).copied().unwrap_or(0);
-        let time = (self.now + delay).max(last + 1);
-        self.last.insert((from, to), time);
-        self.at(time, Event::Deliver { to, from, msg });
+        let due = self.now + self.faults.delay(&mut self.rng);
+        self.net.send((from, to), due, msg);
     }
 
     fn links(&self, a: usize) -> Vec<usize> {
@@ -249,38 +265,59 @@ impl Sim {
         if matches!(self.attempts[a].state, State::Completed | State::Ended(_)) {
             return;
         }
-        self.trace
-            .push(format!("{:>8} {} ends: {why}", self.now, self.name(a)));
+        self.note(format!("{} ends: {why}", self.name(a)));
         self.attempts[a].state = State::Ended(self.now);
         for peer in self.links(a) {
             self.send(a, peer, Msg::Closed);
         }
     }
 
+    /// Runs the seed to its end: every message due is delivered (the seed picking
+    /// among those due together), then the next timer fires or the clock moves to the
+    /// next message.
     fn run(&mut self) -> Result<(), String> {
-        while let Some(Reverse((time, _, i))) = self.events.pop() {
-            self.now = time;
-            let event = self.payloads[i].take().unwrap();
-            match event {
-                Event::Start(a) => self.start(a)?,
-                Event::Die(a) => self.end(a, "died"),
-                Event::Quit(a) => self.end(a, "its join gave up"),
-                Event::Deadline(a) => {
-                    if matches!(self.attempts[a].state, State::Running(_)) {
-                        self.tally.limit += 1;
-                        self.end(a, "its limit ran out");
-                    }
+        loop {
+            if let Step::Deliver((from, to), msg) =
+                self.net.step(&mut self.rng, &self.faults, self.now)
+            {
+                self.deliver(to, from, msg)?;
+                continue;
+            }
+            let timer = self.timers.peek().map(|Reverse((time, _, _))| *time);
+            let message = self.net.next_due_after(self.now);
+            match timer {
+                Some(time) if message.is_none_or(|m| time <= m) => {
+                    let Reverse((_, _, timer)) = self.timers.pop().unwrap();
+                    self.now = time;
+                    self.fire(timer)?;
                 }
-                Event::Noticed(a) => {
-                    if matches!(self.attempts[a].state, State::Running(_)) {
-                        self.tally.watched += 1;
-                    }
-                    self.end(a, "a watched link closed");
-                }
-                Event::Deliver { to, from, msg } => self.deliver(to, from, msg)?,
+                _ => match message {
+                    Some(due) => self.now = due,
+                    None => return self.check_watch(),
+                },
             }
         }
-        self.check_watch()
+    }
+
+    fn fire(&mut self, timer: Timer) -> Result<(), String> {
+        match timer {
+            Timer::Start(a) => self.start(a)?,
+            Timer::Die(a) => self.end(a, "died"),
+            Timer::Quit(a) => self.end(a, "its join gave up"),
+            Timer::Deadline(a) => {
+                if matches!(self.attempts[a].state, State::Running(_)) {
+                    self.tally.limit += 1;
+                    self.end(a, "its limit ran out");
+                }
+            }
+            Timer::Noticed(a) => {
+                if matches!(self.attempts[a].state, State::Running(_)) {
+                    self.tally.watched += 1;
+                }
+                self.end(a, "a watched link closed");
+            }
+        }
+        Ok(())
     }
 
     fn start(&mut self, a: usize) -> Result<(), String> {
@@ -297,11 +334,9 @@ impl Sim {
         if self.variant == Variant::Unchecked {
             steps = steps.unchecked();
         }
-        self.trace
-            .push(format!("{:>8} {} starts", self.now, self.name(a)));
+        self.note(format!("{} starts", self.name(a)));
         self.attempts[a].state = State::Running(steps);
-        let deadline = self.now + LIMIT;
-        self.at(deadline, Event::Deadline(a));
+        self.at(self.now + LIMIT, Timer::Deadline(a));
         let next = self.attempts[a].next.unwrap();
         self.send(a, next, Msg::Frame(first));
         self.consume(a)
@@ -310,7 +345,7 @@ impl Sim {
     fn deliver(&mut self, to: usize, from: usize, msg: Msg) -> Result<(), String> {
         let at = &mut self.attempts[to];
         let from_prev = at.prev == Some(from);
-        let mut notice = false;
+        let mut left = false;
         match msg {
             // Frames are read from the predecessor's link only, and wait there.
             Msg::Frame(entry) if from_prev => at.inbox.push_back(entry),
@@ -326,13 +361,17 @@ impl Sim {
                 at.next_closed = true;
                 if matches!(at.state, State::Running(_)) {
                     at.left_at.get_or_insert(self.now);
-                    notice = self.variant != Variant::Unwatched;
+                    left = true;
                 }
             }
         }
-        if notice {
-            let seen = self.now + self.rng.range(0, POLL);
-            self.at(seen, Event::Noticed(to));
+        if left {
+            let line = format!("{} sees {} leave", self.name(to), self.name(from));
+            self.note(line);
+        }
+        if left && self.variant != Variant::Unwatched {
+            let seen = self.now + self.rng.up_to(POLL);
+            self.at(seen, Timer::Noticed(to));
         }
         self.consume(to)
     }
@@ -356,11 +395,7 @@ impl Sim {
                     self.send(a, next, Msg::Frame(out));
                 }
                 Ok(Next::Over(all)) => {
-                    self.trace.push(format!(
-                        "{:>8} {} completes: {all:?}",
-                        self.now,
-                        self.name(a)
-                    ));
+                    self.note(format!("{} completes: {all:?}", self.name(a)));
                     self.check_ring(a, &all)?;
                     self.attempts[a].state = State::Completed;
                     self.tally.completed += 1;
@@ -416,9 +451,9 @@ impl Sim {
             if let (Some(left), State::Ended(ended)) = (at.left_at, &at.state) {
                 if *ended > left + POLL {
                     return Err(format!(
-                        "{} ended {} us after a watched link closed",
+                        "{} ended {:?} after a watched link closed",
                         self.name(a),
-                        ended - left
+                        *ended - left
                     ));
                 }
             }
@@ -427,51 +462,28 @@ impl Sim {
     }
 }
 
-fn shuffle(rng: &mut Rng, v: &mut [usize]) {
-    for i in (1..v.len()).rev() {
-        let j = rng.range(0, i as u64 + 1) as usize;
-        v.swap(i, j);
-    }
+/// The campaign of `variant`'s test.
+fn campaign(variant: Variant) -> Campaign {
+    Campaign::new("switchyard", variant.test(), BUDGET)
 }
 
-/// Runs seed `seed`, adding to `tally`; the violation, with the seed's trace.
-fn run_seed(seed: u64, variant: Variant, tally: &mut Tally) -> Result<(), String> {
+/// One seed's run under `variant`, its attempts' ends added to `tally`.
+fn run(seed: u64, variant: Variant, tally: &mut Tally) -> sim::Outcome {
     let mut sim = Sim::new(seed, variant);
-    let outcome = sim.run();
-    if std::env::var("SEED").is_ok() {
-        eprintln!("{}", sim.trace.join("\n"));
-    }
-    tally.completed += sim.tally.completed;
-    tally.not_back += sim.tally.not_back;
-    tally.watched += sim.tally.watched;
-    tally.limit += sim.tally.limit;
-    outcome.map_err(|e| format!("{e}\n{}", sim.trace.join("\n")))
-}
-
-/// The seeds to run: `SEED` alone, or `SIM_SEEDS` (default [`BUDGET`]) from 0.
-fn seeds() -> Vec<u64> {
-    if let Some(seed) = std::env::var("SEED").ok().and_then(|s| s.parse().ok()) {
-        return vec![seed];
-    }
-    let n = std::env::var("SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(BUDGET);
-    (0..n).collect()
+    let result = sim.run();
+    tally.add(&sim.tally);
+    sim::Outcome::new(result, sim.trace)
 }
 
 #[test]
 fn ring_sim_the_exchange_completes_only_on_a_closed_ring_and_fails_fast() {
     let mut tally = Tally::default();
-    let seeds = seeds();
-    for &seed in &seeds {
-        if let Err(e) = run_seed(seed, Variant::Fixed, &mut tally) {
-            panic!("SEED={seed} cargo test -p switchyard --lib ring_sim_the_exchange\n{e}");
-        }
-    }
-    eprintln!("{} seeds: {tally:?}", seeds.len());
+    let seeds = campaign(Variant::Fixed)
+        .run(|seed| run(seed, Variant::Fixed, &mut tally))
+        .unwrap_or_else(|failure| panic!("{failure}"));
+    eprintln!("{seeds} seeds: {tally:?}");
     // The campaign covers each way an exchange ends.
-    if seeds.len() as u64 >= BUDGET {
+    if seeds >= BUDGET {
         assert!(
             [tally.completed, tally.not_back, tally.watched, tally.limit]
                 .iter()
@@ -481,31 +493,24 @@ fn ring_sim_the_exchange_completes_only_on_a_closed_ring_and_fails_fast() {
     }
 }
 
-/// The first seed at which `variant` breaks a rule, if any.
-fn finds(variant: Variant) -> Option<(u64, String)> {
-    let mut tally = Tally::default();
-    (0..BUDGET).find_map(|seed| run_seed(seed, variant, &mut tally).err().map(|e| (seed, e)))
+/// The report of the first seed of the budget on which `variant` breaks an invariant
+/// (its number printed); `None` when `SEED` replays one (its trace printed).
+fn first_failure(variant: Variant) -> Option<String> {
+    campaign(variant)
+        .first_failure(|seed| run(seed, variant, &mut Tally::default()))
+        .map(|f| f.to_string())
 }
 
 #[test]
 fn ring_sim_finds_a_ring_that_does_not_close_without_the_check() {
-    let (seed, e) = finds(Variant::Unchecked).expect("no seed completes on a broken ring");
-    eprintln!(
-        "without the check, seed {seed}: {}",
-        e.lines().next().unwrap_or("")
-    );
-    assert!(e.contains("completed"), "seed {seed}: {e}");
+    if let Some(failure) = first_failure(Variant::Unchecked) {
+        assert!(failure.contains("completed"), "{failure}");
+    }
 }
 
 #[test]
 fn ring_sim_finds_a_wait_past_a_closed_link_without_the_watch() {
-    let (seed, e) = finds(Variant::Unwatched).expect("no seed waits past a closed link");
-    eprintln!(
-        "without the watch, seed {seed}: {}",
-        e.lines().next().unwrap_or("")
-    );
-    assert!(
-        e.contains("after a watched link closed"),
-        "seed {seed}: {e}"
-    );
+    if let Some(failure) = first_failure(Variant::Unwatched) {
+        assert!(failure.contains("after a watched link closed"), "{failure}");
+    }
 }
