@@ -52,6 +52,34 @@ use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
+/// Which pairs of a world's ranks a [`StreamLink`] connects.
+///
+/// Non-exhaustive: a later version may add shapes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Topology {
+    /// Every pair: the collectives' mesh.
+    #[default]
+    Mesh,
+    /// Each rank below `split` with each rank from `split` up, and no pair of one
+    /// side: a parameter server's servers (ranks `0..split`) and its workers. A
+    /// [`StreamLink`] of this shape has no host board ([`Link::board_bytes`] is 0).
+    Bipartite {
+        /// The first rank of the second side.
+        split: usize,
+    },
+}
+
+impl Topology {
+    /// Whether ranks `a` and `b` (two different ranks) get a connection.
+    pub fn connects(self, a: usize, b: usize) -> bool {
+        match self {
+            Topology::Mesh => a != b,
+            Topology::Bipartite { split } => (a < split) != (b < split),
+        }
+    }
+}
+
 /// Names one message stream of one collective call: the call's sequence number
 /// (every rank numbers its calls alike) and a step within the call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -359,6 +387,22 @@ impl Pending {
             self.queues.remove(&(from, tag));
         }
         frames
+    }
+
+    /// The oldest message with `tag` from the first rank, counting from `start` round
+    /// the world of `size` ranks, that has one filed: the rank and the message.
+    pub(crate) fn pop_any(
+        &mut self,
+        tag: Tag,
+        start: usize,
+        size: usize,
+    ) -> Option<(usize, Vec<Bytes>)> {
+        if self.queues.is_empty() {
+            return None;
+        }
+        (start..size)
+            .chain(0..start.min(size))
+            .find_map(|from| Some((from, self.pop(from, tag)?)))
     }
 
     /// [`Link::expect`]: from now on messages of `call` must begin with `stamp`; those

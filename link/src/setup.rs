@@ -19,7 +19,7 @@ use super::framing::{HELLO_LEN, decode_hello, encode_hello};
 use super::liveness::{Announce, Beats, Liveness, interval_for};
 use super::shm::{Board, hand_over, share_board};
 use super::stream::Pipe;
-use super::{Link, SocketLink, Tag};
+use super::{Link, SocketLink, Tag, Topology};
 use crate::LinkError;
 use bytes::Bytes;
 use std::io::{Read, Write};
@@ -91,6 +91,7 @@ pub(super) fn open_connections(
     timeout: Duration,
     heartbeat: Option<Duration>,
     host_id: Option<&str>,
+    topology: Topology,
 ) -> Result<Opened, LinkError> {
     let rank = control.rank();
     let setup = |reason: String| LinkError::Transport { rank, reason };
@@ -104,6 +105,7 @@ pub(super) fn open_connections(
         secret.as_ref(),
         heartbeat,
         host_id,
+        topology,
     )
 }
 
@@ -127,6 +129,7 @@ pub(super) fn open_connections_on(
     secret: Option<&JobSecret>,
     heartbeat: Option<Duration>,
     host_id: Option<&str>,
+    topology: Topology,
 ) -> Result<Opened, LinkError> {
     let mut streams = Vec::new();
     let opened = connect_all(
@@ -137,6 +140,7 @@ pub(super) fn open_connections_on(
         secret,
         heartbeat,
         host_id,
+        topology,
     );
     opened.map_err(|e| {
         let e = gave_up(control, e, timeout);
@@ -189,6 +193,7 @@ fn connect_all(
     secret: Option<&JobSecret>,
     heartbeat: Option<Duration>,
     host_id: Option<&str>,
+    topology: Topology,
 ) -> Result<Opened, LinkError> {
     let (rank, size) = (control.rank(), control.world_size());
     let deadline = Instant::now() + timeout;
@@ -237,8 +242,9 @@ fn connect_all(
             .map(|f| String::from_utf8_lossy(f).into_owned())
             .unwrap_or_default();
         announces[peer] = Announce::decode(frames.get(1).map(|f| &f[..]));
-        same_host[peer] =
-            !host_id.is_empty() && frames.get(2).is_some_and(|f| f == host_id.as_bytes());
+        same_host[peer] = !host_id.is_empty()
+            && topology.connects(rank, peer)
+            && frames.get(2).is_some_and(|f| f == host_id.as_bytes());
         host_ids[peer] = frames.get(2).cloned().unwrap_or_default();
     }
     let hosts = host_groups(&host_ids);
@@ -250,7 +256,7 @@ fn connect_all(
     streams.clear();
     streams.resize_with(size, || None);
     // Connect upwards; accept from below.
-    for peer in rank + 1..size {
+    for peer in (rank + 1..size).filter(|&p| topology.connects(rank, p)) {
         let addr: SocketAddr = addrs[peer]
             .parse()
             .map_err(|_| setup(format!("rank {peer} sent a bad address {:?}", addrs[peer])))?;
@@ -278,7 +284,7 @@ fn connect_all(
     // Each connection's proof and hello on a thread of its own, within HELLO_LIMIT:
     // a stranger that connects and says nothing holds up no rank.
     let mut handshakes = Handshakes::new(handshakes::DEFAULT_LIMIT);
-    let mut missing = rank;
+    let mut missing = (0..rank).filter(|&p| topology.connects(p, rank)).count();
     let mut looked = Instant::now();
     while missing > 0 {
         if looked.elapsed() >= ABORT_LOOK {
@@ -294,7 +300,9 @@ fn connect_all(
             }
         });
         if Instant::now() >= deadline {
-            let absent: Vec<usize> = (0..rank).filter(|p| streams[*p].is_none()).collect();
+            let absent: Vec<usize> = (0..rank)
+                .filter(|&p| topology.connects(p, rank) && streams[p].is_none())
+                .collect();
             return Err(LinkError::Timeout {
                 rank: absent.first().copied().unwrap_or(0),
                 waited: timeout,
@@ -305,7 +313,9 @@ fn connect_all(
         };
         let from = done.peer;
         match done.result {
-            Ok((peer, stream)) if peer < rank && streams[peer].is_none() => {
+            Ok((peer, stream))
+                if peer < rank && topology.connects(peer, rank) && streams[peer].is_none() =>
+            {
                 streams[peer] = Some(stream);
                 missing -= 1;
             }
@@ -316,7 +326,11 @@ fn connect_all(
         }
     }
     let mut pipes = hand_over(rank, streams, &addrs, &same_host, deadline)?;
-    let board = share_board(rank, &pipes, &addrs, deadline)?;
+    // A board's slots are every rank of the host, and only a mesh connects them all.
+    let board = match topology {
+        Topology::Mesh => share_board(rank, &pipes, &addrs, deadline)?,
+        _ => None,
+    };
     let mut connections = Vec::with_capacity(size);
     for (peer, stream) in std::mem::take(streams).into_iter().enumerate() {
         let addr = addrs[peer].clone();
@@ -499,6 +513,7 @@ mod tests {
                         secret.as_ref(),
                         heartbeat,
                         None,
+                        Topology::Mesh,
                     );
                     (control, opened)
                 })
@@ -686,8 +701,15 @@ mod tests {
                         return (String::new(), Duration::ZERO);
                     }
                     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-                    let opened =
-                        open_connections_on(&mut control, listener, timeout, None, None, None);
+                    let opened = open_connections_on(
+                        &mut control,
+                        listener,
+                        timeout,
+                        None,
+                        None,
+                        None,
+                        Topology::Mesh,
+                    );
                     let error = opened.map(|_| ()).unwrap_err();
                     (format!("{SETUP}: {error}"), started.elapsed())
                 })
@@ -736,8 +758,15 @@ mod tests {
                         std::thread::sleep(timeout * 2);
                     }
                     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-                    let opened =
-                        open_connections_on(&mut control, listener, timeout, None, None, None);
+                    let opened = open_connections_on(
+                        &mut control,
+                        listener,
+                        timeout,
+                        None,
+                        None,
+                        None,
+                        Topology::Mesh,
+                    );
                     let error = opened.map(|_| ()).unwrap_err();
                     format!("{SETUP}: {error}")
                 })

@@ -21,6 +21,8 @@
 //! non-blocking reads, writes and waits in `stream/io.rs`, the host board's publish and
 //! wait (ranks that all share one host) in `stream/board.rs`.
 
+#[cfg(test)]
+mod bipartite_tests;
 mod board;
 mod io;
 mod pipe;
@@ -30,14 +32,16 @@ pub(super) use pipe::Pipe;
 use super::framing::Decoder;
 use super::liveness::Liveness;
 use super::pool::Pool;
-use super::setup::{Connection, Opened, open_connections};
+use super::setup::{Connection, Opened, open_connections, open_connections_on};
 use super::shm::Board;
-use super::{Clock, Link, Notice, Pending, SocketLink, Tag};
+use super::{Clock, Link, Notice, Pending, SocketLink, Tag, Topology};
 use crate::Interrupt;
 use crate::LinkError;
 use bytes::Bytes;
 use std::collections::VecDeque;
+use std::net::TcpListener;
 use std::time::{Duration, Instant};
+use switchyard_secret::JobSecret;
 
 /// How the reason of a [`LinkError::Lost`] for a peer that missed its heartbeats
 /// begins: robust mode tells these apart from closed connections (a silent process
@@ -139,6 +143,8 @@ pub struct StreamLink {
     board_ranks: Vec<usize>,
     /// [`Link::host_groups`]: the ranks grouped by host, when they span several.
     hosts: Vec<Vec<usize>>,
+    /// The rank [`StreamLink::recv_any`] looks at first, so that ranks take turns.
+    turn: usize,
 }
 
 impl std::fmt::Debug for StreamLink {
@@ -195,15 +201,71 @@ impl StreamLink {
         heartbeat: Option<Duration>,
         host_id: Option<&str>,
     ) -> Result<StreamLink, LinkError> {
-        let (rank, size) = (control.rank(), control.world_size());
         // This link flushes its own connections when dropped.
         control.set_close_handshake(false);
+        let opened = open_connections(
+            &mut control,
+            host,
+            timeout,
+            heartbeat,
+            host_id,
+            Topology::Mesh,
+        )?;
+        Ok(StreamLink::from_opened(
+            control,
+            opened,
+            max_frame_bytes,
+            spin,
+        ))
+    }
+
+    /// Opens the connections of a parameter server's world: each rank below `split`
+    /// (a server) with each rank from `split` up (a worker), none within a side
+    /// ([`Topology::Bipartite`]). As [`StreamLink::open`] otherwise, on a `listener`
+    /// the caller bound, with the job secret `secret` (`None`: connections are not
+    /// authenticated), no heartbeat (the parameter server's scheduler watches its
+    /// nodes) and no host board.
+    pub fn open_bipartite(
+        mut control: SocketLink,
+        listener: TcpListener,
+        secret: Option<&JobSecret>,
+        split: usize,
+        timeout: Duration,
+        max_frame_bytes: usize,
+        host_id: Option<&str>,
+    ) -> Result<StreamLink, LinkError> {
+        control.set_close_handshake(false);
+        let opened = open_connections_on(
+            &mut control,
+            listener,
+            timeout,
+            secret,
+            None,
+            host_id,
+            Topology::Bipartite { split },
+        )?;
+        Ok(StreamLink::from_opened(
+            control,
+            opened,
+            max_frame_bytes,
+            None,
+        ))
+    }
+
+    /// The link over the connections set-up `opened`.
+    fn from_opened(
+        control: SocketLink,
+        opened: Opened,
+        max_frame_bytes: usize,
+        spin: Option<Duration>,
+    ) -> StreamLink {
+        let (rank, size) = (control.rank(), control.world_size());
         let Opened {
             connections,
             liveness,
             board,
             hosts,
-        } = open_connections(&mut control, host, timeout, heartbeat, host_id)?;
+        } = opened;
         let (board, board_ranks) = match board {
             Some((board, ranks)) => (Some(board), ranks),
             None => (None, Vec::new()),
@@ -225,7 +287,7 @@ impl StreamLink {
                 })
             })
             .collect();
-        Ok(StreamLink {
+        StreamLink {
             control,
             rank,
             size,
@@ -239,7 +301,61 @@ impl StreamLink {
             board,
             board_ranks,
             hosts,
-        })
+            turn: 0,
+        }
+    }
+
+    /// The next message tagged `tag` from any rank, waiting until `deadline`:
+    /// `Ok(None)` then. Ranks take turns, so that one busy sender does not hide the
+    /// others; messages of one rank come in the order it sent them. A connection
+    /// that closes, or whose bytes are not the link's wire format, ends without an
+    /// error here (the others go on): [`StreamLink::closed`] says which and why.
+    /// Waiting writes this rank's queued output, as every wait of the link does.
+    pub fn recv_any(
+        &mut self,
+        tag: Tag,
+        deadline: Instant,
+    ) -> Result<Option<(usize, Vec<Bytes>)>, LinkError> {
+        let spin_until = Instant::now() + self.spin;
+        loop {
+            self.interrupted()?;
+            if let Some((from, frames)) = self.pending.pop_any(tag, self.turn, self.size) {
+                self.turn = (from + 1) % self.size.max(1);
+                return Ok(Some((from, frames)));
+            }
+            if self.progress_each() {
+                continue;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            if now < spin_until {
+                self.spin_once();
+                continue;
+            }
+            self.sleep(deadline);
+        }
+    }
+
+    /// Queues `frames` for `to` and writes what its connection takes now, without
+    /// waiting for room: the rest goes out in this link's later waits
+    /// ([`StreamLink::recv_any`], or any send or receive).
+    pub fn send_nowait(
+        &mut self,
+        to: usize,
+        tag: Tag,
+        frames: Vec<Bytes>,
+    ) -> Result<(), LinkError> {
+        self.interrupted()?;
+        self.queue(to, tag, frames)
+    }
+
+    /// Why the connection to `rank` ended (closed by the peer, failed, or carrying a
+    /// malformed stream), once it has; `None` while it is open, and for a rank this
+    /// link has no connection to.
+    pub fn closed(&self, rank: usize) -> Option<&str> {
+        self.peers.get(rank)?.as_ref()?.closed.as_deref()
     }
 
     /// Ends this link's sends, receives and waits with [`LinkError::Interrupted`]

@@ -151,6 +151,28 @@ impl StreamLink {
         Ok(progressed)
     }
 
+    /// [`StreamLink::progress`] where a failing connection ends only itself: a
+    /// malformed stream from one peer closes that peer, with the reason.
+    pub(super) fn progress_each(&mut self) -> bool {
+        let mut progressed = false;
+        for rank in 0..self.size {
+            if self.peers[rank].is_none() {
+                continue;
+            }
+            progressed |= self.flush(rank).unwrap_or(true);
+            match self.pump(rank) {
+                Ok(read) => progressed |= read,
+                Err(e) => {
+                    if let Some(Some(peer)) = self.peers.get_mut(rank) {
+                        peer.closed = Some(e.to_string());
+                    }
+                    progressed = true;
+                }
+            }
+        }
+        progressed
+    }
+
     /// Sleeps in `poll(2)` until a connection is readable (or writable, where output
     /// waits), `until`, or [`CONTROL_CHECK`] passes. A shared-memory peer is asked to
     /// wake this rank first; if its ring already has work, there is no sleep.
