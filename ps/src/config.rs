@@ -20,6 +20,7 @@ use switchyard_transports::SocketOptions;
 /// | `host` | the address that reaches the scheduler | where a server binds its `tcp://` socket |
 /// | `socket` | [`SocketOptions::default`] | options of every socket |
 /// | `replicate` | off | each server's keys also on the next server: a dead server is replaced |
+/// | `data_plane` | `SWITCHYARD_PS_DATA`, else [`DataPlane::Link`] | what values travel on ([`DataPlane`]) |
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct PsConfig {
@@ -47,7 +48,32 @@ pub struct PsConfig {
     /// Keep each server's keys also on the next server of the ring, so that the job
     /// goes on when one server dies (sync mode; one failure per job).
     pub replicate: bool,
+    /// What values travel on; `None`: as `SWITCHYARD_PS_DATA` says, the data plane
+    /// when it is unset. The job uses the data plane only when every node asks for it.
+    pub data_plane: Option<DataPlane>,
 }
+
+/// What a job's values (pushes, pulls, push_pulls and their answers) travel on.
+/// Registration, barriers, heartbeats, the two-phase checks and withdrawals,
+/// replication and failover always travel over ZeroMQ.
+///
+/// Non-exhaustive: a later version may add planes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DataPlane {
+    /// The collectives' links, opened worker <-> server once every node has
+    /// registered: TCP between hosts, shared memory between processes of one host
+    /// (`SWITCHYARD_PS_DATA=link`, the default). Where they cannot be opened the job
+    /// falls back to [`DataPlane::Zmq`], and says so in the log.
+    Link,
+    /// The nodes' ZeroMQ Dealer/Router sockets, beside the control messages
+    /// (`SWITCHYARD_PS_DATA=zmq`).
+    Zmq,
+}
+
+/// The variable that chooses the [`DataPlane`] of a node whose
+/// [`PsConfig::data_plane`] is `None`.
+pub(crate) const DATA_VAR: &str = "SWITCHYARD_PS_DATA";
 
 impl PsConfig {
     /// A job of `num_workers` workers and `num_servers` servers with the defaults.
@@ -64,6 +90,22 @@ impl PsConfig {
             host: None,
             socket: SocketOptions::default(),
             replicate: false,
+            data_plane: None,
+        }
+    }
+
+    /// Sets [`PsConfig::data_plane`].
+    pub fn with_data_plane(mut self, plane: DataPlane) -> Self {
+        self.data_plane = Some(plane);
+        self
+    }
+
+    /// The data plane this node asks for: [`PsConfig::data_plane`], else
+    /// `SWITCHYARD_PS_DATA`, else [`DataPlane::Link`].
+    pub(crate) fn resolve_data_plane(&self) -> Result<DataPlane, PsError> {
+        match self.data_plane {
+            Some(plane) => Ok(plane),
+            None => Ok(data_plane_from(&env::ProcessEnv)?.unwrap_or(DataPlane::Link)),
         }
     }
 
@@ -147,6 +189,15 @@ impl PsConfig {
     }
 }
 
+/// `SWITCHYARD_PS_DATA` as `lookup` has it: `None` when unset.
+fn data_plane_from(lookup: &(impl env::Lookup + ?Sized)) -> Result<Option<DataPlane>, EnvError> {
+    env::one_of(
+        lookup,
+        DATA_VAR,
+        &[("link", DataPlane::Link), ("zmq", DataPlane::Zmq)],
+    )
+}
+
 /// What a process is in a ps-lite style job (`DMLC_ROLE`).
 ///
 /// Non-exhaustive: a later version may accept more of ps-lite's `DMLC_ROLE` values.
@@ -175,6 +226,7 @@ pub enum PsRole {
 /// | `PS_HEARTBEAT_TIMEOUT` (optional) | seconds of silence that mean death ([`PsConfig::dead_timeout`]) |
 ///
 /// | `SWITCHYARD_PS_REPLICATE` (optional) | `1`: [`PsConfig::replicate`] |
+/// | `SWITCHYARD_PS_DATA` (optional) | `link` (the default) or `zmq`: [`PsConfig::data_plane`] |
 ///
 /// The two `PS_HEARTBEAT_*` names are ps-lite's; fractions are allowed (`0.5`).
 #[derive(Clone, Debug)]
@@ -247,6 +299,7 @@ impl PsEnv {
             &[("0", false), ("1", true)],
         )?
         .unwrap_or(false);
+        config.data_plane = data_plane_from(lookup)?;
         config.check()?;
         Ok(Some(PsEnv {
             role,
@@ -340,6 +393,7 @@ mod tests {
             ),
             ("PS_HEARTBEAT_TIMEOUT", "0", "a positive number of seconds"),
             ("SWITCHYARD_PS_REPLICATE", "yes", "0 or 1"),
+            ("SWITCHYARD_PS_DATA", "tcp", "link or zmq"),
         ] {
             let mut vars = env(&base);
             vars.insert(var.to_string(), bad.to_string());

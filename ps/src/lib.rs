@@ -64,6 +64,7 @@
 
 mod config;
 mod control;
+mod data;
 mod error;
 mod node;
 mod pool;
@@ -89,6 +90,8 @@ mod worker;
 #[cfg(test)]
 extern crate self as switchyard_ps;
 #[cfg(test)]
+mod data_tests;
+#[cfg(test)]
 mod failure_tests;
 #[cfg(test)]
 #[path = "../tests/ps_support/mod.rs"]
@@ -98,7 +101,7 @@ mod replication_tests;
 #[cfg(test)]
 mod sim_tests;
 
-pub use config::{PsConfig, PsEnv, PsRole};
+pub use config::{DataPlane, PsConfig, PsEnv, PsRole};
 pub use error::PsError;
 pub use scheduler::{JobReport, Scheduler};
 pub use server::{KvServer, ServerReport};

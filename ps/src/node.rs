@@ -2,8 +2,9 @@
 //! the servers' endpoints, keep a liveness thread, wait at barriers, say it is done.
 
 use super::control::Liveness;
+use super::data::{self, DataLink};
 use super::wire::{self, Control, Group, NodeRole};
-use super::{PsConfig, PsError};
+use super::{DataPlane, PsConfig, PsError};
 use std::time::{Duration, Instant};
 use switchyard_msg::{Addr, Msg};
 use switchyard_transports::{Dealer, DealerSocket, RecvError, Socket};
@@ -28,6 +29,8 @@ pub(crate) struct Node {
     failovers: Vec<(u32, u32)>,
     seen_failovers: Vec<(u32, u32)>,
     done: bool,
+    /// The data plane, when the job opened one (taken by the worker or server).
+    pub(crate) data: Option<DataLink>,
 }
 
 impl Node {
@@ -40,6 +43,7 @@ impl Node {
         config: &PsConfig,
     ) -> Result<Node, PsError> {
         config.check()?;
+        let offers_data = config.resolve_data_plane()? == DataPlane::Link;
         let options = config
             .socket
             .clone()
@@ -50,7 +54,11 @@ impl Node {
         let hello = wire::control(
             wire::addr(role, u32::MAX),
             wire::SCHEDULER,
-            &Control::Register { role, endpoint },
+            &Control::Register {
+                role,
+                endpoint,
+                data: offers_data,
+            },
         );
         dealer.send(hello).map_err(|e| PsError::Send {
             to: format!("scheduler at {scheduler}"),
@@ -73,6 +81,7 @@ impl Node {
                 rank,
                 num_workers,
                 servers,
+                data,
             } => {
                 if num_workers as usize != config.num_workers || servers.len() != config.num_servers
                 {
@@ -84,7 +93,7 @@ impl Node {
                     )));
                 }
                 let liveness = Liveness::start(scheduler, role, rank, config);
-                Ok(Node {
+                let mut node = Node {
                     role,
                     rank,
                     num_workers,
@@ -97,13 +106,69 @@ impl Node {
                     failovers: Vec::new(),
                     seen_failovers: Vec::new(),
                     done: false,
-                })
+                    data: None,
+                };
+                if data {
+                    node.data = node.open_data_plane()?;
+                }
+                Ok(node)
             }
             Control::Abort { reason } => Err(PsError::Registration(reason)),
             other => Err(PsError::protocol(
                 "scheduler",
                 format!("expected an assignment, got {other:?}"),
             )),
+        }
+    }
+
+    /// Opens the data plane with every other node (see `data.rs`): `None` when the job's
+    /// values travel over ZeroMQ after all, which this node's log says once.
+    fn open_data_plane(&mut self) -> Result<Option<DataLink>, PsError> {
+        let servers = self.servers.len() as u32;
+        let size = servers as usize + self.num_workers as usize;
+        let me = data::rank_of(self.role, self.rank, servers);
+        let bound = data::bind(&self.scheduler, &self.config, me, size);
+        let endpoint = match &bound {
+            Ok(b) => b.endpoint().to_string(),
+            Err(_) => String::new(),
+        };
+        self.send(&Control::DataEndpoint { endpoint })?;
+        let peers = self.wait_note("waiting for the data plane's endpoints", |n| {
+            matches!(n, Control::DataPeers { .. })
+        })?;
+        let Control::DataPeers { endpoints } = peers else {
+            return Ok(None);
+        };
+        let opened = match bound {
+            Ok(_) if endpoints.len() != size || endpoints.iter().any(String::is_empty) => {
+                Err("a node has no data-plane endpoint".to_string())
+            }
+            Ok(bound) => {
+                let timeout = self.config.join_timeout;
+                data::open(bound, &endpoints, servers, &self.config, timeout)
+            }
+            Err(e) => Err(e),
+        };
+        self.send(&Control::DataOpened { ok: opened.is_ok() })?;
+        let chosen = self.wait_note("waiting for the data plane's verdict", |n| {
+            matches!(n, Control::DataChosen { .. })
+        })?;
+        let link = matches!(chosen, Control::DataChosen { link: true });
+        let who = format!("ps {} {}", self.role, self.rank);
+        match opened {
+            Ok(plane) if link => Ok(Some(plane)),
+            Ok(_) => {
+                tracing::warn!(
+                    "{who}: another node could not open the data plane; values travel over ZeroMQ"
+                );
+                Ok(None)
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "{who}: the data plane could not be opened ({e}); values travel over ZeroMQ"
+                );
+                Ok(None)
+            }
         }
     }
 
@@ -156,13 +221,35 @@ impl Node {
         })
     }
 
+    /// Waits for the scheduler's note `want` and returns it.
+    fn wait_note(
+        &mut self,
+        what: &str,
+        want: impl Fn(&Control) -> bool,
+    ) -> Result<Control, PsError> {
+        let mut got = None;
+        self.wait_for_note(what, |n| want(n), || {}, &mut got)?;
+        got.ok_or(PsError::Finished)
+    }
+
     /// Waits for the scheduler's answer `want`, calling `between` in every pause
     /// (a server keeps its sockets serviced there).
     fn wait_for(
         &mut self,
         what: &str,
         want: impl Fn(&Control) -> bool,
+        between: impl FnMut(),
+    ) -> Result<(), PsError> {
+        self.wait_for_note(what, want, between, &mut None)
+    }
+
+    /// [`Node::wait_for`], keeping the note in `got`.
+    fn wait_for_note(
+        &mut self,
+        what: &str,
+        want: impl Fn(&Control) -> bool,
         mut between: impl FnMut(),
+        got: &mut Option<Control>,
     ) -> Result<(), PsError> {
         let started = Instant::now();
         loop {
@@ -171,6 +258,7 @@ impl Node {
                 Ok(msg) => {
                     let note = wire::read_control(&msg, "scheduler")?;
                     if want(&note) {
+                        *got = Some(note);
                         return Ok(());
                     }
                     match note {

@@ -8,13 +8,14 @@
 //! keys from the copy; workers send it again the requests the dead server had not
 //! answered, and the `included` marks keep a push from being added twice.
 
+use super::data::Back;
 use super::store::{Backup, Reply};
 use super::wire::{self, ReplicaMeta, Runs};
 use super::{PsError, Value};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::thread::JoinHandle;
 use switchyard_msg::{Addr, Msg, payload};
-use switchyard_transports::{Dealer, DealerSocket, PeerId, Socket, SocketOptions, TransportError};
+use switchyard_transports::{Dealer, DealerSocket, Socket, SocketOptions, TransportError};
 
 /// Copies of other servers' keys, by the server they belong to.
 #[derive(Debug, Default)]
@@ -59,7 +60,7 @@ pub(crate) struct ReplicaLink {
     connecting: Option<JoinHandle<Result<DealerSocket, TransportError>>>,
     dealer: Option<DealerSocket>,
     queued: VecDeque<Msg>,
-    held: BTreeMap<u64, Vec<Reply<PeerId>>>,
+    held: BTreeMap<u64, Vec<Reply<Back>>>,
     next_id: u64,
 }
 
@@ -95,7 +96,7 @@ impl ReplicaLink {
         &mut self,
         me: Addr,
         changed: Vec<(u64, Backup<T>)>,
-        replies: Vec<Reply<PeerId>>,
+        replies: Vec<Reply<Back>>,
     ) -> Result<(), PsError> {
         let id = self.next_id;
         self.next_id += 1;
@@ -122,7 +123,7 @@ impl ReplicaLink {
 
     /// Finishes connecting when the connection is made, sends what waited for it, and
     /// returns the replies the replica's acknowledgements release.
-    pub(crate) fn pump(&mut self) -> Result<Vec<Reply<PeerId>>, PsError> {
+    pub(crate) fn pump(&mut self) -> Result<Vec<Reply<Back>>, PsError> {
         if self
             .connecting
             .as_ref()
@@ -164,7 +165,7 @@ impl ReplicaLink {
     }
 
     /// Every held reply, released because the replica is gone (its copy with it).
-    pub(crate) fn release_all(self) -> Vec<Reply<PeerId>> {
+    pub(crate) fn release_all(self) -> Vec<Reply<Back>> {
         self.held.into_values().flatten().collect()
     }
 }

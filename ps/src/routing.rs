@@ -9,6 +9,7 @@
 //! (a worker that hears of a failover before this server does, a request for keys
 //! nobody here holds) are deterministic tests below rather than timing-dependent jobs.
 
+use super::data::Back;
 use super::pool::ValuePool;
 use super::replica::Backups;
 use super::store::{self, Backup, Op, Reply, Request, Store};
@@ -17,13 +18,12 @@ use super::wire::{self, Refusal};
 use super::{PsError, ServerReport, Value};
 use std::collections::BTreeMap;
 use switchyard_msg::Msg;
-use switchyard_transports::PeerId;
 
 /// A request as it arrived: who sent it, whose keys it is about, and its decoded body
 /// (or why it could not be decoded, which is answered as a refusal).
 #[derive(Debug)]
 pub(crate) struct Incoming<T> {
-    peer: PeerId,
+    peer: Back,
     id: u64,
     /// The server whose keys the request is about (not this one after a failover).
     primary: u32,
@@ -32,12 +32,17 @@ pub(crate) struct Incoming<T> {
 
 impl<T: Value> Incoming<T> {
     /// Decodes a worker's request message from `peer`, its values into a buffer of
-    /// `pool`.
-    pub(crate) fn decode(peer: PeerId, msg: &Msg, pool: &ValuePool<T>) -> Incoming<T> {
+    /// `pool`. A push on the data plane is FPT's: answered with the values after
+    /// its round.
+    pub(crate) fn decode(peer: Back, msg: &Msg, pool: &ValuePool<T>) -> Incoming<T> {
+        let request = decode(msg, &peer, pool).map(|mut r| {
+            r.fpt = matches!(peer, Back::Link(_));
+            r
+        });
         Incoming {
             id: msg.header.seq,
             primary: msg.header.dst.id,
-            request: decode(msg, &peer, pool),
+            request,
             peer,
         }
     }
@@ -47,7 +52,7 @@ impl<T: Value> Incoming<T> {
 #[derive(Debug)]
 pub(crate) struct Routed<T> {
     /// Answers to workers.
-    pub(crate) replies: Vec<Reply<PeerId>>,
+    pub(crate) replies: Vec<Reply<Back>>,
     /// Values of this server's own keys that changed: the replies wait until the
     /// replica has them (when this server replicates).
     pub(crate) changed: Vec<(u64, Backup<T>)>,
@@ -89,7 +94,7 @@ pub(crate) struct Routing<T: Value> {
     workers: usize,
     update: Update<T>,
     replicate: bool,
-    stores: BTreeMap<u32, Store<T, PeerId>>,
+    stores: BTreeMap<u32, Store<T, Back>>,
     backups: Backups<T>,
     /// Requests for the keys of the server this one replicates, sent by a worker that
     /// heard of that server's failover before this server did: kept until the notice.
@@ -248,7 +253,7 @@ impl<T: Value> Routing<T> {
     }
 }
 
-fn refusal(peer: PeerId, id: u64, primary: u32, refusal: Refusal) -> Reply<PeerId> {
+fn refusal(peer: Back, id: u64, primary: u32, refusal: Refusal) -> Reply<Back> {
     Reply {
         peer,
         id,
@@ -257,7 +262,7 @@ fn refusal(peer: PeerId, id: u64, primary: u32, refusal: Refusal) -> Reply<PeerI
     }
 }
 
-fn decode<T: Value>(msg: &Msg, peer: &PeerId, pool: &ValuePool<T>) -> Result<Request<T>, PsError> {
+fn decode<T: Value>(msg: &Msg, peer: &Back, pool: &ValuePool<T>) -> Result<Request<T>, PsError> {
     let from = format!("worker {} ({peer})", msg.header.src.id);
     let op = match msg.header.kind {
         k if k == wire::PUSH => Op::Push,
@@ -294,6 +299,7 @@ fn decode<T: Value>(msg: &Msg, peer: &PeerId, pool: &ValuePool<T>) -> Result<Req
         op,
         meta,
         values,
+        fpt: false,
     })
 }
 

@@ -7,6 +7,7 @@ use crate::replica;
 use crate::store::Answer;
 use crate::wire::{KvMeta, NodeRole};
 use switchyard_msg::payload;
+use switchyard_transports::PeerId;
 
 fn routing(rank: u32, servers: u32, replicate: bool) -> Routing<f32> {
     let shape = Shape {
@@ -30,7 +31,7 @@ fn request(id: u64, primary: u32, op: Op, values: Vec<f32>) -> Incoming<f32> {
         elem: std::any::type_name::<f32>().to_string(),
     };
     Incoming {
-        peer: PeerId::from_index(0),
+        peer: Back::Zmq(PeerId::from_index(0)),
         id,
         primary,
         request: Ok(Request {
@@ -39,11 +40,12 @@ fn request(id: u64, primary: u32, op: Op, values: Vec<f32>) -> Incoming<f32> {
             op,
             meta,
             values,
+            fpt: false,
         }),
     }
 }
 
-fn values(reply: &Reply<PeerId>) -> Vec<f32> {
+fn values(reply: &Reply<Back>) -> Vec<f32> {
     let Ok(Answer::Values(_, frames)) = &reply.body else {
         panic!("expected values, got {:?}", reply.body);
     };

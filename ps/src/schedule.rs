@@ -43,6 +43,12 @@ struct Member {
     done: bool,
     /// A server that died and whose keys another serves.
     dead: bool,
+    /// Whether the node offered the data plane when it registered.
+    offers_data: bool,
+    /// Its data-plane control endpoint, once it sent it.
+    data: Option<String>,
+    /// Whether it opened its data-plane connections, once it said.
+    opened: Option<bool>,
 }
 
 impl Member {
@@ -172,7 +178,12 @@ impl Schedule {
     }
 
     fn register(&mut self, from: PeerId, note: Control, now: Instant, actions: &mut Vec<Action>) {
-        let Control::Register { role, endpoint } = note else {
+        let Control::Register {
+            role,
+            endpoint,
+            data,
+        } = note
+        else {
             tracing::warn!("ps scheduler: {note:?} from {from} before registration ended");
             return;
         };
@@ -195,6 +206,9 @@ impl Schedule {
             heard: now,
             done: false,
             dead: false,
+            offers_data: data,
+            data: None,
+            opened: None,
         });
         if self.count(NodeRole::Worker) < self.num_workers
             || self.count(NodeRole::Server) < self.num_servers
@@ -209,6 +223,17 @@ impl Schedule {
             .collect();
         servers.sort();
         let servers: Vec<String> = servers.into_iter().map(|(_, e)| e.to_owned()).collect();
+        let data = self.members.iter().all(|m| m.offers_data);
+        if !data {
+            let zmq: Vec<String> = (self.members.iter())
+                .filter(|m| !m.offers_data)
+                .map(Member::name)
+                .collect();
+            tracing::info!(
+                "ps scheduler: values travel over ZeroMQ (SWITCHYARD_PS_DATA=zmq or no data plane at {})",
+                zmq.join(", ")
+            );
+        }
         for m in &mut self.members {
             // Silence counts from the moment a node can know it has joined.
             m.heard = now;
@@ -218,6 +243,7 @@ impl Schedule {
                     rank: m.rank,
                     num_workers: self.num_workers,
                     servers: servers.clone(),
+                    data,
                 },
             });
         }
@@ -291,6 +317,20 @@ impl Schedule {
                     self.end_job(Control::Shutdown, None, Ok(report), now, actions);
                 }
             }
+            Control::DataEndpoint { endpoint } => {
+                let Some(&i) = self.main_of.get(&from) else {
+                    return;
+                };
+                self.members[i].data = Some(endpoint);
+                self.data_peers_if_all(actions);
+            }
+            Control::DataOpened { ok } => {
+                let Some(&i) = self.main_of.get(&from) else {
+                    return;
+                };
+                self.members[i].opened = Some(ok);
+                self.data_chosen_if_all(actions);
+            }
             Control::Register { role, .. } => {
                 let reason =
                     format!("the job already has all its nodes; a late {role} ({from}) refused");
@@ -301,6 +341,61 @@ impl Schedule {
                 });
             }
             other => tracing::warn!("ps scheduler: unexpected {other:?} from {from}"),
+        }
+    }
+
+    /// The data-plane rank of member `m`: servers first, then workers.
+    fn data_rank(&self, m: &Member) -> usize {
+        match m.role {
+            NodeRole::Server => m.rank as usize,
+            NodeRole::Worker => (self.num_servers + m.rank) as usize,
+        }
+    }
+
+    /// Once every live node sent its data-plane endpoint: the list, by data-plane
+    /// rank, to every node (a dead node's entry empty, which makes every node stay
+    /// on ZeroMQ).
+    fn data_peers_if_all(&mut self, actions: &mut Vec<Action>) {
+        if self.members.iter().any(|m| !m.dead && m.data.is_none()) {
+            return;
+        }
+        let mut endpoints = vec![String::new(); self.members.len()];
+        for m in &self.members {
+            if let Some(slot) = endpoints.get_mut(self.data_rank(m)) {
+                *slot = m.data.clone().unwrap_or_default();
+            }
+        }
+        let note = Control::DataPeers { endpoints };
+        for m in self.members.iter().filter(|m| !m.dead) {
+            actions.push(Action::Send {
+                to: m.main.clone(),
+                note: note.clone(),
+            });
+        }
+    }
+
+    /// Once every live node said whether it opened the data plane: the verdict to
+    /// every node, which uses the data plane only if all did.
+    fn data_chosen_if_all(&mut self, actions: &mut Vec<Action>) {
+        if self.members.iter().any(|m| !m.dead && m.opened.is_none()) {
+            return;
+        }
+        let link = self.members.iter().all(|m| m.opened == Some(true));
+        if !link {
+            let failed: Vec<String> = (self.members.iter())
+                .filter(|m| m.opened != Some(true))
+                .map(Member::name)
+                .collect();
+            tracing::warn!(
+                "ps scheduler: the data plane did not open at {}; values travel over ZeroMQ",
+                failed.join(", ")
+            );
+        }
+        for m in self.members.iter().filter(|m| !m.dead) {
+            actions.push(Action::Send {
+                to: m.main.clone(),
+                note: Control::DataChosen { link },
+            });
         }
     }
 

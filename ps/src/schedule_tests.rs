@@ -53,7 +53,15 @@ fn register(schedule: &mut Schedule, peer: PeerId, role: NodeRole, now: Instant)
         NodeRole::Server => format!("tcp://server-{peer}"),
         NodeRole::Worker => String::new(),
     };
-    schedule.on_note(peer, Control::Register { role, endpoint }, now)
+    schedule.on_note(
+        peer,
+        Control::Register {
+            role,
+            endpoint,
+            data: false,
+        },
+        now,
+    )
 }
 
 /// A job whose `workers` workers and `servers` servers registered at `t0`, in that
@@ -96,6 +104,7 @@ fn every_node_learns_its_rank_and_the_servers_by_rank_once_all_have_registered()
         rank,
         num_workers: 1,
         servers: servers.clone(),
+        data: false,
     };
     assert_eq!(
         sent(&actions),

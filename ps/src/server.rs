@@ -1,5 +1,6 @@
 //! A server: holds its share of the keys and answers workers' requests.
 
+use super::data::{Back, DataLink};
 use super::node::{self, Node};
 use super::replica::{self, ReplicaLink};
 use super::routing::{Incoming, Routed, Routing, Shape};
@@ -10,8 +11,13 @@ use super::{PsConfig, PsError, Value};
 use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 use switchyard_msg::Msg;
-use switchyard_transports::{PeerId, Pollable, Poller, RecvError, Router, RouterSocket, Socket};
+use switchyard_transports::{Pollable, Poller, RecvError, Router, RouterSocket, Socket};
+
+/// How long a server with a data plane waits on it before it looks at its ZeroMQ
+/// sockets again (the control messages' delay at most).
+pub(crate) const DATA_SLICE: Duration = Duration::from_millis(1);
 
 /// A server of a parameter-server job, registered and ready to [`run`](KvServer::run).
 ///
@@ -45,9 +51,11 @@ use switchyard_transports::{PeerId, Pollable, Poller, RecvError, Router, RouterS
 pub struct KvServer<T: Value> {
     node: Node,
     router: RouterSocket,
+    /// The data plane, when the job opened one: values come and go there.
+    data: Option<DataLink>,
     mode: Mode,
     update: Update<T>,
-    early: VecDeque<(PeerId, Msg)>,
+    early: VecDeque<(Back, Msg)>,
     poller: Poller,
     _values: PhantomData<T>,
 }
@@ -75,15 +83,17 @@ impl<T: Value> KvServer<T> {
         let endpoint = node::server_bind_endpoint(scheduler, config.host.as_deref())?;
         let router = RouterSocket::bind(&endpoint, config.socket.clone())
             .map_err(|e| PsError::transport(format!("server binding {endpoint}"), e))?;
-        let node = Node::join(
+        let mut node = Node::join(
             scheduler,
             NodeRole::Server,
             router.endpoint().to_string(),
             config,
         )?;
+        let data = node.data.take();
         Ok(KvServer {
             node,
             router,
+            data,
             mode,
             update,
             early: VecDeque::new(),
@@ -97,6 +107,12 @@ impl<T: Value> KvServer<T> {
         self.node.rank as usize
     }
 
+    /// Whether this server's values travel on the data plane.
+    #[cfg(test)]
+    pub(crate) fn on_data_plane(&self) -> bool {
+        self.data.is_some()
+    }
+
     /// The endpoint workers reach this server at.
     pub fn endpoint(&self) -> &str {
         self.router.endpoint()
@@ -105,10 +121,16 @@ impl<T: Value> KvServer<T> {
     /// Waits until every node of `group` (servers or all) has reached the barrier.
     /// Requests that arrive meanwhile are kept for [`KvServer::run`].
     pub fn barrier(&mut self, group: Group) -> Result<(), PsError> {
-        let (router, early) = (&mut self.router, &mut self.early);
+        let (router, early, data) = (&mut self.router, &mut self.early, &mut self.data);
         self.node.barrier(group, || {
-            while let Ok(got) = router.try_recv_from() {
-                early.push_back(got);
+            while let Ok((peer, msg)) = router.try_recv_from() {
+                early.push_back((Back::Zmq(peer), msg));
+            }
+            while let Some(plane) = data.as_mut() {
+                match plane.recv(Instant::now()) {
+                    Ok(Some((from, msg))) => early.push_back((Back::Link(from), msg)),
+                    _ => break,
+                }
             }
         })
     }
@@ -185,7 +207,10 @@ impl<T: Value> KvServer<T> {
                 match routing.keep_replica(primary, &msg) {
                     Ok(()) => {
                         let ack = replica::ack(self.node.addr(), &msg);
-                        if let Err(e) = self.router.send_to(&peer, ack) {
+                        let Back::Zmq(peer) = &peer else {
+                            continue;
+                        };
+                        if let Err(e) = self.router.send_to(peer, ack) {
                             tracing::warn!(
                                 "ps {name}: acknowledgement to server {primary} lost: {}",
                                 e.kind
@@ -225,10 +250,28 @@ impl<T: Value> KvServer<T> {
     }
 
     /// The next message from a worker or a replicating server, waiting one slice at
-    /// most, while also watching the replica line for acknowledgements.
-    fn receive(&mut self, link: Option<&ReplicaLink>) -> Result<(PeerId, Msg), RecvError> {
+    /// most, while also watching the replica line for acknowledgements. With a data
+    /// plane: a control message waiting on ZeroMQ, else the next value message,
+    /// waiting [`DATA_SLICE`] at most.
+    fn receive(&mut self, link: Option<&ReplicaLink>) -> Result<(Back, Msg), RecvError> {
+        if let Some(data) = self.data.as_mut() {
+            if let Ok((peer, msg)) = self.router.try_recv_from() {
+                return Ok((Back::Zmq(peer), msg));
+            }
+            return match data.recv(Instant::now() + DATA_SLICE) {
+                Ok(Some((from, msg))) => Ok((Back::Link(from), msg)),
+                Ok(None) => Err(RecvError::Timeout),
+                Err(e) => Err(RecvError::Backend {
+                    endpoint: "the data plane".into(),
+                    reason: e.to_string(),
+                }),
+            };
+        }
         let Some(dealer) = link.and_then(ReplicaLink::dealer) else {
-            return self.router.recv_from_timeout(node::SLICE);
+            return self
+                .router
+                .recv_from_timeout(node::SLICE)
+                .map(|(peer, msg)| (Back::Zmq(peer), msg));
         };
         let ready = self
             .poller
@@ -241,12 +284,15 @@ impl<T: Value> KvServer<T> {
                 reason: e.to_string(),
             })?;
         match ready {
-            Some(0) => self.router.try_recv_from(),
+            Some(0) => self
+                .router
+                .try_recv_from()
+                .map(|(peer, msg)| (Back::Zmq(peer), msg)),
             _ => Err(RecvError::Empty),
         }
     }
 
-    fn answer(&mut self, name: &str, reply: Reply<PeerId>) {
+    fn answer(&mut self, name: &str, reply: Reply<Back>) {
         // The reply names the server whose keys it is about, which is not this one
         // for keys served after a failover: the worker counts answers by it.
         let me = wire::addr(NodeRole::Server, reply.primary);
@@ -258,13 +304,27 @@ impl<T: Value> KvServer<T> {
             Ok(Answer::Hold(answer)) => Ok(answer.msg(me, to, reply.id)),
             Err(refusal) => Ok(refusal.msg(me, to, reply.id)),
         };
-        match msg {
-            Ok(msg) => {
-                if let Err(e) = self.router.send_to(&reply.peer, msg) {
+        let msg = match msg {
+            Ok(msg) => msg,
+            Err(e) => {
+                tracing::warn!("ps {name}: {e}");
+                return;
+            }
+        };
+        match (&reply.peer, self.data.as_mut()) {
+            (Back::Link(rank), Some(data)) => {
+                if let Err(e) = data.send(*rank, msg) {
+                    tracing::warn!("ps {name}: reply to {} lost: {e}", reply.peer);
+                }
+            }
+            (Back::Link(_), None) => {
+                tracing::warn!("ps {name}: reply to {} lost: no data plane", reply.peer)
+            }
+            (Back::Zmq(peer), _) => {
+                if let Err(e) = self.router.send_to(peer, msg) {
                     tracing::warn!("ps {name}: reply to {} lost: {}", reply.peer, e.kind);
                 }
             }
-            Err(e) => tracing::warn!("ps {name}: {e}"),
         }
     }
 }

@@ -276,6 +276,7 @@ impl Sim {
                 elem: std::any::type_name::<i64>().to_string(),
             },
             values,
+            fpt: false,
         }
     }
 

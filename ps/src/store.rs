@@ -47,6 +47,10 @@ pub(crate) struct Request<T> {
     pub(crate) op: Op,
     pub(crate) meta: KvMeta,
     pub(crate) values: Vec<T>,
+    /// A push on the data plane: in a sync round it is answered, as a push_pull
+    /// is, with the keys' values after the round (FPT's push), so that the worker's
+    /// next pull of them is a copy of what it has.
+    pub(crate) fpt: bool,
 }
 
 /// One answer: to whom, for which request, and what.
@@ -117,7 +121,8 @@ struct Entry<T> {
 
 struct Pending<P> {
     peer: P,
-    op: Op,
+    /// Whether the answer carries the keys' values.
+    wants: bool,
     meta: KvMeta,
     slots: Vec<Option<Bytes>>,
     remaining: usize,
@@ -142,6 +147,9 @@ pub(crate) struct Store<T, P> {
     /// Requests whose workers are deciding whether to withdraw them, with their keys:
     /// no round with one of them in it completes.
     holds: HashMap<ReqKey, Vec<u64>>,
+    /// Pushes withdrawn before they arrived (the withdrawal travels over ZeroMQ, the
+    /// push may come later on the data plane): dropped when they come.
+    withdrawn: HashSet<ReqKey>,
 }
 
 impl<T: Value, P: Clone> Store<T, P> {
@@ -160,6 +168,7 @@ impl<T: Value, P: Clone> Store<T, P> {
             primary: 0,
             pool: ValuePool::default(),
             holds: HashMap::new(),
+            withdrawn: HashSet::new(),
         }
     }
 
@@ -258,6 +267,11 @@ impl<T: Value, P: Clone> Store<T, P> {
             Op::Hold => return vec![self.hold(peer, &req)],
             Op::LetGo => return self.let_go(&req),
             Op::Withdraw => return self.withdraw(&req),
+            Op::Push | Op::PushPull if self.withdrawn.remove(&(req.worker, req.id)) => {
+                // Its worker has reported the round incomplete: as if it never came.
+                self.pool.give(req.values);
+                return Vec::new();
+            }
             _ => {}
         }
         if let Err(e) = self.validate(&req) {
@@ -486,6 +500,11 @@ impl<T: Value, P: Clone> Store<T, P> {
     /// Whether request `by`'s push of `key` waits in the key's rounds here.
     #[cfg(test)]
     pub(crate) fn waits(&self, by: ReqKey, key: u64) -> bool {
+        self.waits_in(by, key)
+    }
+
+    /// [`Store::waits`].
+    fn waits_in(&self, by: ReqKey, key: u64) -> bool {
         self.keys
             .get(&key)
             .is_some_and(|e| e.round.iter().chain(&e.deferred).any(|c| c.req == by))
@@ -506,7 +525,11 @@ impl<T: Value, P: Clone> Store<T, P> {
     fn withdraw(&mut self, req: &Request<T>) -> Vec<Reply<P>> {
         let by = (req.worker, req.id);
         let keys = self.end_hold(req);
-        self.pending.remove(&by);
+        let waits = keys.iter().any(|&k| self.waits_in(by, k));
+        if self.pending.remove(&by).is_none() && !waits {
+            // Not here yet: it is on its way on the other plane.
+            self.withdrawn.insert(by);
+        }
         let mut done = Vec::new();
         for key in keys {
             let Some(e) = self.keys.get_mut(&key) else {
@@ -565,14 +588,14 @@ impl<T: Value, P: Clone> Store<T, P> {
     fn sync_push(&mut self, peer: P, req: Request<T>) -> Vec<Reply<P>> {
         let key_of = (req.worker, req.id);
         let n = req.meta.keys.len();
-        let wants_value = req.op == Op::PushPull;
+        let wants_value = req.op == Op::PushPull || req.fpt;
         let mut done = Vec::new();
         let pieces = self.pieces(req.values, &req.meta.lens);
         self.pending.insert(
             key_of,
             Pending {
                 peer,
-                op: req.op,
+                wants: wants_value,
                 meta: req.meta.clone(),
                 slots: vec![None; n],
                 remaining: n,
@@ -740,7 +763,7 @@ pub(crate) fn type_mismatch<T>(meta: &KvMeta, server: String) -> Option<PsError>
 }
 
 fn finish<P>(id: u64, primary: u32, p: Pending<P>) -> Reply<P> {
-    if p.op != Op::PushPull {
+    if !p.wants {
         return Reply {
             peer: p.peer,
             id,

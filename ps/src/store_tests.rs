@@ -29,6 +29,7 @@ fn req(worker: u32, id: u64, op: Op, keys: &[u64], lens: &[u64], values: Vec<f32
         op,
         meta: meta(keys, lens),
         values,
+        fpt: false,
     }
 }
 
@@ -128,6 +129,7 @@ fn async_applies_each_push_at_once() {
             op: Op::PushPull,
             meta: meta_of::<f64>(&[3], &[1]),
             values: vec![1.5],
+            fpt: false,
         },
     );
     assert_eq!(r.len(), 1);
@@ -139,6 +141,7 @@ fn async_applies_each_push_at_once() {
             op: Op::PushPull,
             meta: meta_of::<f64>(&[3], &[1]),
             values: vec![1.5],
+            fpt: false,
         },
     );
     let Ok(Answer::Values(_, frames)) = &r[0].body else {
@@ -253,6 +256,7 @@ fn a_request_of_another_element_type_is_refused_naming_both() {
                 op,
                 meta: meta_of::<i32>(&[1], &[1]),
                 values: vec![1.0],
+                fpt: false,
             },
         );
         let err = refused(&r[0], "s");
@@ -357,6 +361,56 @@ fn a_held_push_stops_its_round_and_a_withdrawn_one_leaves_no_trace() {
     let r = store.handle(0, req(2, 2, Op::PushPull, &[4], &[1], vec![100.0]));
     assert_eq!(r.len(), 3);
     assert!(r.iter().all(|r| values(r) == [120.0]), "{r:?}");
+}
+
+/// On the data plane the hold and the withdrawal (over ZeroMQ) may overtake the push
+/// they name: the push that comes after its withdrawal joins no round and is never
+/// answered, and the next push of its worker counts as usual.
+#[test]
+fn a_push_arriving_after_its_withdrawal_is_dropped() {
+    let mut store = Store::<f32, u32>::new("s".into(), Mode::Sync, 2, Update::Sum);
+    let answer = hold(&mut store, 1, 7, &[4]);
+    assert_eq!(answer, HoldAnswer::Held { round: None });
+    assert!(
+        store
+            .handle(0, req(1, 7, Op::Withdraw, &[4], &[0], vec![]))
+            .is_empty()
+    );
+    let mut late = req(1, 7, Op::Push, &[4], &[1], vec![1000.0]);
+    late.fpt = true;
+    assert!(
+        store.handle(0, late).is_empty(),
+        "a withdrawn push is dropped"
+    );
+    assert_eq!(store.waiting(), 0);
+    let r = store.handle(0, req(0, 1, Op::PushPull, &[4], &[1], vec![1.0]));
+    assert!(r.is_empty());
+    let mut next = req(1, 8, Op::Push, &[4], &[1], vec![2.0]);
+    next.fpt = true;
+    let r = store.handle(0, next);
+    assert_eq!(r.len(), 2);
+    // Both answers carry the round's value: the push_pull, and the data plane's push.
+    assert!(r.iter().all(|r| values(r) == [3.0]), "{r:?}");
+}
+
+/// A hold that comes before its push (it overtook it on the other plane) holds the
+/// push's round when the push comes; letting go completes it.
+#[test]
+fn a_push_arriving_after_its_hold_waits_for_the_let_go() {
+    let mut store = Store::<f32, u32>::new("s".into(), Mode::Sync, 2, Update::Sum);
+    assert_eq!(
+        hold(&mut store, 1, 7, &[4]),
+        HoldAnswer::Held { round: None }
+    );
+    assert!(
+        store
+            .handle(0, req(1, 7, Op::Push, &[4], &[1], vec![5.0]))
+            .is_empty()
+    );
+    let r = store.handle(0, req(0, 1, Op::PushPull, &[4], &[1], vec![1.0]));
+    assert!(r.is_empty(), "a round with a held push completed: {r:?}");
+    let r = store.handle(0, req(1, 7, Op::LetGo, &[4], &[0], vec![]));
+    assert_eq!(r.len(), 2);
 }
 
 /// A first push withdrawn leaves the key as it was: never pushed, any length free.
@@ -500,6 +554,7 @@ fn a_split_keys_length_error_names_its_whole_lengths() {
             elem: std::any::type_name::<f32>().to_string(),
         },
         values: vec![1.0; len as usize],
+        fpt: false,
     };
     assert!(store.handle(0, piece(1, 100, 50, 150))[0].body.is_ok());
     let r = store.handle(0, piece(2, 134, 66, 200));

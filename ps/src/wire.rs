@@ -110,14 +110,31 @@ impl Group {
 /// Control notes between nodes and the scheduler.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum Control {
-    /// A node asks to join; a server gives the endpoint workers reach it at.
-    Register { role: NodeRole, endpoint: String },
-    /// The scheduler's answer: the node's rank and the servers' endpoints by rank.
+    /// A node asks to join; a server gives the endpoint workers reach it at. `data`:
+    /// whether the node offers the data plane (`data.rs`).
+    Register {
+        role: NodeRole,
+        endpoint: String,
+        data: bool,
+    },
+    /// The scheduler's answer: the node's rank and the servers' endpoints by rank;
+    /// `data`: every node offered the data plane, so each now opens it.
     Assign {
         rank: u32,
         num_workers: u32,
         servers: Vec<String>,
+        data: bool,
     },
+    /// A node's data-plane control endpoint (empty: it could not bind one).
+    DataEndpoint { endpoint: String },
+    /// Every node's data-plane control endpoint, by data-plane rank (servers, then
+    /// workers).
+    DataPeers { endpoints: Vec<String> },
+    /// Whether a node opened its data-plane connections.
+    DataOpened { ok: bool },
+    /// The scheduler's verdict once every node said: values travel on the data plane
+    /// (every node opened it) or on ZeroMQ.
+    DataChosen { link: bool },
     /// A node's control thread is alive.
     Heartbeat { role: NodeRole, rank: u32 },
     /// The scheduler is alive.
@@ -566,6 +583,7 @@ mod tests {
             rank: 2,
             num_workers: 4,
             servers: vec!["tcp://a:1".into()],
+            data: true,
         };
         let msg = control(SCHEDULER, addr(NodeRole::Worker, 2), &note);
         assert_eq!(read_control(&msg, "test").unwrap(), note);

@@ -1,5 +1,6 @@
 //! A worker: push, pull and push_pull of key-value lists, blocking or with a ticket.
 
+use super::data::{self, DataLink};
 use super::node::{self, Node};
 use super::shard::Placement;
 use super::split::{self, KvValues};
@@ -85,13 +86,21 @@ pub struct KvWorker<T: Value> {
     /// Which connection reaches each server's keys: itself, or after a failover the
     /// server that took them over.
     route: Vec<usize>,
+    /// The data plane, when the job opened one: values go and come there.
+    data: Option<DataLink>,
+    /// On the data plane, each key's values as the answer to this worker's last push
+    /// or push_pull of it brought them (FPT's push: a sync round's answer carries the
+    /// values after the round), as (offset, whole length, bytes) pieces: a pull of
+    /// keys that all have one is a copy of them, with no request.
+    cache: HashMap<u64, Vec<(u64, u64, Bytes)>>,
     _values: PhantomData<T>,
 }
 
 impl<T: Value> KvWorker<T> {
     /// Registers with the scheduler at `scheduler` and connects to every server.
     pub fn join(scheduler: &str, config: &PsConfig) -> Result<Self, PsError> {
-        let node = Node::join(scheduler, NodeRole::Worker, String::new(), config)?;
+        let mut node = Node::join(scheduler, NodeRole::Worker, String::new(), config)?;
+        let data = node.data.take();
         let mut servers = Vec::new();
         let mut names = Vec::new();
         // A registered server answers as soon as it serves; one that does not within
@@ -121,6 +130,8 @@ impl<T: Value> KvWorker<T> {
             totals: HashMap::new(),
             confirmed: HashMap::new(),
             route: (0..names_len).collect(),
+            data,
+            cache: HashMap::new(),
             _values: PhantomData,
         })
     }
@@ -138,6 +149,18 @@ impl<T: Value> KvWorker<T> {
     /// Where keys go.
     pub fn placement(&self) -> &Placement {
         &self.placement
+    }
+
+    /// Sets this worker's own [`PsConfig::request_timeout`].
+    #[cfg(test)]
+    pub(crate) fn set_request_timeout(&mut self, timeout: Duration) {
+        self.node.config.request_timeout = timeout;
+    }
+
+    /// Whether this worker's values travel on the data plane.
+    #[cfg(test)]
+    pub(crate) fn on_data_plane(&self) -> bool {
+        self.data.is_some()
     }
 
     /// Adds `values` (cut by `lens`, one length per key) to the keys' current round.
@@ -158,7 +181,10 @@ impl<T: Value> KvWorker<T> {
         self.wait(t)
     }
 
-    /// The keys' current values.
+    /// The keys' current values. On the data plane, after this worker's push or
+    /// push_pull of every one of the keys in a sync round, the values that push
+    /// brought back (the round's outcome, FPT's pull: no request); otherwise asked of
+    /// the servers.
     pub fn pull(&mut self, keys: &[u64]) -> Result<KvValues<T>, PsError> {
         let t = self.start_pull(keys)?;
         self.wait(t)
@@ -192,6 +218,9 @@ impl<T: Value> KvWorker<T> {
 
     /// Starts a [`pull`](KvWorker::pull).
     pub fn start_pull(&mut self, keys: &[u64]) -> Result<Ticket, PsError> {
+        if let Some(pieces) = self.cached(keys) {
+            return Ok(self.answered_here(keys, pieces));
+        }
         let known: Option<Vec<u64>> = keys.iter().map(|k| self.totals.get(k).copied()).collect();
         let requests = split::pull_requests(&self.placement, keys, known.as_deref())?;
         self.send_all(Op::Pull, keys, Vec::new(), requests)
@@ -216,8 +245,82 @@ impl<T: Value> KvWorker<T> {
         }
         for (&key, &total) in keys.iter().zip(&totals) {
             self.totals.insert(key, total);
+            self.cache.remove(&key);
         }
         self.send_all(op, keys, totals, requests)
+    }
+
+    /// The cached pieces of `keys` (see [`KvWorker::cache`](Self)), `(key index,
+    /// offset, total, bytes)`, if every key has them and none appears twice.
+    fn cached(&self, keys: &[u64]) -> Option<Vec<(usize, u64, u64, Bytes)>> {
+        if keys.is_empty() || self.cache.is_empty() {
+            return None;
+        }
+        let mut seen = HashSet::with_capacity(keys.len());
+        let mut pieces = Vec::new();
+        for (k, key) in keys.iter().enumerate() {
+            if !seen.insert(*key) {
+                return None;
+            }
+            for (offset, total, bytes) in self.cache.get(key)? {
+                pieces.push((k, *offset, *total, bytes.clone()));
+            }
+        }
+        Some(pieces)
+    }
+
+    /// A pull answered from the cache: a request that owes nothing.
+    fn answered_here(&mut self, keys: &[u64], pieces: Vec<(usize, u64, u64, Bytes)>) -> Ticket {
+        let id = self.next_id;
+        self.next_id += 1;
+        let pending = Pending {
+            op: Op::Pull,
+            keys: keys.to_vec(),
+            totals: Vec::new(),
+            owed: HashSet::new(),
+            sent: Vec::new(),
+            pieces,
+            error: None,
+            started: Instant::now(),
+            parts: Vec::new(),
+            overdue: Withdrawal::OnTime,
+        };
+        self.pending.insert(id, pending);
+        Ticket { id }
+    }
+
+    /// Keeps the pieces a push or push_pull brought back, per key, when they hold
+    /// every value of every key.
+    fn keep_pieces(&mut self, keys: &[u64], pieces: Vec<(usize, u64, u64, Bytes)>) {
+        let size = std::mem::size_of::<T>() as u64;
+        let mut found = vec![0u64; keys.len()];
+        let mut totals = vec![None; keys.len()];
+        for (k, _, total, bytes) in &pieces {
+            found[*k] += bytes.len() as u64 / size.max(1);
+            totals[*k] = Some(*total);
+        }
+        if (found.iter().zip(&totals)).any(|(f, t)| Some(*f) != *t) {
+            return;
+        }
+        let mut by_key: Vec<Vec<(u64, u64, Bytes)>> = vec![Vec::new(); keys.len()];
+        for (k, offset, total, bytes) in pieces {
+            by_key[k].push((offset, total, bytes));
+        }
+        for (key, kept) in keys.iter().zip(by_key) {
+            self.cache.insert(*key, kept);
+        }
+    }
+
+    /// Sends `msg` to connection `conn` (a server's rank), about server `s`'s keys:
+    /// on the data plane when the job has one and `msg` carries values, else on
+    /// ZeroMQ.
+    fn send_on(&mut self, conn: usize, msg: Msg, s: usize) -> Result<(), PsError> {
+        match self.data.as_mut() {
+            Some(plane) if data::carries(msg.header.kind) => {
+                plane.send(DataLink::server_rank(conn), msg)
+            }
+            _ => node::send_to(&mut self.servers[conn], msg, &self.names[s]),
+        }
     }
 
     /// The first phase of a push or init that reaches several servers with keys
@@ -298,7 +401,7 @@ impl<T: Value> KvWorker<T> {
             if self.node.config.replicate {
                 sent.push((s, msg.clone()));
             }
-            node::send_to(&mut self.servers[self.route[s]], msg, &self.names[s])?;
+            self.send_on(self.route[s], msg, s)?;
             owed.insert(s);
         }
         let pending = Pending {
@@ -451,20 +554,23 @@ impl<T: Value> KvWorker<T> {
             // the last one it has from this worker as already counted.
             let mut ids: Vec<u64> = self.pending.keys().copied().collect();
             ids.sort_unstable();
-            for (id, p) in ids
-                .iter()
-                .filter_map(|id| Some((*id, self.pending.get(id)?)))
-            {
+            for id in ids {
+                let Some(p) = self.pending.get(&id) else {
+                    continue;
+                };
                 if !p.owed.contains(&dead) {
                     continue;
                 }
-                for (_, msg) in p.sent.iter().filter(|(s, _)| *s == dead) {
-                    node::send_to(
-                        &mut self.servers[self.route[dead]],
-                        msg.clone(),
-                        &self.names[by],
-                    )?;
+                let again: Vec<Msg> = (p.sent.iter())
+                    .filter(|(s, _)| *s == dead)
+                    .map(|(_, msg)| msg.clone())
+                    .collect();
+                for msg in again {
+                    self.send_on(self.route[dead], msg, by)?;
                 }
+                let Some(p) = self.pending.get(&id) else {
+                    continue;
+                };
                 if p.overdue.awaits(dead) {
                     // A hold the dead server did not answer goes to its successor too.
                     if let Some((_, meta)) = p.parts.iter().find(|(s, _)| *s == dead) {
@@ -481,6 +587,9 @@ impl<T: Value> KvWorker<T> {
 
     /// Receives whatever the servers have sent, waiting one slice at most.
     fn receive(&mut self) -> Result<(), PsError> {
+        if self.data.is_some() {
+            return self.receive_both();
+        }
         let ready = {
             let socks: Vec<&dyn Pollable> =
                 self.servers.iter().map(|d| d as &dyn Pollable).collect();
@@ -500,6 +609,36 @@ impl<T: Value> KvWorker<T> {
             }
         }
         Ok(())
+    }
+
+    /// [`KvWorker::receive`] with a data plane: the answers waiting on ZeroMQ (to
+    /// checks and holds), then those of the data plane, waiting
+    /// [`DATA_SLICE`](super::server::DATA_SLICE) at most for the first.
+    fn receive_both(&mut self) -> Result<(), PsError> {
+        for s in 0..self.servers.len() {
+            while let Ok(msg) = self.servers[s].try_recv() {
+                let primary = msg.header.src.id as usize;
+                if primary < self.names.len() {
+                    self.on_reply(primary, msg);
+                }
+            }
+        }
+        let mut until = Instant::now() + super::server::DATA_SLICE;
+        loop {
+            let got = match self.data.as_mut() {
+                Some(plane) => plane.recv(until)?,
+                None => None,
+            };
+            let Some((_, msg)) = got else {
+                return Ok(());
+            };
+            let primary = msg.header.src.id as usize;
+            if primary < self.names.len() {
+                self.on_reply(primary, msg);
+            }
+            // Whatever else has come, without waiting.
+            until = Instant::now();
+        }
     }
 
     fn on_reply(&mut self, s: usize, msg: Msg) {
@@ -589,6 +728,10 @@ impl<T: Value> KvWorker<T> {
                 self.confirmed.insert(key, total);
             }
         }
+        if p.op == Op::Push && self.data.is_some() && !p.pieces.is_empty() {
+            self.keep_pieces(&p.keys, p.pieces);
+            return Ok(KvValues::default());
+        }
         if matches!(p.op, Op::Push | Op::Init | Op::Check) {
             return Ok(KvValues::default());
         }
@@ -628,12 +771,16 @@ impl<T: Value> KvWorker<T> {
             self.confirmed.insert(key, total);
             lens.push(total as usize);
         }
-        KvValues::assemble(p.keys, lens, &p.pieces).ok_or_else(|| {
+        let values = KvValues::assemble(p.keys.clone(), lens, &p.pieces).ok_or_else(|| {
             PsError::protocol(
                 "servers",
                 "their pieces of the values overlap or leave a gap",
             )
-        })
+        })?;
+        if p.op == Op::PushPull && self.data.is_some() {
+            self.keep_pieces(&p.keys, p.pieces);
+        }
+        Ok(values)
     }
 
     /// Waits until every node of `group` (workers or all) has reached the barrier.
