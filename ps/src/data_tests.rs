@@ -19,7 +19,7 @@ fn values_travel_on_the_data_plane_and_a_pull_after_a_push_asks_no_server() {
     for scheme in ["local", "tcp"] {
         let job = Job::start(
             &endpoint(scheme, "data-fpt"),
-            config(2, 2),
+            config(2, 2).with_data_plane(DataPlane::Link),
             Mode::Sync,
             Update::Sum,
         );
@@ -27,7 +27,7 @@ fn values_travel_on_the_data_plane_and_a_pull_after_a_push_asks_no_server() {
         let c = job.config.clone();
         let results = on_workers(2, move |_| {
             let mut w = KvWorker::<f32>::join(&e, &c)?;
-            assert!(w.on_data_plane(), "{scheme}: the data plane is the default");
+            assert!(w.on_data_plane(), "{scheme}");
             let keys = [1, u64::MAX];
             for round in 1..=3 {
                 w.push(&keys, &[3, 2], vec![1.0; 5])?;
@@ -76,7 +76,7 @@ fn strangers_on_the_data_ports_hold_up_no_node() {
     })));
     let job = Job::start(
         &endpoint("tcp", "data-strangers"),
-        config(2, 1),
+        config(2, 1).with_data_plane(DataPlane::Link),
         Mode::Sync,
         Update::Sum,
     );
@@ -108,7 +108,7 @@ fn strangers_on_the_data_ports_hold_up_no_node() {
 #[test]
 fn the_job_falls_back_to_zeromq_when_one_node_has_no_data_plane() {
     for case in ["asks for zmq", "cannot bind"] {
-        let config = config(2, 1);
+        let config = config(2, 1).with_data_plane(DataPlane::Link);
         let scheduler = Scheduler::bind(&endpoint("local", "data-fallback"), &config).unwrap();
         let e = scheduler.endpoint().to_string();
         if case == "cannot bind" {
@@ -151,13 +151,14 @@ fn the_job_falls_back_to_zeromq_when_one_node_has_no_data_plane() {
 fn a_withdrawn_push_on_the_data_plane_is_applied_nowhere() {
     let job = Job::start(
         &endpoint("local", "data-withdraw"),
-        config(2, 2),
+        config(2, 2).with_data_plane(DataPlane::Link),
         Mode::Sync,
         Update::Sum,
     );
     let (e, c) = (job.endpoint.clone(), job.config.clone());
     let results = on_workers(2, move |_| {
         let mut w = KvWorker::<f32>::join(&e, &c)?;
+        assert!(w.on_data_plane());
         w.barrier(Group::Workers)?;
         if w.rank() == 0 {
             w.set_request_timeout(Duration::from_millis(600));

@@ -91,8 +91,10 @@ pub struct KvWorker<T: Value> {
     /// On the data plane, each key's values as the answer to this worker's last push
     /// or push_pull of it brought them (FPT's push: a sync round's answer carries the
     /// values after the round), as (offset, whole length, bytes) pieces: a pull of
-    /// keys that all have one is a copy of them, with no request.
-    cache: HashMap<u64, Vec<(u64, u64, Bytes)>>,
+    /// keys that all have one is a copy of them, with no request. Each entry names
+    /// the last request that pushed the key; only its answer fills the entry (two
+    /// pushes of a key in flight may be answered in either order).
+    cache: HashMap<u64, (u64, Option<Vec<(u64, u64, Bytes)>>)>,
     _values: PhantomData<T>,
 }
 
@@ -245,7 +247,6 @@ impl<T: Value> KvWorker<T> {
         }
         for (&key, &total) in keys.iter().zip(&totals) {
             self.totals.insert(key, total);
-            self.cache.remove(&key);
         }
         self.send_all(op, keys, totals, requests)
     }
@@ -262,7 +263,7 @@ impl<T: Value> KvWorker<T> {
             if !seen.insert(*key) {
                 return None;
             }
-            for (offset, total, bytes) in self.cache.get(key)? {
+            for (offset, total, bytes) in self.cache.get(key)?.1.as_ref()? {
                 pieces.push((k, *offset, *total, bytes.clone()));
             }
         }
@@ -289,9 +290,9 @@ impl<T: Value> KvWorker<T> {
         Ticket { id }
     }
 
-    /// Keeps the pieces a push or push_pull brought back, per key, when they hold
-    /// every value of every key.
-    fn keep_pieces(&mut self, keys: &[u64], pieces: Vec<(usize, u64, u64, Bytes)>) {
+    /// Keeps the pieces push or push_pull `id` brought back, per key, when they hold
+    /// every value of every key, for the keys it was the last to push.
+    fn keep_pieces(&mut self, id: u64, keys: &[u64], pieces: Vec<(usize, u64, u64, Bytes)>) {
         let size = std::mem::size_of::<T>() as u64;
         let mut found = vec![0u64; keys.len()];
         let mut totals = vec![None; keys.len()];
@@ -307,7 +308,9 @@ impl<T: Value> KvWorker<T> {
             by_key[k].push((offset, total, bytes));
         }
         for (key, kept) in keys.iter().zip(by_key) {
-            self.cache.insert(*key, kept);
+            if let Some(entry) = self.cache.get_mut(key).filter(|e| e.0 == id) {
+                entry.1 = Some(kept);
+            }
         }
     }
 
@@ -387,6 +390,11 @@ impl<T: Value> KvWorker<T> {
                 continue;
             }
             meta.elem = std::any::type_name::<T>().to_string();
+            if self.data.is_some() && matches!(op, Op::Push | Op::PushPull | Op::Init) {
+                for key in &meta.keys {
+                    self.cache.insert(*key, (id, None));
+                }
+            }
             if matches!(op, Op::Push | Op::PushPull) {
                 parts.push((s, meta.clone()));
             }
@@ -445,7 +453,7 @@ impl<T: Value> KvWorker<T> {
                     let send = p.overdue.end(wire::WITHDRAW);
                     self.send_decisions(id, &p, send);
                 }
-                return self.complete(p);
+                return self.complete(id, p);
             }
             if let Some(result) = self.overdue_step(id) {
                 return result;
@@ -719,7 +727,7 @@ impl<T: Value> KvWorker<T> {
     }
 
     /// Puts the pieces of a finished request together.
-    fn complete(&mut self, p: Pending) -> Result<KvValues<T>, PsError> {
+    fn complete(&mut self, id: u64, p: Pending) -> Result<KvValues<T>, PsError> {
         if let Some(e) = p.error {
             return Err(e);
         }
@@ -729,7 +737,7 @@ impl<T: Value> KvWorker<T> {
             }
         }
         if p.op == Op::Push && self.data.is_some() && !p.pieces.is_empty() {
-            self.keep_pieces(&p.keys, p.pieces);
+            self.keep_pieces(id, &p.keys, p.pieces);
             return Ok(KvValues::default());
         }
         if matches!(p.op, Op::Push | Op::Init | Op::Check) {
@@ -778,7 +786,7 @@ impl<T: Value> KvWorker<T> {
             )
         })?;
         if p.op == Op::PushPull && self.data.is_some() {
-            self.keep_pieces(&p.keys, p.pieces);
+            self.keep_pieces(id, &p.keys, p.pieces);
         }
         Ok(values)
     }
