@@ -119,6 +119,13 @@ impl DataLink {
         }
     }
 
+    /// Gives the frame of a value message this node is done with back to the link,
+    /// which receives the next frames into it instead of a fresh zero-filled buffer
+    /// (a page fault and a zero-fill per page of a large value).
+    pub(crate) fn recycle(&mut self, frame: Bytes) {
+        switchyard_link::Link::recycle(&mut self.link, frame);
+    }
+
     /// The next value message from any node, waiting until `deadline` (`None` then).
     /// A message that does not decode is dropped with a warning.
     pub(crate) fn recv(&mut self, deadline: Instant) -> Result<Option<(usize, Msg)>, PsError> {

@@ -221,7 +221,12 @@ impl<T: Value> KvServer<T> {
                 }
                 continue;
             }
+            let from_link = matches!(peer, Back::Link(_));
             let incoming = Incoming::decode(peer, &msg, routing.pool());
+            if let (true, Some(data)) = (from_link, self.data.as_mut()) {
+                // The values are in the store's own buffer now.
+                msg.into_parts().1.into_iter().for_each(|f| data.recycle(f));
+            }
             let routed = routing.route(incoming);
             self.send(&name, &mut link, routed)?;
         }

@@ -19,6 +19,9 @@ use switchyard_transports::{Dealer, DealerSocket, Pollable, Poller, Socket};
 /// at once) before it reports the push's outcome unknown.
 const HOLD_GRACE: Duration = Duration::from_secs(1);
 
+/// One key's values as a reply brought them: (offset, whole length, bytes) pieces.
+type Pieces = Vec<(u64, u64, Bytes)>;
+
 /// A request in flight, returned by the `start_*` calls; [`KvWorker::wait`] ends it.
 #[derive(Debug, PartialEq, Eq, Hash)]
 #[must_use = "a ticket must be waited on to learn whether the request succeeded"]
@@ -94,7 +97,7 @@ pub struct KvWorker<T: Value> {
     /// keys that all have one is a copy of them, with no request. Each entry names
     /// the last request that pushed the key; only its answer fills the entry (two
     /// pushes of a key in flight may be answered in either order).
-    cache: HashMap<u64, (u64, Option<Vec<(u64, u64, Bytes)>>)>,
+    cache: HashMap<u64, (u64, Option<Pieces>)>,
     _values: PhantomData<T>,
 }
 
@@ -303,7 +306,7 @@ impl<T: Value> KvWorker<T> {
         if (found.iter().zip(&totals)).any(|(f, t)| Some(*f) != *t) {
             return;
         }
-        let mut by_key: Vec<Vec<(u64, u64, Bytes)>> = vec![Vec::new(); keys.len()];
+        let mut by_key: Vec<Pieces> = vec![Vec::new(); keys.len()];
         for (k, offset, total, bytes) in pieces {
             by_key[k].push((offset, total, bytes));
         }
@@ -390,9 +393,18 @@ impl<T: Value> KvWorker<T> {
                 continue;
             }
             meta.elem = std::any::type_name::<T>().to_string();
-            if self.data.is_some() && matches!(op, Op::Push | Op::PushPull | Op::Init) {
+            if let Some(plane) = self
+                .data
+                .as_mut()
+                .filter(|_| matches!(op, Op::Push | Op::PushPull | Op::Init))
+            {
                 for key in &meta.keys {
-                    self.cache.insert(*key, (id, None));
+                    if let Some((_, Some(old))) = self.cache.insert(*key, (id, None)) {
+                        // A reply's frame, no longer needed once every key it held
+                        // is pushed again: the link receives the next one into it.
+                        old.into_iter()
+                            .for_each(|(_, _, bytes)| plane.recycle(bytes));
+                    }
                 }
             }
             if matches!(op, Op::Push | Op::PushPull) {
