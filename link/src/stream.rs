@@ -358,6 +358,12 @@ impl StreamLink {
         self.peers.get(rank)?.as_ref()?.closed.as_deref()
     }
 
+    /// Sets how long a wait polls before it sleeps in `poll(2)` (chosen at set-up when
+    /// not given: see [`StreamLink::open`]); zero sleeps at once.
+    pub fn set_spin(&mut self, spin: Duration) {
+        self.spin = spin;
+    }
+
     /// Ends this link's sends, receives and waits with [`LinkError::Interrupted`]
     /// once `interrupt` is raised: it is looked at before every message and on every
     /// pass of a wait, busy or idle.

@@ -21,6 +21,8 @@ use switchyard_transports::SocketOptions;
 /// | `socket` | [`SocketOptions::default`] | options of every socket |
 /// | `replicate` | off | each server's keys also on the next server: a dead server is replaced |
 /// | `data_plane` | `SWITCHYARD_PS_DATA`, else [`DataPlane::Link`] | what values travel on ([`DataPlane`]) |
+/// | `shared_memory` | on | on the data plane, processes of one host talk through shared memory (off: TCP) |
+/// | `spin` | the link's choice | on the data plane, how long a wait polls before it sleeps |
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct PsConfig {
@@ -51,6 +53,12 @@ pub struct PsConfig {
     /// What values travel on; `None`: as `SWITCHYARD_PS_DATA` says, the data plane
     /// when it is unset. The job uses the data plane only when every node asks for it.
     pub data_plane: Option<DataPlane>,
+    /// On the data plane, whether a worker and a server on one host talk through
+    /// shared memory (else TCP, as between hosts).
+    pub shared_memory: bool,
+    /// On the data plane, how long a wait polls before it sleeps; `None`: the link
+    /// chooses (50 us where the host may have more threads than cores).
+    pub spin: Option<Duration>,
 }
 
 /// What a job's values (pushes, pulls, push_pulls and their answers) travel on.
@@ -91,7 +99,21 @@ impl PsConfig {
             socket: SocketOptions::default(),
             replicate: false,
             data_plane: None,
+            shared_memory: true,
+            spin: None,
         }
+    }
+
+    /// Sets [`PsConfig::shared_memory`].
+    pub fn with_shared_memory(mut self, on: bool) -> Self {
+        self.shared_memory = on;
+        self
+    }
+
+    /// Sets [`PsConfig::spin`].
+    pub fn with_spin(mut self, spin: Duration) -> Self {
+        self.spin = Some(spin);
+        self
     }
 
     /// Sets [`PsConfig::data_plane`].

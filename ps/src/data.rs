@@ -241,8 +241,8 @@ pub(crate) fn open(
     let control = bound
         .connect(endpoints, timeout)
         .map_err(|e| e.to_string())?;
-    let host_id = switchyard_link::host_identity();
-    let link = StreamLink::open_bipartite(
+    let host_id = switchyard_link::host_identity().filter(|_| config.shared_memory);
+    let mut link = StreamLink::open_bipartite(
         control,
         listener,
         secret.as_ref(),
@@ -252,6 +252,9 @@ pub(crate) fn open(
         host_id.as_deref(),
     )
     .map_err(|e| e.to_string())?;
+    if let Some(spin) = config.spin {
+        link.set_spin(spin);
+    }
     Ok(DataLink { link, servers })
 }
 

@@ -1,8 +1,15 @@
 //! A parameter server: a scheduler, servers holding key ranges, workers that push,
 //! pull and push_pull.
 //!
-//! The roles are those of ps-lite, over switchyard's Dealer/Router sockets (`tcp://`
-//! between processes, `local://` or `inproc://` between threads):
+//! The roles are those of ps-lite. Control messages travel over switchyard's
+//! Dealer/Router sockets (`tcp://` between processes, `local://` or `inproc://`
+//! between threads); values (push, pull, push_pull, init and their answers) over a
+//! data plane of their own, as in FPT: the collectives' links, opened worker <->
+//! server once every node has registered, TCP between hosts and shared memory within
+//! one ([`DataPlane`]; `SWITCHYARD_PS_DATA=zmq` keeps them on ZeroMQ, and a job whose
+//! links cannot be opened falls back to it). On the data plane a sync round's answer
+//! brings every pushing worker the keys' values, and a pull of them afterwards is a
+//! copy of that answer ([`KvWorker::pull`]).
 //!
 //! - the [`Scheduler`] binds a known endpoint; every node registers with it, gets
 //!   its rank and the servers' endpoints (ps-lite's ADD_NODE), and keeps a heartbeat

@@ -82,7 +82,9 @@ pub(crate) struct MpiOneArgs {
 /// One side of `bench ps --instructions` (see [`Suite::PsOne`]).
 #[derive(clap::Args, Debug)]
 pub(crate) struct PsOneArgs {
-    /// `push_pull`, `push+pull` (push then pull) or `allreduce` (a 4-rank mesh).
+    /// `push_pull` (the data plane through shared memory), `push_pull-tcp` (the data
+    /// plane over TCP), `push_pull-zmq` (values over ZeroMQ), `push+pull` (push then
+    /// pull) or `allreduce` / `allreduce-shm` (a 4-rank mesh over TCP or shared memory).
     #[arg(long)]
     pub(crate) side: String,
     /// Bytes per value (1 KiB: 32 keys per request; 1 MiB: one key).

@@ -1,19 +1,23 @@
 //! `switchyard bench ps`: the parameter server's push+pull against its fused
 //! push_pull, and both against a bare Dealer/Router exchange of the same bytes.
 //!
-//! One job of 4 workers, 2 servers and a scheduler, as threads of this process over
-//! `tcp://127.0.0.1` (so every byte crosses the loopback as it would between
-//! processes). Each request carries 32 keys of 1 KiB, or one key of 1 MiB (split over
+//! One job of 4 workers, 2 servers and a scheduler, as threads of this process, the
+//! scheduler on `tcp://127.0.0.1`: control messages cross the loopback over ZeroMQ,
+//! values travel on the parameter server's data plane, through shared memory as
+//! between processes of one host (or, in the rows that say so, over TCP loopback or
+//! ZeroMQ). Each request carries 32 keys of 1 KiB, or one key of 1 MiB (split over
 //! both servers); servers sum the four workers' pushes of each round (sync mode).
 //! Every repetition times both forms in the same job, one after the other, on keys of
 //! their own, then the baseline; the figures are medians over repetitions. The baseline exchange has the same shape without the parameter server:
 //! each worker sends each server its half of the bytes, each server answers all four
 //! once it has heard from all four, with as many bytes back.
 //!
-//! A last row puts the fused push_pull beside the collective way to sum the same
+//! The last rows put the fused push_pull beside the collective way to sum the same
 //! gradients: 4 ranks of a mesh (threads, as the workers are) allreducing each
-//! worker's values, over TCP loopback like the parameter server's sockets (shared
-//! memory off), each round on a fresh copy of the values as a worker's push gets.
+//! worker's values, each round on a fresh copy of the values as a worker's push gets;
+//! over TCP loopback against the data plane over TCP (shared memory off on both), and
+//! through shared memory against the data plane through shared memory. One row puts
+//! the data plane's push_pull beside the same over ZeroMQ (`SWITCHYARD_PS_DATA=zmq`).
 //!
 //! `--instructions` counts, with callgrind, the instructions of one round (every
 //! worker's request and the servers' work) of each form and of the allreduce, each in
@@ -28,7 +32,9 @@ use std::time::{Duration, Instant};
 use switchyard::bootstrap::{Bootstrap, MemoryExchange};
 use switchyard::collective::{CommOptions, Communicator, ReduceOp};
 use switchyard::prelude::*;
-use switchyard::ps::{Group, KvServer, KvWorker, Mode, PsConfig, Scheduler, Sharding, Update};
+use switchyard::ps::{
+    DataPlane, Group, KvServer, KvWorker, Mode, PsConfig, Scheduler, Sharding, Update,
+};
 
 const SUITE: &str = "ps";
 const WORKERS: u32 = 4;
@@ -112,18 +118,38 @@ impl Requests {
     }
 }
 
+/// What a job's values travel on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Plane {
+    /// The data plane, through shared memory (the default on one host).
+    Shm,
+    /// The data plane over TCP loopback (shared memory off).
+    Tcp,
+    /// ZeroMQ, beside the control messages.
+    Zmq,
+}
+
 /// One job of `WORKERS` workers, `SERVERS` servers (sync, sum) and a scheduler, as
-/// threads of this process over tcp loopback; every worker runs `work` and then
-/// finishes. Returns worker 0's result.
-fn ps_job<T, F>(shape: Shape, work: F) -> Result<T>
+/// threads of this process, the scheduler on tcp loopback, values on `plane`; every
+/// worker runs `work` and then finishes. Returns worker 0's result.
+fn ps_job<T, F>(shape: Shape, plane: Plane, spin: Option<Duration>, work: F) -> Result<T>
 where
     T: Send + 'static,
     F: Fn(&mut KvWorker<f32>, &Requests) -> std::result::Result<T, Error> + Clone + Send + 'static,
 {
     let space = 2 * shape.keys as u64;
-    let config = PsConfig::new(WORKERS as usize, SERVERS as usize).with_sharding(Sharding::Range {
-        key_space: Some(space),
-    });
+    let mut config = PsConfig::new(WORKERS as usize, SERVERS as usize)
+        .with_sharding(Sharding::Range {
+            key_space: Some(space),
+        })
+        .with_data_plane(match plane {
+            Plane::Zmq => DataPlane::Zmq,
+            Plane::Shm | Plane::Tcp => DataPlane::Link,
+        })
+        .with_shared_memory(plane == Plane::Shm);
+    if let Some(spin) = spin {
+        config = config.with_spin(spin);
+    }
     let scheduler = Scheduler::bind("tcp://127.0.0.1:0", &config)?;
     let endpoint = scheduler.endpoint().to_string();
     let sched = thread::spawn(move || scheduler.run().map_err(|e| e.to_string()));
@@ -167,9 +193,10 @@ where
     first.ok_or_else(|| "no worker".into())
 }
 
-/// Per repetition: seconds for push then pull, seconds for push_pull (worker 0's).
-fn ps_timings(shape: Shape, reps: usize) -> Result<Vec<(f64, f64)>> {
-    ps_job(shape, move |w, requests| {
+/// Per repetition: seconds for push then pull, seconds for push_pull (worker 0's),
+/// values on `plane`.
+fn ps_timings(shape: Shape, plane: Plane, reps: usize) -> Result<Vec<(f64, f64)>> {
+    ps_job(shape, plane, None, move |w, requests| {
         let mut out = Vec::with_capacity(reps);
         for _ in 0..reps {
             w.barrier(Group::Workers)?;
@@ -262,9 +289,8 @@ fn bare_timings(shape: Shape, reps: usize) -> Result<Vec<f64>> {
     first.ok_or_else(|| "no worker".into())
 }
 
-/// One job of 4 mesh ranks (threads, as the workers are) over TCP loopback (shared
-/// memory off, like the parameter server's sockets), each running `work`; returns
-/// rank 0's result.
+/// One job of 4 mesh ranks (threads, as the workers are) with `options` (shared
+/// memory off for TCP loopback), each running `work`; returns rank 0's result.
 fn mesh_job<T, F>(options: CommOptions, work: F) -> Result<T>
 where
     T: Send + 'static,
@@ -272,7 +298,7 @@ where
 {
     let n = WORKERS as usize;
     let exchange = MemoryExchange::new(n);
-    let options = options.with_shared_memory(false).with_timeout(WAIT);
+    let options = options.with_timeout(WAIT);
     let ranks: Vec<_> = (0..n)
         .map(|rank| {
             let (exchange, options, work) = (exchange.clone(), options.clone(), work.clone());
@@ -312,37 +338,53 @@ fn allreduce_rounds(
 }
 
 /// Seconds for `shape.iters` allreduces of a worker's values among 4 mesh ranks over
-/// TCP loopback, per repetition (rank 0's).
-fn allreduce_timings(shape: Shape, reps: usize) -> Result<Vec<f64>> {
-    mesh_job(CommOptions::default(), move |comm| {
-        let mut out = Vec::with_capacity(reps);
-        for _ in 0..reps {
-            comm.barrier().map_err(|e| e.to_string())?;
-            let started = Instant::now();
-            allreduce_rounds(comm, shape, shape.iters)?;
-            out.push(started.elapsed().as_secs_f64());
-        }
-        Ok(out)
-    })
+/// TCP loopback or (`shm`) through shared memory, per repetition (rank 0's).
+fn allreduce_timings(shape: Shape, shm: bool, reps: usize) -> Result<Vec<f64>> {
+    mesh_job(
+        CommOptions::default().with_shared_memory(shm),
+        move |comm| {
+            let mut out = Vec::with_capacity(reps);
+            for _ in 0..reps {
+                comm.barrier().map_err(|e| e.to_string())?;
+                let started = Instant::now();
+                allreduce_rounds(comm, shape, shape.iters)?;
+                out.push(started.elapsed().as_secs_f64());
+            }
+            Ok(out)
+        },
+    )
 }
 
 /// One side of `bench ps --instructions`, once: `count` rounds.
 pub(crate) fn run_one(args: &PsOneArgs) -> Result<()> {
     let shape = Shape::new(args.size, true);
     let rounds = args.count;
+    // Waits do not spin: under valgrind a spinning rank counts its waiting.
+    let spin = Some(Duration::ZERO);
+    let fused = move |w: &mut KvWorker<f32>, requests: &Requests| {
+        (0..rounds).try_for_each(|_| requests.push_pull(w))
+    };
+    let allreduce = |shm: bool| {
+        mesh_job(
+            CommOptions::default()
+                .with_spin(Duration::ZERO)
+                .with_shared_memory(shm),
+            move |comm| allreduce_rounds(comm, shape, rounds),
+        )
+    };
     match args.side.as_str() {
-        "push_pull" => ps_job(shape, move |w, requests| {
-            (0..rounds).try_for_each(|_| requests.push_pull(w))
-        }),
-        "push+pull" => ps_job(shape, move |w, requests| {
+        "push_pull" => ps_job(shape, Plane::Shm, spin, fused),
+        "push_pull-tcp" => ps_job(shape, Plane::Tcp, spin, fused),
+        "push_pull-zmq" => ps_job(shape, Plane::Zmq, spin, fused),
+        "push+pull" => ps_job(shape, Plane::Shm, spin, move |w, requests| {
             (0..rounds).try_for_each(|_| requests.push_then_pull(w))
         }),
-        // Waits do not spin: under valgrind a spinning rank counts its waiting.
-        "allreduce" => mesh_job(
-            CommOptions::default().with_spin(Duration::ZERO),
-            move |comm| allreduce_rounds(comm, shape, rounds),
-        ),
-        other => Err(format!("unknown side {other:?} (push_pull, push+pull, allreduce)").into()),
+        "allreduce" => allreduce(false),
+        "allreduce-shm" => allreduce(true),
+        other => Err(format!(
+            "unknown side {other:?} (push_pull, push_pull-tcp, push_pull-zmq, push+pull, allreduce, allreduce-shm)"
+        )
+        .into()),
     }
 }
 
@@ -367,6 +409,11 @@ fn run_instructions(common: &Common) -> Result<()> {
         let side = |name: &str| instructions::one_side("ps-one", name, &args, counts);
         let (fused, separate, allreduce) =
             (side("push_pull")?, side("push+pull")?, side("allreduce")?);
+        let (fused_tcp, fused_zmq, allreduce_shm) = (
+            side("push_pull-tcp")?,
+            side("push_pull-zmq")?,
+            side("allreduce-shm")?,
+        );
         let size = value_bytes as u64;
         instructions::unit_row(
             SUITE,
@@ -378,16 +425,24 @@ fn run_instructions(common: &Common) -> Result<()> {
             "push then pull",
         )
         .emit(common.json);
-        instructions::unit_row(
-            SUITE,
-            "push_pull/allreduce",
-            size,
-            "round",
-            fused,
-            allreduce,
-            "mesh allreduce, 4 ranks, tcp",
-        )
-        .emit(common.json);
+        for (case, ours, theirs, baseline) in [
+            ("push_pull/zmq", fused, fused_zmq, "push_pull over ZeroMQ"),
+            (
+                "push_pull tcp/allreduce",
+                fused_tcp,
+                allreduce,
+                "mesh allreduce, 4 ranks, tcp",
+            ),
+            (
+                "push_pull/allreduce",
+                fused,
+                allreduce_shm,
+                "mesh allreduce, 4 ranks, shm",
+            ),
+        ] {
+            instructions::unit_row(SUITE, case, size, "round", ours, theirs, baseline)
+                .emit(common.json);
+        }
     }
     Ok(())
 }
@@ -399,7 +454,7 @@ pub(crate) fn run(common: Common) -> Result<()> {
     let reps = if common.quick { 3 } else { 7 };
     if !common.json {
         println!(
-            "switchyard bench ps: {WORKERS} workers, {SERVERS} servers, tcp loopback, sync rounds; medians of {reps} repetitions"
+            "switchyard bench ps: {WORKERS} workers, {SERVERS} servers, one host, sync rounds; medians of {reps} repetitions"
         );
         header();
     }
@@ -411,17 +466,22 @@ pub(crate) fn run(common: Common) -> Result<()> {
         // One job and one bare exchange per repetition, alternately, so that a slow
         // spell on a shared machine hits both sides alike.
         let (mut separate, mut fused, mut bare) = (Vec::new(), Vec::new(), Vec::new());
-        let mut allreduce = Vec::new();
+        let (mut fused_tcp, mut fused_zmq) = (Vec::new(), Vec::new());
+        let (mut allreduce, mut allreduce_shm) = (Vec::new(), Vec::new());
         for _ in 0..reps {
-            for (s, f) in ps_timings(shape, 1)? {
+            for (s, f) in ps_timings(shape, Plane::Shm, 1)? {
                 separate.push(s);
                 fused.push(f);
             }
+            fused_tcp.extend(ps_timings(shape, Plane::Tcp, 1)?.into_iter().map(|t| t.1));
+            fused_zmq.extend(ps_timings(shape, Plane::Zmq, 1)?.into_iter().map(|t| t.1));
             bare.extend(bare_timings(shape, 1)?);
-            allreduce.extend(allreduce_timings(shape, 1)?);
+            allreduce.extend(allreduce_timings(shape, false, 1)?);
+            allreduce_shm.extend(allreduce_timings(shape, true, 1)?);
         }
         let (separate, fused, bare) = (median(separate), median(fused), median(bare));
-        let allreduce = median(allreduce);
+        let (fused_tcp, fused_zmq) = (median(fused_tcp), median(fused_zmq));
+        let (allreduce, allreduce_shm) = (median(allreduce), median(allreduce_shm));
         let size = value_bytes as u64;
         let keys = |secs: f64| shape.keys_moved() / secs;
         let gbps = |secs: f64| shape.bytes_moved() / secs / 1e9;
@@ -464,12 +524,30 @@ pub(crate) fn run(common: Common) -> Result<()> {
             ),
             Row::higher_better(
                 SUITE,
+                "push_pull/zmq",
+                size,
+                "GB/s",
+                gbps(fused),
+                gbps(fused_zmq),
+                "push_pull over ZeroMQ",
+            ),
+            Row::higher_better(
+                SUITE,
+                "push_pull tcp/allreduce",
+                size,
+                "GB/s",
+                gbps(fused_tcp),
+                gbps(allreduce),
+                "mesh allreduce, 4 ranks, tcp",
+            ),
+            Row::higher_better(
+                SUITE,
                 "push_pull/allreduce",
                 size,
                 "GB/s",
                 gbps(fused),
-                gbps(allreduce),
-                "mesh allreduce, 4 ranks, tcp",
+                gbps(allreduce_shm),
+                "mesh allreduce, 4 ranks, shm",
             ),
         ];
         for row in rows {
