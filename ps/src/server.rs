@@ -19,6 +19,11 @@ use switchyard_transports::{Pollable, Poller, RecvError, Router, RouterSocket, S
 /// sockets again (the control messages' delay at most).
 pub(crate) const DATA_SLICE: Duration = Duration::from_millis(1);
 
+/// While values keep coming on the data plane, how often a node looks at its ZeroMQ
+/// sockets (the scheduler's notes, control messages, the replica's acknowledgements):
+/// each look is a system call or more, and a round of small values takes less.
+pub(crate) const CONTROL_EVERY: Duration = Duration::from_micros(200);
+
 /// A server of a parameter-server job, registered and ready to [`run`](KvServer::run).
 ///
 /// # Examples
@@ -163,18 +168,29 @@ impl<T: Value> KvServer<T> {
             let endpoint = self.node.servers[target as usize].clone();
             ReplicaLink::start(target, &endpoint, self.node.config.socket.clone())
         });
+        let mut looked = Instant::now();
         loop {
             if kill.load(Ordering::Relaxed) {
                 return Err(PsError::Aborted {
                     reason: format!("{name} killed"),
                 });
             }
-            match self.node.check() {
+            let control = self.data.is_none() || looked.elapsed() >= CONTROL_EVERY;
+            if control {
+                looked = Instant::now();
+            }
+            let state = if control { self.node.check() } else { Ok(()) };
+            match state {
                 Ok(()) => {}
                 Err(PsError::Finished) => return Ok(routing.report()),
                 Err(e) => return Err(e),
             }
-            for (dead, by) in self.node.take_failovers() {
+            let failovers = if control {
+                self.node.take_failovers()
+            } else {
+                Vec::new()
+            };
+            for (dead, by) in failovers {
                 let routed = routing.failover(dead, by)?;
                 self.send(&name, &mut link, routed)?;
                 if link.as_ref().is_some_and(|l| l.target == dead) {
@@ -188,14 +204,14 @@ impl<T: Value> KvServer<T> {
                     }
                 }
             }
-            if let Some(l) = link.as_mut() {
+            if let Some(l) = link.as_mut().filter(|_| control) {
                 for reply in l.pump()? {
                     self.answer(&name, reply);
                 }
             }
             let got = match self.early.pop_front() {
                 Some(got) => Ok(got),
-                None => self.receive(link.as_ref()),
+                None => self.receive(link.as_ref(), control),
             };
             let (peer, msg) = match got {
                 Ok(got) => got,
@@ -256,12 +272,18 @@ impl<T: Value> KvServer<T> {
 
     /// The next message from a worker or a replicating server, waiting one slice at
     /// most, while also watching the replica line for acknowledgements. With a data
-    /// plane: a control message waiting on ZeroMQ, else the next value message,
-    /// waiting [`DATA_SLICE`] at most.
-    fn receive(&mut self, link: Option<&ReplicaLink>) -> Result<(Back, Msg), RecvError> {
+    /// plane: a control message waiting on ZeroMQ (looked for when `control`), else
+    /// the next value message, waiting [`DATA_SLICE`] at most.
+    fn receive(
+        &mut self,
+        link: Option<&ReplicaLink>,
+        control: bool,
+    ) -> Result<(Back, Msg), RecvError> {
         if let Some(data) = self.data.as_mut() {
-            if let Ok((peer, msg)) = self.router.try_recv_from() {
-                return Ok((Back::Zmq(peer), msg));
+            if control {
+                if let Ok((peer, msg)) = self.router.try_recv_from() {
+                    return Ok((Back::Zmq(peer), msg));
+                }
             }
             return match data.recv(Instant::now() + DATA_SLICE) {
                 Ok(Some((from, msg))) => Ok((Back::Link(from), msg)),

@@ -91,6 +91,9 @@ pub struct KvWorker<T: Value> {
     route: Vec<usize>,
     /// The data plane, when the job opened one: values go and come there.
     data: Option<DataLink>,
+    /// When this worker last looked at its ZeroMQ sockets (see
+    /// [`CONTROL_EVERY`](super::server::CONTROL_EVERY)).
+    looked: Instant,
     /// On the data plane, each key's values as the answer to this worker's last push
     /// or push_pull of it brought them (FPT's push: a sync round's answer carries the
     /// values after the round), as (offset, whole length, bytes) pieces: a pull of
@@ -136,6 +139,7 @@ impl<T: Value> KvWorker<T> {
             confirmed: HashMap::new(),
             route: (0..names_len).collect(),
             data,
+            looked: Instant::now(),
             cache: HashMap::new(),
             _values: PhantomData,
         })
@@ -382,8 +386,10 @@ impl<T: Value> KvWorker<T> {
             Op::Init => wire::INIT,
             Op::Check => wire::CHECK,
         };
-        self.node.check()?;
-        self.follow_failovers()?;
+        if self.control_due() {
+            self.node.check()?;
+            self.follow_failovers()?;
+        }
         let me = self.node.addr();
         let mut owed = HashSet::new();
         let mut sent = Vec::new();
@@ -470,14 +476,20 @@ impl<T: Value> KvWorker<T> {
             if let Some(result) = self.overdue_step(id) {
                 return result;
             }
-            if let Err(e) = self.node.check().and_then(|()| self.follow_failovers()) {
+            let control = self.control_due();
+            let looked = if control {
+                self.node.check().and_then(|()| self.follow_failovers())
+            } else {
+                Ok(())
+            };
+            if let Err(e) = looked {
                 if let Some(mut p) = self.pending.remove(&id) {
                     let send = p.overdue.end(wire::LET_GO);
                     self.send_decisions(id, &p, send);
                 }
                 return Err(e);
             }
-            self.receive()?;
+            self.receive(control)?;
         }
     }
 
@@ -605,10 +617,11 @@ impl<T: Value> KvWorker<T> {
         Ok(())
     }
 
-    /// Receives whatever the servers have sent, waiting one slice at most.
-    fn receive(&mut self) -> Result<(), PsError> {
+    /// Receives whatever the servers have sent, waiting one slice at most (with a
+    /// data plane: ZeroMQ's answers only when `control`).
+    fn receive(&mut self, control: bool) -> Result<(), PsError> {
         if self.data.is_some() {
-            return self.receive_both();
+            return self.receive_both(control);
         }
         let ready = {
             let socks: Vec<&dyn Pollable> =
@@ -631,11 +644,25 @@ impl<T: Value> KvWorker<T> {
         Ok(())
     }
 
-    /// [`KvWorker::receive`] with a data plane: the answers waiting on ZeroMQ (to
-    /// checks and holds), then those of the data plane, waiting
+    /// Whether it is time to look at the ZeroMQ sockets again: always without a data
+    /// plane; with one, every [`CONTROL_EVERY`](super::server::CONTROL_EVERY).
+    fn control_due(&mut self) -> bool {
+        if self.data.is_none() {
+            return true;
+        }
+        let now = Instant::now();
+        if now.duration_since(self.looked) < super::server::CONTROL_EVERY {
+            return false;
+        }
+        self.looked = now;
+        true
+    }
+
+    /// [`KvWorker::receive`] with a data plane: when `control`, the answers waiting on
+    /// ZeroMQ (to checks and holds), then those of the data plane, waiting
     /// [`DATA_SLICE`](super::server::DATA_SLICE) at most for the first.
-    fn receive_both(&mut self) -> Result<(), PsError> {
-        for s in 0..self.servers.len() {
+    fn receive_both(&mut self, control: bool) -> Result<(), PsError> {
+        for s in (0..self.servers.len()).filter(|_| control) {
             while let Ok(msg) = self.servers[s].try_recv() {
                 let primary = msg.header.src.id as usize;
                 if primary < self.names.len() {
