@@ -73,6 +73,7 @@ mod config;
 mod control;
 mod data;
 mod error;
+mod keyhash;
 mod node;
 mod pool;
 mod replica;

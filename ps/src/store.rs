@@ -16,7 +16,8 @@ use super::update::{Mode, Update};
 use super::wire::{HoldAnswer, KvMeta, Refusal, RoundState, Runs};
 use super::{PsError, Value};
 use bytes::Bytes;
-use std::collections::{HashMap, HashSet, VecDeque};
+use super::keyhash::{HashMap, HashSet};
+use std::collections::VecDeque;
 
 /// What a request asks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,15 +161,15 @@ impl<T: Value, P: Clone> Store<T, P> {
             mode,
             workers: workers.max(1),
             update,
-            keys: HashMap::new(),
-            pending: HashMap::new(),
+            keys: HashMap::default(),
+            pending: HashMap::default(),
             rounds: 0,
             changed: Vec::new(),
             track: false,
             primary: 0,
             pool: ValuePool::default(),
-            holds: HashMap::new(),
-            withdrawn: HashSet::new(),
+            holds: HashMap::default(),
+            withdrawn: HashSet::default(),
         }
     }
 
@@ -202,7 +203,7 @@ impl<T: Value, P: Clone> Store<T, P> {
         mode: Mode,
         workers: usize,
         update: Update<T>,
-        backup: HashMap<u64, Backup<T>>,
+        backup: std::collections::HashMap<u64, Backup<T>>,
     ) -> Self {
         let mut store = Store::new(name, mode, workers, update);
         for (key, b) in backup {
@@ -216,7 +217,7 @@ impl<T: Value, P: Clone> Store<T, P> {
                     held_by: None,
                     included: b.included.into_iter().collect(),
                     round: Vec::new(),
-                    from: HashSet::new(),
+                    from: HashSet::default(),
                     deferred: VecDeque::new(),
                 },
             );
@@ -371,7 +372,7 @@ impl<T: Value, P: Clone> Store<T, P> {
         if let Some(e) = type_mismatch::<T>(meta, self.name.clone()) {
             return Err(e);
         }
-        let mut seen = HashSet::with_capacity(meta.keys.len());
+        let mut seen = HashSet::with_capacity_and_hasher(meta.keys.len(), Default::default());
         for (i, &key) in meta.keys.iter().enumerate() {
             if !seen.insert(key) {
                 return Err(PsError::BadArguments(format!(
@@ -562,9 +563,9 @@ impl<T: Value, P: Clone> Store<T, P> {
             total: meta.totals[i],
             pushed: false,
             held_by: None,
-            included: HashMap::new(),
+            included: HashMap::default(),
             round: Vec::new(),
-            from: HashSet::new(),
+            from: HashSet::default(),
             deferred: VecDeque::new(),
         })
     }

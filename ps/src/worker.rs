@@ -8,7 +8,7 @@ use super::wire::{self, Group, HoldAnswer, KvMeta, NodeRole, Refusal, RoundState
 use super::withdraw::{Progress, Verdict, Withdrawal};
 use super::{PsConfig, PsError, Value};
 use bytes::Bytes;
-use std::collections::{HashMap, HashSet};
+use super::keyhash::{HashMap, HashSet};
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
@@ -45,7 +45,7 @@ struct Pending {
     /// Push and init: each key's whole length, confirmed once every server took it.
     totals: Vec<u64>,
     /// The servers (by the rank whose keys they are about) yet to answer.
-    owed: HashSet<usize>,
+    owed: std::collections::HashSet<usize>,
     /// With replication on: each server's request, to send again to its replica if
     /// the server dies before answering (frames are shared, not copied).
     sent: Vec<(usize, Msg)>,
@@ -134,13 +134,13 @@ impl<T: Value> KvWorker<T> {
             names,
             poller: Poller::new(),
             next_id: 1,
-            pending: HashMap::new(),
-            totals: HashMap::new(),
-            confirmed: HashMap::new(),
+            pending: HashMap::default(),
+            totals: HashMap::default(),
+            confirmed: HashMap::default(),
             route: (0..names_len).collect(),
             data,
             looked: Instant::now(),
-            cache: HashMap::new(),
+            cache: HashMap::default(),
             _values: PhantomData,
         })
     }
@@ -264,7 +264,7 @@ impl<T: Value> KvWorker<T> {
         if keys.is_empty() || self.cache.is_empty() {
             return None;
         }
-        let mut seen = HashSet::with_capacity(keys.len());
+        let mut seen = HashSet::with_capacity_and_hasher(keys.len(), Default::default());
         let mut pieces = Vec::new();
         for (k, key) in keys.iter().enumerate() {
             if !seen.insert(*key) {
@@ -285,7 +285,7 @@ impl<T: Value> KvWorker<T> {
             op: Op::Pull,
             keys: keys.to_vec(),
             totals: Vec::new(),
-            owed: HashSet::new(),
+            owed: std::collections::HashSet::new(),
             sent: Vec::new(),
             pieces,
             error: None,
@@ -391,7 +391,7 @@ impl<T: Value> KvWorker<T> {
             self.follow_failovers()?;
         }
         let me = self.node.addr();
-        let mut owed = HashSet::new();
+        let mut owed = std::collections::HashSet::new();
         let mut sent = Vec::new();
         let mut parts = Vec::new();
         for (s, (mut meta, frames)) in requests.into_iter().enumerate() {
