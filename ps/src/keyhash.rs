@@ -59,17 +59,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dense_keys_spread_over_the_top_bits() {
-        // hashbrown takes its control byte from the top 7 bits: consecutive keys
-        // must not share them.
-        let tops: std::collections::HashSet<u64> = (0..128u64)
+    fn dense_keys_spread_over_the_buckets_and_the_tags() {
+        // hashbrown finds the bucket by the low bits and filters by a tag of the top
+        // 7: consecutive keys take distinct buckets, and their tags vary.
+        let hashes: Vec<u64> = (0..128u64)
             .map(|k| {
                 let mut h = KeyHasher::default();
                 h.write_u64(k);
-                h.finish() >> 57
+                h.finish()
             })
             .collect();
-        assert!(tops.len() > 64, "{} distinct", tops.len());
+        let low: std::collections::HashSet<u64> = hashes.iter().map(|h| h & 127).collect();
+        let tags: std::collections::HashSet<u64> = hashes.iter().map(|h| h >> 57).collect();
+        assert_eq!(low.len(), 128);
+        assert!(tags.len() > 32, "{} distinct tags", tags.len());
         let mut map: HashMap<(u32, u64), u64> = HashMap::default();
         map.insert((1, 2), 3);
         assert_eq!(map.get(&(1, 2)), Some(&3));
