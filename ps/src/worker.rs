@@ -1,6 +1,7 @@
 //! A worker: push, pull and push_pull of key-value lists, blocking or with a ticket.
 
 use super::data::{self, DataLink};
+use super::keyhash::{HashMap, HashSet};
 use super::node::{self, Node};
 use super::shard::Placement;
 use super::split::{self, KvValues};
@@ -8,7 +9,6 @@ use super::wire::{self, Group, HoldAnswer, KvMeta, NodeRole, Refusal, RoundState
 use super::withdraw::{Progress, Verdict, Withdrawal};
 use super::{PsConfig, PsError, Value};
 use bytes::Bytes;
-use super::keyhash::{HashMap, HashSet};
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
