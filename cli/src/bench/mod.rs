@@ -84,7 +84,8 @@ pub(crate) struct MpiOneArgs {
 pub(crate) struct PsOneArgs {
     /// `push_pull` (the data plane through shared memory), `push_pull-tcp` (the data
     /// plane over TCP), `push_pull-zmq` (values over ZeroMQ), `push+pull` (push then
-    /// pull) or `allreduce` / `allreduce-shm` (a 4-rank mesh over TCP or shared memory).
+    /// pull) or `allreduce` / `allreduce-shm` (a 4-rank mesh over TCP or shared memory);
+    /// `node`: one process of a job of several, its role from ps-lite's variables.
     #[arg(long)]
     pub(crate) side: String,
     /// Bytes per value (1 KiB: 32 keys per request; 1 MiB: one key).

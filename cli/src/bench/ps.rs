@@ -33,7 +33,8 @@ use switchyard::bootstrap::{Bootstrap, MemoryExchange};
 use switchyard::collective::{CommOptions, Communicator, ReduceOp};
 use switchyard::prelude::*;
 use switchyard::ps::{
-    DataPlane, Group, KvServer, KvWorker, Mode, PsConfig, Scheduler, Sharding, Update,
+    DataPlane, Group, KvServer, KvWorker, Mode, PsConfig, PsEnv, PsRole, Scheduler, Sharding,
+    Update,
 };
 
 const SUITE: &str = "ps";
@@ -383,6 +384,7 @@ pub(crate) fn run_one(args: &PsOneArgs) -> Result<()> {
         "push+pull" => ps_job(shape, Plane::Shm, spin, move |w, requests| {
             (0..rounds).try_for_each(|_| requests.push_then_pull(w))
         }),
+        "node" => run_node(shape, rounds).map_err(|e| -> Box<dyn std::error::Error> { e }),
         "allreduce" => allreduce(false),
         "allreduce-shm" => allreduce(true),
         other => Err(format!(
@@ -390,6 +392,52 @@ pub(crate) fn run_one(args: &PsOneArgs) -> Result<()> {
         )
         .into()),
     }
+}
+
+/// One process of a job of several (`--side node`): its role, the job's shape and the
+/// scheduler's address from ps-lite's variables (`PsEnv`, `SWITCHYARD_PS_DATA`
+/// included); the values and keys of [`Shape`]. Each worker times `rounds` push_pulls
+/// after one untimed and a barrier; worker 0 prints the time of a round. For the
+/// parameter server between hosts (network namespaces), where threads of one process
+/// cannot go.
+fn run_node(shape: Shape, rounds: usize) -> std::result::Result<(), Error> {
+    let env =
+        PsEnv::from_env()?.ok_or("DMLC_ROLE is not set: --side node is one process of a job")?;
+    let config = env.config.clone().with_sharding(Sharding::Range {
+        key_space: Some(2 * shape.keys as u64),
+    });
+    match env.role {
+        PsRole::Scheduler => {
+            Scheduler::bind(&env.scheduler, &config)?.run()?;
+        }
+        PsRole::Server => {
+            KvServer::<f32>::join(&env.scheduler, &config, Mode::Sync, Update::Sum)?.run()?;
+        }
+        PsRole::Worker => {
+            let mut w = KvWorker::<f32>::join(&env.scheduler, &config)?;
+            let requests = Requests::new(shape);
+            requests.push_pull(&mut w)?;
+            w.barrier(Group::Workers)?;
+            let started = Instant::now();
+            for _ in 0..rounds {
+                requests.push_pull(&mut w)?;
+            }
+            let round = started.elapsed().as_secs_f64() / rounds.max(1) as f64;
+            if w.rank() == 0 {
+                let bytes = (config.num_workers * shape.keys * shape.value_bytes * 2) as f64;
+                println!(
+                    "push_pull {} B x {} keys: {:.1} us a round, {:.3} GB/s",
+                    shape.value_bytes,
+                    shape.keys,
+                    round * 1e6,
+                    bytes / round / 1e9
+                );
+            }
+            w.finish()?;
+        }
+        _ => return Err("a role this bench does not play".into()),
+    }
+    Ok(())
 }
 
 /// `--instructions`: instructions per round (every worker's request, the servers'
