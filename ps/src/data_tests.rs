@@ -175,3 +175,70 @@ fn a_withdrawn_push_on_the_data_plane_is_applied_nowhere() {
     }
     job.end_ok();
 }
+
+/// Server 1 dies in the middle of a round on the data plane: worker 0's push of a key
+/// of server 1 has reached it, worker 1's has not. With replication on, the scheduler
+/// hands server 1's keys to server 0, both workers send it what server 1 had not
+/// answered (worker 0 again, on the data plane), and the round completes with both
+/// pushes counted once.
+#[test]
+fn a_server_dying_mid_round_on_the_data_plane_is_replaced() {
+    use std::sync::Barrier;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let config = config(2, 2)
+        .with_data_plane(DataPlane::Link)
+        .with_replication(true)
+        .with_liveness(Duration::from_millis(50), Duration::from_secs(3));
+    let scheduler = Scheduler::bind(&endpoint("local", "data-dies"), &config).unwrap();
+    let e = scheduler.endpoint().to_string();
+    let sched = std::thread::spawn(move || scheduler.run());
+    let kill = Arc::new(AtomicBool::new(false));
+    let servers: Vec<_> = (0..2)
+        .map(|_| {
+            let (e, c, kill) = (e.clone(), config.clone(), kill.clone());
+            std::thread::spawn(move || {
+                let s = KvServer::<f32>::join(&e, &c, Mode::Sync, Update::Sum)?;
+                assert!(s.on_data_plane());
+                let rank = s.rank();
+                let result = if rank == 1 {
+                    s.run_until(&kill)
+                } else {
+                    s.run()
+                };
+                Ok::<_, PsError>((rank, result))
+            })
+        })
+        .collect();
+    let both = Arc::new(Barrier::new(2));
+    let results = on_workers(2, move |_| {
+        let mut w = KvWorker::<f32>::join(&e, &config)?;
+        assert!(w.on_data_plane());
+        // Key u64::MAX is server 1's.
+        let key = [u64::MAX];
+        let got = if w.rank() == 0 {
+            let t = w.start_push_pull(&key, &[4], vec![1.0; 4])?;
+            // Time for the push to reach server 1, then it dies.
+            std::thread::sleep(Duration::from_millis(300));
+            kill.store(true, Ordering::Relaxed);
+            both.wait();
+            w.wait(t)?
+        } else {
+            both.wait();
+            w.push_pull(&key, &[4], vec![2.0; 4])?
+        };
+        assert_eq!(got.values(), [3.0; 4]);
+        w.finish()
+    });
+    for r in results {
+        r.unwrap();
+    }
+    for s in servers {
+        match s.join().unwrap().unwrap() {
+            (0, result) => {
+                result.unwrap();
+            }
+            (_, result) => assert!(matches!(result, Err(PsError::Aborted { .. })), "{result:?}"),
+        }
+    }
+    assert_eq!(sched.join().unwrap().unwrap().failovers, 1);
+}
