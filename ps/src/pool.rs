@@ -25,12 +25,16 @@ const KEEP: usize = 16;
 /// A server's pool of value buffers; clones share it.
 pub(crate) struct ValuePool<T> {
     spare: Arc<Mutex<Vec<Vec<T>>>>,
+    /// Frames that requests' values were summed from, done with: the server gives
+    /// them back to the data plane, which receives into them again.
+    spent: Arc<Mutex<Vec<Bytes>>>,
 }
 
 impl<T> Clone for ValuePool<T> {
     fn clone(&self) -> Self {
         ValuePool {
             spare: Arc::clone(&self.spare),
+            spent: Arc::clone(&self.spent),
         }
     }
 }
@@ -39,6 +43,7 @@ impl<T> Default for ValuePool<T> {
     fn default() -> Self {
         ValuePool {
             spare: Arc::new(Mutex::new(Vec::new())),
+            spent: Arc::new(Mutex::new(Vec::new())),
         }
     }
 }
@@ -74,6 +79,24 @@ impl<T: Value> ValuePool<T> {
                 spare.push(buffer);
             }
         }
+    }
+
+    /// Keeps a frame of request values the store is done with, for
+    /// [`ValuePool::take_spent`] (at most [`KEEP`]; more are dropped).
+    pub(crate) fn spend(&self, frame: Bytes) {
+        if let Ok(mut spent) = self.spent.lock() {
+            if spent.len() < KEEP {
+                spent.push(frame);
+            }
+        }
+    }
+
+    /// The frames [`ValuePool::spend`] kept, taken out.
+    pub(crate) fn take_spent(&self) -> Vec<Bytes> {
+        self.spent
+            .lock()
+            .map(|mut spent| std::mem::take(&mut *spent))
+            .unwrap_or_default()
     }
 
     /// A frame holding a copy of `values`, in a pooled buffer that comes back to

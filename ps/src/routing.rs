@@ -285,10 +285,25 @@ fn decode<T: Value>(msg: &Msg, peer: &Back, pool: &ValuePool<T>) -> Result<Reque
             return Err(e);
         }
     }
-    let values = if matches!(
-        op,
-        Op::Pull | Op::Check | Op::Release | Op::Hold | Op::LetGo | Op::Withdraw
-    ) {
+    let frames = msg.frames().get(1..).unwrap_or_default();
+    let size = std::mem::size_of::<T>() as u64;
+    // A push of one key in one frame (a large gradient) is summed from its frame.
+    let shared = match frames {
+        [frame]
+            if matches!(op, Op::Push | Op::PushPull)
+                && meta.keys.len() == 1
+                && frame.len() as u64 == count.saturating_mul(size)
+                && store::Piece::<T>::fits(frame) =>
+        {
+            Some(frame.clone())
+        }
+        _ => None,
+    };
+    let values = if shared.is_some()
+        || matches!(
+            op,
+            Op::Pull | Op::Check | Op::Release | Op::Hold | Op::LetGo | Op::Withdraw
+        ) {
         Vec::new()
     } else {
         wire::read_values_into::<T>(msg, count, &from, |len| pool.take(len))?
@@ -300,6 +315,7 @@ fn decode<T: Value>(msg: &Msg, peer: &Back, pool: &ValuePool<T>) -> Result<Reque
         meta,
         values,
         fpt: false,
+        shared,
     })
 }
 

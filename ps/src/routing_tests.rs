@@ -41,6 +41,7 @@ fn request(id: u64, primary: u32, op: Op, values: Vec<f32>) -> Incoming<f32> {
             meta,
             values,
             fpt: false,
+            shared: None,
         }),
     }
 }

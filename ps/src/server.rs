@@ -245,6 +245,13 @@ impl<T: Value> KvServer<T> {
             }
             let routed = routing.route(incoming);
             self.send(&name, &mut link, routed)?;
+            // The frames whose values a round summed in place, back to the data
+            // plane's receive buffers.
+            for frame in routing.pool().take_spent() {
+                if let Some(data) = self.data.as_mut() {
+                    data.recycle(frame);
+                }
+            }
         }
     }
 

@@ -277,6 +277,7 @@ impl Sim {
             },
             values,
             fpt: false,
+            shared: None,
         }
     }
 

@@ -52,6 +52,66 @@ pub(crate) struct Request<T> {
     /// is, with the keys' values after the round (FPT's push), so that the worker's
     /// next pull of them is a copy of what it has.
     pub(crate) fpt: bool,
+    /// A push of one key: its values as the frame they arrived in (checked to hold
+    /// `T`s, aligned), `values` left empty. A sync round sums them from there instead
+    /// of a copy; every other use copies them into `values` first.
+    pub(crate) shared: Option<Bytes>,
+}
+
+impl<T: Value> Request<T> {
+    /// Moves [`Request::shared`] into `values` (a copy into a buffer of `pool`).
+    fn own_values(&mut self, pool: &ValuePool<T>) {
+        if let Some(frame) = self.shared.take() {
+            self.values = Piece::Shared(frame).into_vec(pool);
+        }
+    }
+}
+
+/// One key's values in a round: a buffer of the server's own, or a slice of the frame
+/// they arrived in (see [`Request::shared`]).
+pub(crate) enum Piece<T> {
+    Owned(Vec<T>),
+    Shared(Bytes),
+}
+
+impl<T: Value> Piece<T> {
+    /// A frame as values, when its length and alignment hold `T`s.
+    pub(crate) fn fits(frame: &Bytes) -> bool {
+        bytemuck::try_cast_slice::<u8, T>(frame).is_ok()
+    }
+
+    fn as_slice(&self) -> &[T] {
+        match self {
+            Piece::Owned(v) => v,
+            // Checked by `fits` before the frame was taken as values.
+            Piece::Shared(frame) => bytemuck::try_cast_slice(frame).unwrap_or_default(),
+        }
+    }
+
+    /// The values in a buffer of their own: the buffer, or a copy of the frame (which
+    /// goes to the pool's spent frames).
+    fn into_vec(self, pool: &ValuePool<T>) -> Vec<T> {
+        match self {
+            Piece::Owned(v) => v,
+            Piece::Shared(frame) => {
+                // Checked by `fits` before the frame was taken as values.
+                let values: &[T] = bytemuck::try_cast_slice(&frame).unwrap_or_default();
+                let mut out = pool.take(values.len());
+                switchyard_msg::copy::copy_elements(&mut out, values);
+                pool.spend(frame);
+                out
+            }
+        }
+    }
+
+    /// Done with: the buffer back to the pool, the frame to the pool's spent frames
+    /// (which the server gives back to its data plane).
+    fn release(self, pool: &ValuePool<T>) {
+        match self {
+            Piece::Owned(v) => pool.give(v),
+            Piece::Shared(frame) => pool.spend(frame),
+        }
+    }
 }
 
 /// One answer: to whom, for which request, and what.
@@ -86,7 +146,7 @@ struct Contribution<T> {
     req: ReqKey,
     index: usize,
     wants_value: bool,
-    values: Vec<T>,
+    values: Piece<T>,
 }
 
 /// A key's state as a replica keeps it: enough to carry on the key's rounds.
@@ -259,7 +319,10 @@ impl<T: Value, P: Clone> Store<T, P> {
     }
 
     /// Handles one request from `peer` and returns the replies it makes possible.
-    pub(crate) fn handle(&mut self, peer: P, req: Request<T>) -> Vec<Reply<P>> {
+    pub(crate) fn handle(&mut self, peer: P, mut req: Request<T>) -> Vec<Reply<P>> {
+        if self.mode == Mode::Async || !matches!(req.op, Op::Push | Op::PushPull) {
+            req.own_values(&self.pool);
+        }
         match req.op {
             Op::Release => {
                 self.release(&req);
@@ -271,6 +334,9 @@ impl<T: Value, P: Clone> Store<T, P> {
             Op::Push | Op::PushPull if self.withdrawn.remove(&(req.worker, req.id)) => {
                 // Its worker has reported the round incomplete: as if it never came.
                 self.pool.give(req.values);
+                if let Some(frame) = req.shared {
+                    self.pool.spend(frame);
+                }
                 return Vec::new();
             }
             _ => {}
@@ -536,15 +602,20 @@ impl<T: Value, P: Clone> Store<T, P> {
             let Some(e) = self.keys.get_mut(&key) else {
                 continue;
             };
-            for c in e.round.iter_mut().filter(|c| c.req == by) {
+            for c in e.round.iter().filter(|c| c.req == by) {
                 e.from.remove(&c.worker);
-                self.pool.give(std::mem::take(&mut c.values));
             }
-            for c in e.deferred.iter_mut().filter(|c| c.req == by) {
-                self.pool.give(std::mem::take(&mut c.values));
+            let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut e.round)
+                .into_iter()
+                .partition(|c| c.req == by);
+            e.round = kept;
+            let (gone_later, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut e.deferred)
+                .into_iter()
+                .partition(|c| c.req == by);
+            e.deferred = kept.into();
+            for c in gone.into_iter().chain(gone_later) {
+                c.values.release(&self.pool);
             }
-            e.round.retain(|c| c.req != by);
-            e.deferred.retain(|c| c.req != by);
             self.settle(key, &mut done);
             if self.keys.get(&key).is_some_and(|e| {
                 !e.pushed && e.held_by.is_none() && e.round.is_empty() && e.deferred.is_empty()
@@ -591,7 +662,14 @@ impl<T: Value, P: Clone> Store<T, P> {
         let n = req.meta.keys.len();
         let wants_value = req.op == Op::PushPull || req.fpt;
         let mut done = Vec::new();
-        let pieces = self.pieces(req.values, &req.meta.lens);
+        let pieces = match req.shared {
+            Some(frame) => vec![Piece::Shared(frame)],
+            None => self
+                .pieces(req.values, &req.meta.lens)
+                .into_iter()
+                .map(Piece::Owned)
+                .collect(),
+        };
         self.pending.insert(
             key_of,
             Pending {
@@ -617,7 +695,7 @@ impl<T: Value, P: Clone> Store<T, P> {
                 } else {
                     Bytes::new()
                 };
-                pool.give(piece);
+                piece.release(&pool);
                 done.push((key_of, i, frame));
                 continue;
             }
@@ -681,7 +759,7 @@ impl<T: Value, P: Clone> Store<T, P> {
     /// already, to the rounds after it) and completes rounds as far as they go.
     fn feed(&mut self, key: u64, c: Contribution<T>, done: &mut Vec<(ReqKey, usize, Bytes)>) {
         let Some(e) = self.keys.get_mut(&key) else {
-            self.pool.give(c.values);
+            c.values.release(&self.pool);
             return;
         };
         e.deferred.push_back(c);
@@ -716,13 +794,13 @@ impl<T: Value, P: Clone> Store<T, P> {
             let Some(first) = round.next() else {
                 return;
             };
-            let mut sum = first.values;
+            let mut sum = first.values.into_vec(pool);
             let mut waiters = vec![(first.req, first.index, first.wants_value)];
             for c in round {
                 sum.iter_mut()
-                    .zip(&c.values)
+                    .zip(c.values.as_slice())
                     .for_each(|(s, v)| *s = s.add(*v));
-                pool.give(c.values);
+                c.values.release(pool);
                 waiters.push((c.req, c.index, c.wants_value));
             }
             update.apply(key, &mut e.value, &sum);

@@ -30,6 +30,7 @@ fn req(worker: u32, id: u64, op: Op, keys: &[u64], lens: &[u64], values: Vec<f32
         meta: meta(keys, lens),
         values,
         fpt: false,
+        shared: None,
     }
 }
 
@@ -130,6 +131,7 @@ fn async_applies_each_push_at_once() {
             meta: meta_of::<f64>(&[3], &[1]),
             values: vec![1.5],
             fpt: false,
+            shared: None,
         },
     );
     assert_eq!(r.len(), 1);
@@ -142,6 +144,7 @@ fn async_applies_each_push_at_once() {
             meta: meta_of::<f64>(&[3], &[1]),
             values: vec![1.5],
             fpt: false,
+            shared: None,
         },
     );
     let Ok(Answer::Values(_, frames)) = &r[0].body else {
@@ -257,6 +260,7 @@ fn a_request_of_another_element_type_is_refused_naming_both() {
                 meta: meta_of::<i32>(&[1], &[1]),
                 values: vec![1.0],
                 fpt: false,
+                shared: None,
             },
         );
         let err = refused(&r[0], "s");
@@ -555,6 +559,7 @@ fn a_split_keys_length_error_names_its_whole_lengths() {
         },
         values: vec![1.0; len as usize],
         fpt: false,
+        shared: None,
     };
     assert!(store.handle(0, piece(1, 100, 50, 150))[0].body.is_ok());
     let r = store.handle(0, piece(2, 134, 66, 200));
@@ -574,4 +579,31 @@ fn a_split_keys_length_error_names_its_whole_lengths() {
     let r = store.handle(0, piece(3, 90, 60, 150));
     let err = refused(&r[0], "s");
     assert!(err.to_string().contains("other pieces"), "{err}");
+}
+
+/// A push of one key that arrived in one frame is summed from the frame (no copy
+/// first); the frames come back through the pool's spent list once the round is done,
+/// and a withdrawn one too.
+#[test]
+fn a_push_in_one_frame_is_summed_in_place_and_its_frame_given_back() {
+    let mut store = Store::<f32, u32>::new("s".into(), Mode::Sync, 2, Update::Sum);
+    let frame = |v: f32| payload::frame_from_vec(vec![v; 3]);
+    let shared = |worker, id, v| {
+        let mut r = req(worker, id, Op::PushPull, &[9], &[3], Vec::new());
+        r.shared = Some(frame(v));
+        r
+    };
+    assert!(store.handle(0, shared(0, 1, 1.0)).is_empty());
+    let r = store.handle(1, shared(1, 1, 2.0));
+    assert_eq!(r.len(), 2);
+    assert!(r.iter().all(|r| values(r) == [3.0; 3]), "{r:?}");
+    assert_eq!(store.pool.take_spent().len(), 2, "both pushes' frames");
+    // Withdrawn before it comes: its frame is given back unread.
+    assert!(matches!(
+        hold(&mut store, 0, 2, &[9]),
+        HoldAnswer::Held { round: None }
+    ));
+    store.handle(0, req(0, 2, Op::Withdraw, &[9], &[0], vec![]));
+    assert!(store.handle(0, shared(0, 2, 100.0)).is_empty());
+    assert_eq!(store.pool.take_spent().len(), 1);
 }
