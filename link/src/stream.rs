@@ -351,6 +351,14 @@ impl StreamLink {
         self.queue(to, tag, frames)
     }
 
+    /// Writes what the connections take of this rank's queued output and reads what
+    /// has arrived (kept for later receives), without waiting: for a caller that waits
+    /// on something else (a barrier over another socket) while its output must still
+    /// reach its peers. Returns whether anything moved.
+    pub fn advance(&mut self) -> bool {
+        self.progress_each()
+    }
+
     /// Why the connection to `rank` ended (closed by the peer, failed, or carrying a
     /// malformed stream), once it has; `None` while it is open, and for a rank this
     /// link has no connection to.

@@ -126,6 +126,12 @@ impl DataLink {
         switchyard_link::Link::recycle(&mut self.link, frame);
     }
 
+    /// Writes queued output and reads what has come, without waiting (see
+    /// [`StreamLink::advance`]).
+    pub(crate) fn advance(&mut self) {
+        self.link.advance();
+    }
+
     /// The next value message from any node, waiting until `deadline` (`None` then).
     /// A message that does not decode is dropped with a warning.
     pub(crate) fn recv(&mut self, deadline: Instant) -> Result<Option<(usize, Msg)>, PsError> {

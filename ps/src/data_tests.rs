@@ -242,3 +242,41 @@ fn a_server_dying_mid_round_on_the_data_plane_is_replaced() {
     }
     assert_eq!(sched.join().unwrap().unwrap().failovers, 1);
 }
+
+/// A worker starts a push too large for its connection to take at once, then waits at
+/// a barrier while the other worker's push of the same key waits for the round: the
+/// first worker's output keeps going out during the barrier (its thread writes the
+/// data plane, no I/O thread does), so the round completes and both get past.
+#[test]
+fn a_push_started_before_a_barrier_keeps_going_out_during_it() {
+    const LEN: usize = 8 << 20; // 32 MiB of f32: more than a TCP socket takes at once
+    let job = Job::start(
+        &endpoint("local", "data-barrier"),
+        config(2, 1)
+            .with_data_plane(DataPlane::Link)
+            .with_shared_memory(false)
+            .with_request_timeout(Duration::from_secs(10)),
+        Mode::Sync,
+        Update::Sum,
+    );
+    let (e, c) = (job.endpoint.clone(), job.config.clone());
+    let results = on_workers(2, move |_| {
+        let mut w = KvWorker::<f32>::join(&e, &c)?;
+        assert!(w.on_data_plane());
+        if w.rank() == 0 {
+            let t = w.start_push(&[1], &[LEN], vec![1.0; LEN])?;
+            w.barrier(Group::Workers)?;
+            w.wait(t)?;
+        } else {
+            w.push(&[1], &[LEN], vec![2.0; LEN])?;
+            w.barrier(Group::Workers)?;
+        }
+        let got = w.pull(&[1])?;
+        assert!(got.values().iter().all(|&v| v == 3.0));
+        w.finish()
+    });
+    for r in results {
+        r.unwrap();
+    }
+    job.end_ok();
+}

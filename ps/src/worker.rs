@@ -832,7 +832,14 @@ impl<T: Value> KvWorker<T> {
 
     /// Waits until every node of `group` (workers or all) has reached the barrier.
     pub fn barrier(&mut self, group: Group) -> Result<(), PsError> {
-        self.node.barrier(group, || {})
+        // The data plane's output is written by this thread: a push started before the
+        // barrier must keep going out, or a round the others wait in never completes.
+        let data = &mut self.data;
+        self.node.barrier(group, || {
+            if let Some(plane) = data.as_mut() {
+                plane.advance();
+            }
+        })
     }
 
     /// Tells the scheduler this worker has finished. Once every worker has, the
