@@ -162,10 +162,11 @@ impl DType {
 
     /// Whether this is a two-byte float ([`DType::F16`], [`DType::BF16`]), which the
     /// built-in reductions of every engine compute in `f32`: each rank's elements are
-    /// widened to `f32` (exactly), the reduction runs on the `f32` values as it runs
-    /// for [`DType::F32`] (same algorithms, same order of operations on every rank,
-    /// partial results travel between ranks as `f32`), and each element of the
-    /// result is rounded to the element type once, to nearest, ties to even. So a
+    /// widened to `f32` (exactly) and combined with `f32` arithmetic (on the host
+    /// board, each block in rank order by the rank that owns it; elsewhere as an
+    /// [`DType::F32`] call of that length runs, partial results travelling between
+    /// ranks as `f32`), and each element of the result is rounded to the element
+    /// type once, to nearest, ties to even. So a
     /// sum of `n` values is the `f32` sum rounded once: within half a unit in the
     /// last place of the element type of the `f32` sum, and exactly the correctly
     /// rounded sum whenever the `f32` sum is exact (at up to 4 ranks, whenever the
@@ -322,33 +323,35 @@ halves!(half::f16 => F16, half::bf16 => BF16);
 
 /// A reduction of two-byte floats ([`DType::is_half`]) run in `f32`: `buf` (bytes of
 /// `dtype` elements, aligned for them: the communicator hands over nothing else)
-/// widened into an `f32` buffer, `reduce` run on that, and its result rounded back
-/// into `buf` once per element, to nearest, ties to even. Refuses any other type.
-pub(crate) fn in_f32(
+/// widened into `scratch`, `reduce` run on that, and its result rounded back into
+/// `buf` once per element, to nearest, ties to even. Refuses any other type.
+/// `scratch` grows to fit and keeps its memory for the next call (a fresh buffer of
+/// many megabytes costs a page fault per page on every call).
+pub(crate) fn in_f32_with(
     call: Call,
     buf: &mut [u8],
     dtype: DType,
+    scratch: &mut Vec<f32>,
     reduce: impl FnOnce(&mut [f32]) -> Result<(), CollectiveError>,
 ) -> Result<(), CollectiveError> {
     use half::slice::HalfFloatSliceExt;
     let refused = |reason: String| CollectiveError::InvalidArgument { call, reason };
     let halves = bytemuck::try_cast_slice_mut::<u8, u16>(buf)
         .map_err(|e| refused(format!("a buffer of {dtype:?} elements: {e:?}")))?;
-    let mut wide = vec![0f32; halves.len()];
+    if scratch.len() < halves.len() {
+        scratch.resize(halves.len(), 0.0);
+    }
+    let wide = &mut scratch[..halves.len()];
     match dtype {
-        DType::F16 => {
-            bytemuck::cast_slice::<u16, half::f16>(halves).convert_to_f32_slice(&mut wide)
-        }
-        DType::BF16 => {
-            bytemuck::cast_slice::<u16, half::bf16>(halves).convert_to_f32_slice(&mut wide)
-        }
+        DType::F16 => bytemuck::cast_slice::<u16, half::f16>(halves).convert_to_f32_slice(wide),
+        DType::BF16 => bytemuck::cast_slice::<u16, half::bf16>(halves).convert_to_f32_slice(wide),
         other => return Err(refused(format!("{other:?} is not a two-byte float"))),
     }
-    reduce(&mut wide)?;
+    reduce(wide)?;
     if dtype == DType::F16 {
-        bytemuck::cast_slice_mut::<u16, half::f16>(halves).convert_from_f32_slice(&wide);
+        bytemuck::cast_slice_mut::<u16, half::f16>(halves).convert_from_f32_slice(wide);
     } else {
-        bytemuck::cast_slice_mut::<u16, half::bf16>(halves).convert_from_f32_slice(&wide);
+        bytemuck::cast_slice_mut::<u16, half::bf16>(halves).convert_from_f32_slice(wide);
     }
     Ok(())
 }
@@ -376,13 +379,14 @@ mod tests {
         assert_eq!(DType::from_code(DType::BF16.code()), Some(DType::BF16));
     }
 
-    /// `in_f32` hands the reduction the values widened, and rounds its result once:
+    /// `in_f32_with` hands the reduction the values widened, and rounds its result once:
     /// 2048 + 1 + 1 in f32 is 2050, which f16 holds.
     #[test]
     fn in_f32_widens_then_rounds_once_and_refuses_other_types() {
         let mut halves = [f16::from_f32(2048.0), f16::from_f32(0.1)];
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut halves);
-        in_f32(Call::Allreduce, bytes, DType::F16, |wide| {
+        let mut scratch = Vec::new();
+        in_f32_with(Call::Allreduce, bytes, DType::F16, &mut scratch, |wide| {
             assert_eq!(wide[0], 2048.0);
             assert_eq!(wide[1], f16::from_f32(0.1).to_f32());
             wide[0] += 1.0;
@@ -394,10 +398,11 @@ mod tests {
         assert_eq!(halves[0].to_f32(), 2050.0);
         assert_eq!(halves[1], f16::from_f32(f16::from_f32(0.1).to_f32() * 3.0));
         let mut words = [0u32; 2];
-        let e = in_f32(
+        let e = in_f32_with(
             Call::Allreduce,
             bytemuck::cast_slice_mut(&mut words),
             DType::U32,
+            &mut scratch,
             |_| Ok(()),
         )
         .unwrap_err();

@@ -2,14 +2,15 @@
 //! on the one picked by [`choose`].
 //!
 //! Reductions run on the element type their [`DType`] names (the bytes are
-//! reinterpreted in place, never copied), but for the two-byte floats, which run on
-//! an `f32` copy and are rounded back once ([`DType::is_half`]); copies (broadcast,
-//! allgather) run on the bytes, because any cut of a buffer copies the same.
+//! reinterpreted in place, never copied), but for the two-byte floats, which are
+//! combined in `f32` and rounded once ([`DType::is_half`], `reduce_half_as`); copies
+//! (broadcast, allgather) run on the bytes, because any cut of a buffer copies the
+//! same.
 
 use super::algo::choice::{Algorithm, Kind, checks_everyone, choose, choose_across_hosts};
-use super::algo::run::{broadcast_as, not_for, reduce_as};
+use super::algo::run::{broadcast_as, not_for, reduce_as, reduce_half_as};
 use super::algo::{AGREE_STEPS, Round, board, direct, doubling, ring, tree};
-use super::element::{DType, ReduceOp, Reducible, in_f32, with_dtype};
+use super::element::{DType, ReduceOp, Reducible, in_f32_with, with_dtype};
 use super::engine::{self, Collective, Combine, Elem, Engine, share_fold_result};
 use super::error::{Call, CollectiveError};
 use super::hierarchy;
@@ -27,7 +28,14 @@ pub(crate) struct MeshEngine {
     tuning: Tuning,
     /// Number of calls so far, which tags every message of the next one.
     seq: u64,
+    /// The `f32` copy that reductions of two-byte floats off the host board run on,
+    /// kept for the next one up to [`SCRATCH_KEPT`] elements.
+    scratch: Vec<f32>,
 }
+
+/// The largest `f32` copy (in elements: 64 MiB) the engine keeps between reductions
+/// of two-byte floats: a larger one is freed after its call.
+const SCRATCH_KEPT: usize = 16 << 20;
 
 impl MeshEngine {
     /// The engine over `link`, whose calls all run with `tuning`.
@@ -36,6 +44,7 @@ impl MeshEngine {
             link,
             tuning,
             seq: 0,
+            scratch: Vec::new(),
         }
     }
 
@@ -169,20 +178,31 @@ impl MeshEngine {
         let sig = Signature::reduction(call, dtype, op);
         let total = (buf.len() / dtype.size()) as u64;
         let tuning = self.tuning;
-        if dtype.is_half() {
-            // Run on f32 (`DType::is_half`): the algorithm is chosen for the bytes it
-            // moves, twice the buffer's.
-            let algorithm = self.choose(kind, buf.len().saturating_mul(2), total);
-            return self.round(sig, total, (kind, algorithm), |round| {
-                in_f32(call, buf, dtype, |wide| {
-                    if algorithm == Algorithm::Hierarchical {
-                        return hierarchy::allreduce(round, wide, op, &tuning);
-                    }
-                    reduce_as::<f32>(round, wide, op, algorithm, &tuning)
-                })
-            });
-        }
         let algorithm = self.choose(kind, buf.len(), total);
+        if dtype.is_half() {
+            // In f32, rounded once (`DType::is_half`).
+            let mut scratch = std::mem::take(&mut self.scratch);
+            let how = (algorithm, &tuning);
+            let result = self.round(sig, total, (kind, algorithm), |round| match dtype {
+                _ if algorithm == Algorithm::Hierarchical => {
+                    in_f32_with(call, buf, dtype, &mut scratch, |wide| {
+                        hierarchy::allreduce(round, wide, op, &tuning)
+                    })
+                }
+                DType::F16 => {
+                    let buf = elements::<half::f16>(call, buf)?;
+                    reduce_half_as(round, (buf, dtype), op, how, &mut scratch)
+                }
+                _ => {
+                    let buf = elements::<half::bf16>(call, buf)?;
+                    reduce_half_as(round, (buf, dtype), op, how, &mut scratch)
+                }
+            });
+            if scratch.len() <= SCRATCH_KEPT {
+                self.scratch = scratch;
+            }
+            return result;
+        }
         self.round(sig, total, (kind, algorithm), |round| {
             with_dtype!(dtype, T => {
                 let buf = elements::<T>(call, buf)?;
@@ -310,19 +330,31 @@ impl Engine for MeshEngine {
         let call = Call::Allreduce;
         let total = (out.len() / dtype.size()) as u64;
         let algorithm = self.choose(Kind::Allreduce, out.len(), total);
-        // Halves run on an f32 copy of the input whichever the algorithm.
-        if algorithm != Algorithm::Board || dtype.is_half() {
+        if algorithm != Algorithm::Board {
             return engine::copy_then_allreduce(self, input, out, dtype, op);
         }
         let sig = Signature::reduction(call, dtype, op);
         let tuning = self.tuning;
         self.round(sig, total, (Kind::Allreduce, algorithm), |round| {
-            with_dtype!(dtype, T => {
-                let input = elements_of::<T>(call, input)?;
-                let out = elements::<T>(call, out)?;
-                let reduce = move |acc: &mut [T], other: &[T]| T::reduce_into(op, acc, other);
-                board::allreduce_into(round, input, out, &reduce, tuning.piece_bytes)
-            })
+            let piece = tuning.piece_bytes;
+            match dtype {
+                DType::F16 => {
+                    let (input, out) = (elements_of(call, input)?, elements(call, out)?);
+                    let fold = &mut board::HalfInF32::new(op);
+                    board::allreduce_into::<half::f16>(round, input, out, fold, piece)
+                }
+                DType::BF16 => {
+                    let (input, out) = (elements_of(call, input)?, elements(call, out)?);
+                    let fold = &mut board::HalfInF32::new(op);
+                    board::allreduce_into::<half::bf16>(round, input, out, fold, piece)
+                }
+                _ => with_dtype!(dtype, T => {
+                    let input = elements_of::<T>(call, input)?;
+                    let out = elements::<T>(call, out)?;
+                    let reduce = move |acc: &mut [T], other: &[T]| T::reduce_into(op, acc, other);
+                    board::allreduce_into(round, input, out, &mut board::Pairwise(&reduce), piece)
+                }),
+            }
         })
     }
 

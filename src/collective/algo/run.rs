@@ -6,9 +6,11 @@
 
 use super::choice::Algorithm;
 use super::{Round, board, direct, doubling, ring, tree};
-use crate::collective::element::{ReduceOp, Reducible};
+use crate::collective::element::{DType, ReduceOp, Reducible, in_f32_with};
 use crate::collective::error::{Call, CollectiveError};
 use crate::collective::options::Tuning;
+use board::Pairwise;
+use half::slice::HalfFloatSliceExt;
 use switchyard_msg::payload;
 
 /// Runs `algorithm` for a built-in reduction of `buf`: all of it (`Phase::Both`),
@@ -29,9 +31,11 @@ pub(crate) fn reduce_as<T: Reducible>(
     match algorithm {
         Algorithm::Doubling => doubling::allreduce(round, buf, &reduce),
         Algorithm::Board if phase == ring::Phase::ReduceScatter => {
-            board::reduce_scatter(round, buf, &reduce, tuning.piece_bytes)
+            board::reduce_scatter(round, buf, &mut Pairwise(&reduce), tuning.piece_bytes)
         }
-        Algorithm::Board => board::allreduce(round, buf, &reduce, tuning.piece_bytes),
+        Algorithm::Board => {
+            board::allreduce(round, buf, &mut Pairwise(&reduce), tuning.piece_bytes)
+        }
         Algorithm::Direct => direct::allreduce(round, buf, &reduce, tuning.piece_bytes),
         Algorithm::Ring => {
             let plan = ring::RingPlan::even::<T>(
@@ -43,6 +47,39 @@ pub(crate) fn reduce_as<T: Reducible>(
             ring::run(round, buf, &plan, phase, &reduce)
         }
         other => Err(not_for(round.sig.call, other)),
+    }
+}
+
+/// [`reduce_as`] of two-byte floats ([`DType::is_half`]), which never reduce in their
+/// own type: on the host board each rank's part stays in the element type and each
+/// block is combined in `f32` and rounded once ([`board::HalfInF32`]); every other
+/// flat algorithm runs on an `f32` copy of the buffer in `scratch` ([`in_f32_with`]),
+/// rounded back once (the mesh runs a hierarchy of hosts on such a copy itself).
+pub(crate) fn reduce_half_as<T>(
+    round: &mut Round<'_>,
+    (buf, dtype): (&mut [T], DType),
+    op: ReduceOp,
+    (algorithm, tuning): (Algorithm, &Tuning),
+    scratch: &mut Vec<f32>,
+) -> Result<(), CollectiveError>
+where
+    T: Reducible,
+    [T]: HalfFloatSliceExt,
+{
+    let mut fold = board::HalfInF32::new(op);
+    match algorithm {
+        Algorithm::Board if round.sig.call == Call::ReduceScatter => {
+            board::reduce_scatter(round, buf, &mut fold, tuning.piece_bytes)
+        }
+        Algorithm::Board => board::allreduce(round, buf, &mut fold, tuning.piece_bytes),
+        Algorithm::Hierarchical => Err(not_for(round.sig.call, algorithm)),
+        other => in_f32_with(
+            round.sig.call,
+            bytemuck::cast_slice_mut(buf),
+            dtype,
+            scratch,
+            |wide| reduce_as::<f32>(round, wide, op, other, tuning),
+        ),
     }
 }
 

@@ -57,7 +57,7 @@
 
 mod split;
 
-use super::element::{DType, ReduceOp, in_f32};
+use super::element::{DType, ReduceOp, in_f32_with};
 use super::engine::{Collective, Combine, Elem, Engine, Prepare, share_fold_result};
 use super::error::{Call, CollectiveError};
 use super::signature::Signature;
@@ -113,7 +113,7 @@ fn datatype(dtype: DType) -> Datatype {
         DType::U64 => Datatype::U64,
         DType::U8 => Datatype::U8,
         // MPI has no standard two-byte float: halves are reduced as the `f32` they
-        // widen to ([`in_f32`]) and move as bytes otherwise.
+        // widen to ([`in_f32_with`]) and move as bytes otherwise.
         DType::F16 | DType::BF16 => Datatype::F32,
     }
 }
@@ -371,7 +371,7 @@ impl Engine for MpiEngine {
                 let dtype = *dtype;
                 self.call(sig, count, true, move |c, _| {
                     if dtype.is_half() {
-                        return in_f32(sig.call, buf, dtype, |wide| {
+                        return in_f32_with(sig.call, buf, dtype, &mut Vec::new(), |wide| {
                             let wide = bytemuck::cast_slice_mut(wide);
                             split::allreduce(c, wide, ty, op, max_count, in_place).map_err(failed)
                         });
@@ -392,7 +392,7 @@ impl Engine for MpiEngine {
                     let elements = buf.len() / dtype.size();
                     let plan = split::Scatter::even(elements, rank, size, max_count);
                     if dtype.is_half() {
-                        return in_f32(sig.call, buf, dtype, |wide| {
+                        return in_f32_with(sig.call, buf, dtype, &mut Vec::new(), |wide| {
                             let wide = bytemuck::cast_slice_mut(wide);
                             split::reduce_scatter(c, wide, &plan, ty, op, in_place).map_err(failed)
                         });

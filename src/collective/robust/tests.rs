@@ -746,3 +746,39 @@ fn a_rank_whose_prepare_failed_and_moved_on_gets_no_other_calls_data() {
         }
     }
 }
+
+/// Two-byte floats in robust mode, whose allreduces on the host board read each
+/// rank's input where the caller put it and write the result into the buffer robust
+/// mode keeps: the f32 sum rounded once (2048 + 1 + 1 is 2050 in f16), in one board
+/// call and in many pieces, the same bits on every rank.
+#[test]
+fn halves_reduce_on_the_host_board_in_robust_mode() {
+    use half::{bf16, f16};
+    let n = 3;
+    let gens = Generations::new(n);
+    let threads: Vec<_> = (0..n)
+        .map(|rank| {
+            let gens = Arc::clone(&gens);
+            std::thread::spawn(move || {
+                let mut comm = robust(&gens, rank, 0, RobustOptions::default());
+                let first = if rank == 0 { 2048.0 } else { 1.0 };
+                let mut small = [f16::from_f32(first); 5];
+                comm.allreduce(&mut small, ReduceOp::Sum).unwrap();
+                let input = |i: usize| bf16::from_f32(((i * 7 + rank * 13) % 50) as f32 / 8.0);
+                let mut large: Vec<bf16> = (0..100_000).map(input).collect();
+                comm.allreduce(&mut large, ReduceOp::Sum).unwrap();
+                comm.finalize().unwrap();
+                (small, large)
+            })
+        })
+        .collect();
+    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    for (rank, (small, large)) in results.iter().enumerate() {
+        assert_eq!(*small, [f16::from_f32(2050.0); 5], "rank {rank}");
+        for (i, x) in large.iter().enumerate() {
+            let exact: usize = (0..n).map(|r| (i * 7 + r * 13) % 50).sum();
+            assert_eq!(x.to_f32(), exact as f32 / 8.0, "rank {rank} element {i}");
+        }
+        assert_eq!(large, &results[0].1, "rank {rank}");
+    }
+}
