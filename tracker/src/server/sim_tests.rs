@@ -10,8 +10,9 @@
 //! own, its bytes cut at random points and each piece delayed. Strangers come too, on
 //! the workers' hosts or another: silent ones, ones that send part of a hello and
 //! stall, a whole classic `print` hello without its text, a `start` of the other
-//! protocol, floods past a small connection cap, and replays of a worker's `print`,
-//! `shutdown` or JSON `start`. Some close their connections after a while. The clock
+//! protocol, floods past a small connection cap, replays of a worker's `print`,
+//! `shutdown` or JSON `start`, and a whole job of the other protocol once the workers'
+//! protocol has given ranks. Some close their connections after a while. The clock
 //! jumps by what the seed picks, at times past the grace and the read timeout.
 //!
 //! What the model of the threads does with each connection mirrors `accept.rs`,
@@ -27,16 +28,18 @@
 //! worker is refused by the cap while a stranger that has not started a rank holds a
 //! slot; a worker's `print` or `shutdown` whose command is in is held back by a
 //! stranger's incomplete command at most the grace from that stranger's accept (plus
-//! the real wait's 50 ms recheck). Checked at the end: every worker got a rank, the job
-//! completed (every rank shut down) within 60 s of simulated time, each worker's prints
-//! were logged in the order it sent them and before its shutdown, and the job's
-//! protocol is the workers'.
+//! the real wait's 50 ms recheck); the protocol the workers do not speak gives no rank.
+//! Checked at the end: every worker got a rank, the job completed (every rank shut
+//! down) within 60 s of simulated time, each worker's prints were logged in the order it
+//! sent them and before its shutdown, its shutdown was counted (the tracker's record)
+//! for the rank the tracker gave it, and the job's protocol is the workers'.
 //!
 //! The generator, the in-order network and the campaign runner are the simulator's
 //! ([`switchyard_sim`]): `SEED=n` replays one seed and prints its trace (in the proof
 //! tests, under their broken variant); `SIM_SEEDS=n` runs that many seeds instead of
-//! the default budget; a failing seed prints the line that replays it. [`Variant`] holds the three decisions the
-//! recent fixes reverted, so that the tests show the simulation finds each.
+//! the default budget; a failing seed prints the line that replays it. [`Variant`]
+//! holds three decisions that fixes replaced, reverted, so that the tests show the
+//! simulation finds each.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::cap::{Admit, Cap};
@@ -138,6 +141,9 @@ enum Kind {
     PrintHello,
     /// A whole `start` of the protocol the workers do not speak.
     OtherStart,
+    /// A whole `start` of the protocol the workers do not speak, one of a whole job's
+    /// (n of them) that comes after the workers' protocol gave ranks.
+    LateStart,
     /// One of a flood (silent or partial).
     Flood,
     /// A worker's command sent again.
@@ -241,6 +247,9 @@ struct Worker {
     /// A JSON `print` waiting for its close, until.
     waiting: Option<(usize, Duration)>,
     port: u16,
+    /// The rank the tracker gave it: its turn's (classic), or its place in the batch
+    /// (JSON, which the worker learns as its successor's rank minus one).
+    given: Option<u32>,
 }
 
 /// A stranger to come.
@@ -296,6 +305,9 @@ struct Sim {
     workers: Vec<Worker>,
     planned: Vec<Planned>,
     replays: bool,
+    /// A job of the other protocol comes this long after the workers' protocol gave
+    /// its first rank.
+    late: Option<Duration>,
     net: Network<Channel, Duration, Msg>,
     log: Vec<Logged>,
     done: bool,
@@ -461,6 +473,7 @@ impl Sim {
             workers: Vec::new(),
             planned: Vec::new(),
             replays: rng.chance(30),
+            late: None,
             net: Network::default(),
             log: Vec::new(),
             done: false,
@@ -494,6 +507,7 @@ impl Sim {
                 ready_at: Some(start),
                 waiting: None,
                 port: 9000 + w as u16,
+                given: None,
             });
         }
         let worker_host = |rng: &mut Rng| {
@@ -527,10 +541,15 @@ impl Sim {
                 at += Duration::from_millis(25 + sim.rng.below(35));
             }
         }
+        sim.late = sim
+            .rng
+            .chance(25)
+            .then(|| sim.rng.up_to(Duration::from_secs(3)));
         sim.trace(format!(
             "{n} {proto:?} workers on {hosts} hosts, read timeout {read_timeout:?}, cap {cap}, \
-             {strangers} strangers, {others} other-protocol starts, flood {flood}, replays {}, {variant:?}",
-            sim.replays
+             {strangers} strangers, {others} other-protocol starts, flood {flood}, replays {}, \
+             late other-protocol job {:?}, {variant:?}",
+            sim.replays, sim.late
         ));
         sim
     }
@@ -579,7 +598,7 @@ impl Sim {
                 b.extend(classic_hello(-1, -1, None, "print"));
                 (b, false)
             }
-            Kind::OtherStart => {
+            Kind::OtherStart | Kind::LateStart => {
                 let mut b = magic();
                 b.extend(match self.proto {
                     Proto::Json => classic_hello(-1, -1, None, "start"),
@@ -919,7 +938,12 @@ impl Sim {
     fn classic_actions(&mut self, actions: Vec<classic::Action>) {
         for a in actions {
             match a {
-                classic::Action::Turn { conn, rank } => self.post(conn, Go::Turn(rank)),
+                classic::Action::Turn { conn, rank } => {
+                    if let Some(w) = self.worker_of(conn) {
+                        self.workers[w].given = Some(rank);
+                    }
+                    self.post(conn, Go::Turn(rank));
+                }
                 classic::Action::Record(r) => self.note(&r),
             }
         }
@@ -932,6 +956,15 @@ impl Sim {
                 json::Action::SignalError { .. } => {}
                 json::Action::Record(r) => self.note(&r),
             }
+        }
+    }
+
+    /// The worker whose `start` connection `id` is.
+    fn worker_of(&self, id: ConnId) -> Option<usize> {
+        let conn = self.conns.iter().find(|c| c.id == Some(id))?;
+        match conn.owner {
+            Owner::Worker(w, Cmd::Start) => Some(w),
+            _ => None,
         }
     }
 
@@ -948,6 +981,15 @@ impl Sim {
             }
             Record::JsonBatch { members } => {
                 self.trace(format!("JSON batch of {} formed", members.len()));
+                // Each worker listens on a port of its own.
+                for (rank, member) in members.iter().enumerate() {
+                    let worker = self.workers.iter_mut().find(|w| {
+                        w.proto == Proto::Json && w.port == member.port && w.given.is_none()
+                    });
+                    if let Some(worker) = worker {
+                        worker.given = Some(rank as u32);
+                    }
+                }
             }
             Record::Linked { rank, .. } => self.trace(format!("rank {rank} linked")),
             _ => {}
@@ -997,8 +1039,11 @@ impl Sim {
                 let rank = *rank;
                 match self.machines.classic.shutdown(rank) {
                     Ok(actions) => {
-                        self.log.push(Logged::Shutdown(key, rank as u32));
-                        self.trace(format!("{}: rank {rank} shut down", self.who(key)));
+                        let records = actions.iter().filter_map(|a| match a {
+                            classic::Action::Record(r) => Some(r),
+                            classic::Action::Turn { .. } => None,
+                        });
+                        self.counted(key, records);
                         self.classic_actions(actions);
                         self.end(key, None);
                     }
@@ -1267,6 +1312,17 @@ impl Sim {
         true
     }
 
+    /// Logs the shutdown `key` carried out as the tracker counted it: for the rank of
+    /// its record (not the hello's, which the tracker may count otherwise).
+    fn counted<'a>(&mut self, key: usize, records: impl Iterator<Item = &'a Record>) {
+        for record in records {
+            if let Record::ShutDown { rank, .. } = record {
+                self.log.push(Logged::Shutdown(key, *rank));
+                self.trace(format!("{}: rank {rank} shut down", self.who(key)));
+            }
+        }
+    }
+
     /// A `print` or `shutdown` whose turn came (or whose wait ran out).
     fn carry(&mut self, key: usize, carry: Carry) {
         match carry {
@@ -1283,8 +1339,11 @@ impl Sim {
             }
             Carry::JsonShutdown(rank) => match self.machines.json.shutdown(rank) {
                 Ok(actions) => {
-                    self.log.push(Logged::Shutdown(key, rank as u32));
-                    self.trace(format!("{}: rank {rank} shut down", self.who(key)));
+                    let records = actions.iter().filter_map(|a| match a {
+                        json::Action::Record(r) => Some(r),
+                        _ => None,
+                    });
+                    self.counted(key, records);
                     self.json_actions(actions);
                     self.end(key, None);
                 }
@@ -1458,6 +1517,47 @@ impl Sim {
         }
     }
 
+    /// Whether the classic and the JSON machine have given ranks.
+    fn ranked(&self) -> (bool, bool) {
+        (self.machines.classic.ranked(), self.machines.json.ranked())
+    }
+
+    /// The protocol the workers do not speak never gives a rank: not to strangers'
+    /// `start`s before the workers' batch, nor to a whole job of them after it.
+    fn check_protocol(&mut self) {
+        let (classic, json) = self.ranked();
+        let other = match self.proto {
+            Proto::Classic => json,
+            Proto::Json => classic,
+        };
+        if other && self.broken.is_none() {
+            self.fail(format!(
+                "the job's protocol is not its workers' ({:?}): classic ranked {classic}, \
+                 JSON ranked {json}",
+                self.proto
+            ));
+        }
+    }
+
+    /// Once the workers' protocol has given a rank, a seed with a late job of the
+    /// other protocol plans it: n `start`s, from hosts of their own, within 300 ms.
+    fn late_job(&mut self) {
+        let (classic, json) = self.ranked();
+        let ranked = match self.proto {
+            Proto::Classic => classic,
+            Proto::Json => json,
+        };
+        let Some(after) = self.late.filter(|_| ranked) else {
+            return;
+        };
+        self.late = None;
+        let at = self.now + after;
+        for i in 0..self.n {
+            let start = at + self.rng.up_to(Duration::from_millis(300));
+            self.plan(Kind::LateStart, start, format!("10.0.1.{}", i + 1));
+        }
+    }
+
     /// The end state: ranks, prints in order before each shutdown, the protocol.
     fn check_end(&mut self) -> Result<(), String> {
         for (w, worker) in self.workers.iter().enumerate() {
@@ -1479,10 +1579,11 @@ impl Sim {
                         printed.push(text.clone());
                     }
                     Logged::Shutdown(k, rank) if mine(*k) => {
-                        if Some(*rank) != worker.rank {
+                        if Some(*rank) != worker.given {
+                            let given = worker.given.map_or("none".into(), |r| r.to_string());
                             return Err(format!(
-                                "worker {w} (rank {:?}) shut down rank {rank}",
-                                worker.rank
+                                "worker {w}'s shutdown was counted for rank {rank}, but the \
+                                 tracker gave it rank {given}"
                             ));
                         }
                         shut = Some(i);
@@ -1501,7 +1602,7 @@ impl Sim {
                 return Err(format!("worker {w}'s own shutdown was not counted"));
             }
         }
-        let (classic, json) = (self.machines.classic.ranked(), self.machines.json.ranked());
+        let (classic, json) = self.ranked();
         let right = match self.proto {
             Proto::Classic => classic && !json,
             Proto::Json => json && !classic,
@@ -1521,6 +1622,8 @@ impl Sim {
             self.clients();
             self.poll();
             self.check_holds();
+            self.check_protocol();
+            self.late_job();
             if let Some(broken) = self.broken.take() {
                 return Err(broken);
             }
