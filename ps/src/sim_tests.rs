@@ -45,6 +45,12 @@ use switchyard_sim::{self as sim, Campaign, Failure, Faults, Network, Rng, Step,
 const TIMEOUT: Duration = Duration::from_millis(100);
 /// How long a worker waits for answers to a hold.
 const GRACE: Duration = Duration::from_millis(100);
+/// In the `..._over_two_planes` campaigns, the percentage of pushes and answers that
+/// are slow on the data plane (a large value still crossing), taking from [`TIMEOUT`]
+/// up to [`SLOW_DATA`].
+const SLOW_PERCENT: u64 = 10;
+/// Longest a slow push or answer takes: past [`TIMEOUT`] plus [`GRACE`].
+const SLOW_DATA: Duration = Duration::from_millis(250);
 /// Rounds each worker pushes.
 const ROUNDS: usize = 3;
 /// Seeds a plain `cargo test` runs.
@@ -134,6 +140,9 @@ struct Sim {
     faults: Faults,
     /// Whether workers skip keys (break sync mode's rule).
     skip: bool,
+    /// Whether control messages travel apart from pushes and their answers (the data
+    /// plane): in order per plane, not with each other.
+    planes: bool,
     now: Instant,
     start: Instant,
     mode: Servers,
@@ -142,8 +151,8 @@ struct Sim {
     arrived: Vec<BTreeMap<(u32, u64), Arrival>>,
     workers: Vec<Worker>,
     owner: BTreeMap<u64, usize>,
-    /// Messages in flight, in order per (from, to) pair.
-    net: Network<(Endpoint, Endpoint), Instant, Message>,
+    /// Messages in flight, in order per (from, to, control plane) channel.
+    net: Network<(Endpoint, Endpoint, bool), Instant, Message>,
     /// Per (worker, request id, key): the contribution's bit.
     bits: BTreeMap<(u32, u64, u64), Bit>,
     next_bit: BTreeMap<u64, u32>,
@@ -190,6 +199,7 @@ impl Sim {
             rng,
             faults: faults(),
             skip,
+            planes: false,
             now: start,
             start,
             mode,
@@ -250,8 +260,20 @@ impl Sim {
     }
 
     fn send(&mut self, from: Endpoint, to: Endpoint, message: Message) {
-        let at = self.now + self.faults.delay(&mut self.rng);
-        self.net.send((from, to), at, message);
+        let control = self.planes
+            && match &message {
+                Message::Request(req) => !matches!(req.op, Op::Push | Op::PushPull),
+                Message::Reply(reply) => matches!(reply.body, Ok(Answer::Hold(_))),
+            };
+        let delay = if self.planes && !control && self.rng.chance(SLOW_PERCENT) {
+            // A large value still crossing: past the request timeout, so that holds
+            // and withdrawals overtake the push they name.
+            self.rng.between(TIMEOUT, SLOW_DATA)
+        } else {
+            self.faults.delay(&mut self.rng)
+        };
+        self.net
+            .send((from, to, control), self.now + delay, message);
     }
 
     fn request(
@@ -447,7 +469,7 @@ impl Sim {
         }
     }
 
-    fn deliver(&mut self, (from, to): (Endpoint, Endpoint), message: Message) {
+    fn deliver(&mut self, (from, to, _): (Endpoint, Endpoint, bool), message: Message) {
         match (to, message) {
             (Endpoint::Server(s), Message::Request(req)) => {
                 let Endpoint::Worker(w) = from else { return };
@@ -653,6 +675,28 @@ fn run(seed: u64, mode: Servers, skip: bool) -> sim::Outcome {
     let mut sim = Sim::new(seed, mode, skip);
     let result = sim.run();
     sim::Outcome::new(result, sim.trace)
+}
+
+/// One seed's run with control messages apart from pushes (the data plane).
+fn run_on_two_planes(seed: u64, skip: bool) -> sim::Outcome {
+    let mut sim = Sim::new(seed, Servers::NoClock, skip);
+    sim.planes = true;
+    let result = sim.run();
+    sim::Outcome::new(result, sim.trace)
+}
+
+/// A hold or a withdrawal may reach a server before the push it names: the push is
+/// still applied by every server or by none.
+#[test]
+fn sim_every_push_is_applied_by_every_server_or_by_none_over_two_planes() {
+    campaign("sim_every_push_is_applied_by_every_server_or_by_none_over_two_planes")
+        .check(|seed| run_on_two_planes(seed, false));
+}
+
+#[test]
+fn sim_a_push_whose_round_a_skipped_key_holds_up_is_never_dropped_over_two_planes() {
+    campaign("sim_a_push_whose_round_a_skipped_key_holds_up_is_never_dropped_over_two_planes")
+        .check(|seed| run_on_two_planes(seed, true));
 }
 
 #[test]
