@@ -163,10 +163,11 @@ impl DType {
     /// Whether this is a two-byte float ([`DType::F16`], [`DType::BF16`]), which the
     /// built-in reductions of every engine compute in `f32`: each rank's elements are
     /// widened to `f32` (exactly) and combined with `f32` arithmetic (on the host
-    /// board, each block in rank order by the rank that owns it; elsewhere as an
-    /// [`DType::F32`] call of that length runs, partial results travelling between
-    /// ranks as `f32`), and each element of the result is rounded to the element
-    /// type once, to nearest, ties to even. So a
+    /// board and in the direct exchange, each block in one place, from parts that
+    /// travel in the element type; elsewhere as an [`DType::F32`] call of that
+    /// length runs, partial results travelling between ranks as `f32`), and each
+    /// element of the result is rounded to the element type once, to nearest, ties
+    /// to even. So a
     /// sum of `n` values is the `f32` sum rounded once: within half a unit in the
     /// last place of the element type of the `f32` sum, and exactly the correctly
     /// rounded sum whenever the `f32` sum is exact (at up to 4 ranks, whenever the

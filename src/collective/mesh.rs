@@ -7,6 +7,7 @@
 //! (broadcast, allgather) run on the bytes, because any cut of a buffer copies the
 //! same.
 
+use super::algo::accumulate::{HalfInF32, Pairwise};
 use super::algo::choice::{Algorithm, Kind, checks_everyone, choose, choose_across_hosts};
 use super::algo::run::{broadcast_as, not_for, reduce_as, reduce_half_as};
 use super::algo::{AGREE_STEPS, Round, board, direct, doubling, ring, tree};
@@ -340,19 +341,19 @@ impl Engine for MeshEngine {
             match dtype {
                 DType::F16 => {
                     let (input, out) = (elements_of(call, input)?, elements(call, out)?);
-                    let fold = &mut board::HalfInF32::new(op);
+                    let fold = &mut HalfInF32::new(op);
                     board::allreduce_into::<half::f16>(round, input, out, fold, piece)
                 }
                 DType::BF16 => {
                     let (input, out) = (elements_of(call, input)?, elements(call, out)?);
-                    let fold = &mut board::HalfInF32::new(op);
+                    let fold = &mut HalfInF32::new(op);
                     board::allreduce_into::<half::bf16>(round, input, out, fold, piece)
                 }
                 _ => with_dtype!(dtype, T => {
                     let input = elements_of::<T>(call, input)?;
                     let out = elements::<T>(call, out)?;
                     let reduce = move |acc: &mut [T], other: &[T]| T::reduce_into(op, acc, other);
-                    board::allreduce_into(round, input, out, &mut board::Pairwise(&reduce), piece)
+                    board::allreduce_into(round, input, out, &mut Pairwise(&reduce), piece)
                 }),
             }
         })

@@ -29,7 +29,8 @@
 //!
 //! Two-byte floats stay in their own type on the board (half the bytes of `f32`):
 //! the rank that combines a block widens each rank's part of it to `f32`, combines
-//! there in the same rank order, and rounds the block once ([`HalfInF32`]).
+//! there in the same rank order, and rounds the block once
+//! ([`HalfInF32`](super::accumulate::HalfInF32)).
 //!
 //! Every rank publishes a part in every board call, which is what lets the board reuse
 //! a slot two calls later without acknowledgements (a rank waits for every part of
@@ -41,10 +42,9 @@
 //! checked mode needs no agreement before these calls. In a broadcast only the
 //! other ranks compare their call with the root's; checked mode agrees first.
 
+use super::accumulate::Accumulate;
 use super::{Round, split};
-use crate::collective::element::{ReduceOp, Reducible};
 use crate::collective::error::CollectiveError;
-use half::slice::HalfFloatSliceExt;
 use std::ops::Range;
 use switchyard_msg::copy::{copy_bytes, copy_elements};
 use switchyard_msg::payload::Element;
@@ -78,15 +78,15 @@ fn wrong_length(len: usize, wanted: usize) -> Result<(), String> {
     }
 }
 
-/// Allreduces `buf` in place on the board; `fold` ([`Fold`]) combines in rank
+/// Allreduces `buf` in place on the board; `acc` ([`Accumulate`]) combines in rank
 /// order. `tuning_piece` caps the piece size (see the module documentation).
 pub(crate) fn allreduce<T: Element>(
     round: &mut Round<'_>,
     buf: &mut [T],
-    fold: &mut dyn Fold<T>,
+    acc: &mut dyn Accumulate<T>,
     tuning_piece: usize,
 ) -> Result<(), CollectiveError> {
-    allreduce_from(round, None, buf, fold, tuning_piece)
+    allreduce_from(round, None, buf, acc, tuning_piece)
 }
 
 /// [`allreduce`] of `input` into `out` (of the same length), `input` left as it was:
@@ -97,10 +97,10 @@ pub(crate) fn allreduce_into<T: Element>(
     round: &mut Round<'_>,
     input: &[T],
     out: &mut [T],
-    fold: &mut dyn Fold<T>,
+    acc: &mut dyn Accumulate<T>,
     tuning_piece: usize,
 ) -> Result<(), CollectiveError> {
-    allreduce_from(round, Some(input), out, fold, tuning_piece)
+    allreduce_from(round, Some(input), out, acc, tuning_piece)
 }
 
 /// The allreduce of the board, reading this rank's input from `input`, or from `out`
@@ -109,7 +109,7 @@ fn allreduce_from<T: Element>(
     round: &mut Round<'_>,
     input: Option<&[T]>,
     out: &mut [T],
-    fold: &mut dyn Fold<T>,
+    acc: &mut dyn Accumulate<T>,
     tuning_piece: usize,
 ) -> Result<(), CollectiveError> {
     if input.is_some_and(|input| input.len() != out.len()) {
@@ -120,7 +120,7 @@ fn allreduce_from<T: Element>(
     }
     let piece_len = piece_bytes(round, tuning_piece);
     if std::mem::size_of_val(out) <= WHOLE_BYTES.min(piece_len) {
-        return allreduce_whole(round, input, out, fold);
+        return allreduce_whole(round, input, out, acc);
     }
     let per_piece = (piece_len / std::mem::size_of::<T>().max(1)).max(1);
     let (n, me) = (round.size(), round.rank());
@@ -140,7 +140,7 @@ fn allreduce_from<T: Element>(
         take_all(round, &mut |from, data| {
             wrong_length(data.len(), expected)?;
             let theirs = elements::<T>(&data[mine_bytes.clone()])?;
-            fold.fold(&mut piece[mine.clone()], from, from + 1 == n, theirs);
+            acc.add(&mut piece[mine.clone()], from, from + 1 == n, theirs);
             Ok(())
         })?;
         publish(round, bytemuck::cast_slice(&piece[mine.clone()]))?;
@@ -158,12 +158,12 @@ fn allreduce_from<T: Element>(
 
 /// Reduces `buf` over every rank and leaves block `rank` of the result (of
 /// [`split`]) in place on this rank; the rest of `buf` is left as it was.
-/// `fold` ([`Fold`]) combines in rank order; `tuning_piece` caps a board call's
+/// `acc` ([`Accumulate`]) combines in rank order; `tuning_piece` caps a board call's
 /// part, as for the other calls.
 pub(crate) fn reduce_scatter<T: Element>(
     round: &mut Round<'_>,
     buf: &mut [T],
-    fold: &mut dyn Fold<T>,
+    acc: &mut dyn Accumulate<T>,
     tuning_piece: usize,
 ) -> Result<(), CollectiveError> {
     let (n, me) = (round.size(), round.rank());
@@ -189,86 +189,11 @@ pub(crate) fn reduce_scatter<T: Element>(
         take_all(round, &mut |from, data| {
             wrong_length(data.len(), expected)?;
             let theirs = elements::<T>(&data[in_part.clone()])?;
-            fold.fold(&mut buf[mine.clone()], from, from + 1 == n, theirs);
+            acc.add(&mut buf[mine.clone()], from, from + 1 == n, theirs);
             Ok(())
         })?;
     }
     Ok(())
-}
-
-/// How a board call combines every rank's part of a block into `acc`, in rank order:
-/// `fold(acc, from, last, theirs)` is called for rank 0's part first (which replaces
-/// what `acc` held: this rank's own part is safe in its slot), then for every later
-/// rank's, `last` set on the last rank's. Every rank that combines a block makes the
-/// same calls, so the results are bit-identical wherever they are computed.
-pub(crate) trait Fold<T> {
-    /// Combines rank `from`'s part `theirs` into `acc`.
-    fn fold(&mut self, acc: &mut [T], from: usize, last: bool, theirs: &[T]);
-}
-
-/// The element type's own operation, rank after rank: `((x0 + x1) + x2) + ...`.
-pub(crate) struct Pairwise<'a, T>(pub(crate) &'a dyn Fn(&mut [T], &[T]));
-
-impl<T: Element> Fold<T> for Pairwise<'_, T> {
-    fn fold(&mut self, acc: &mut [T], from: usize, _last: bool, theirs: &[T]) {
-        if from == 0 {
-            copy_elements(acc, theirs);
-        } else {
-            (self.0)(acc, theirs);
-        }
-    }
-}
-
-/// The two-byte floats ([`DType::is_half`](crate::collective::DType::is_half)):
-/// every rank's part widened to `f32` and combined there, rank after rank, with
-/// `f32`'s operation, and the block rounded to the element type once, after the last
-/// rank's part. The board holds the parts in their own type (half the bytes of
-/// `f32`); only the block being combined is widened: into a buffer kept for the
-/// call, and each later rank's part a chunk at a time.
-pub(crate) struct HalfInF32 {
-    op: ReduceOp,
-    acc: Vec<f32>,
-}
-
-/// Elements a later rank's part is widened in at a time before it is combined: a
-/// buffer that stays in the first-level cache between the two passes.
-const WIDEN_CHUNK: usize = 1024;
-
-impl HalfInF32 {
-    /// The fold of `op`.
-    pub(crate) fn new(op: ReduceOp) -> HalfInF32 {
-        HalfInF32 {
-            op,
-            acc: Vec::new(),
-        }
-    }
-}
-
-impl<T> Fold<T> for HalfInF32
-where
-    [T]: HalfFloatSliceExt,
-{
-    fn fold(&mut self, acc: &mut [T], from: usize, last: bool, theirs: &[T]) {
-        if from == 0 {
-            self.acc.clear();
-            self.acc.resize(theirs.len(), 0.0);
-            theirs.convert_to_f32_slice(&mut self.acc);
-        } else {
-            let mut wide = [0f32; WIDEN_CHUNK];
-            for (acc, theirs) in self
-                .acc
-                .chunks_mut(WIDEN_CHUNK)
-                .zip(theirs.chunks(WIDEN_CHUNK))
-            {
-                let wide = &mut wide[..theirs.len()];
-                theirs.convert_to_f32_slice(wide);
-                f32::reduce_into(self.op, acc, wide);
-            }
-        }
-        if last {
-            acc.convert_from_f32_slice(&self.acc);
-        }
-    }
 }
 
 /// `range` of elements of `T` as a range of bytes.
@@ -288,7 +213,7 @@ fn allreduce_whole<T: Element>(
     round: &mut Round<'_>,
     input: Option<&[T]>,
     buf: &mut [T],
-    fold: &mut dyn Fold<T>,
+    acc: &mut dyn Accumulate<T>,
 ) -> Result<(), CollectiveError> {
     let n = round.size();
     let expected = std::mem::size_of_val(buf);
@@ -297,7 +222,7 @@ fn allreduce_whole<T: Element>(
     // overwritten with rank 0's part before anything is combined into it.
     take_all(round, &mut |from, data| {
         wrong_length(data.len(), expected)?;
-        fold.fold(buf, from, from + 1 == n, elements::<T>(data)?);
+        acc.add(buf, from, from + 1 == n, elements::<T>(data)?);
         Ok(())
     })
 }

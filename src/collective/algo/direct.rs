@@ -3,6 +3,7 @@
 //! messages per rank: the choice for small allgathers.
 
 use super::Round;
+use super::accumulate::Accumulate;
 use crate::collective::error::CollectiveError;
 use std::ops::Range;
 use switchyard_msg::payload::Element;
@@ -55,11 +56,12 @@ fn share<T: Element>(
 /// rank `p`, which adds up the `n - 1` contributions to its block; then every rank
 /// sends its finished block to every other. The same bytes per rank as the ring, but
 /// two hops of latency instead of `2 (n - 1)`. Each block is reduced by one rank in a
-/// fixed order, so every rank ends with identical results.
+/// fixed order (its own part, then rank `p + 1`'s, `p + 2`'s, ...; see
+/// [`Accumulate`]), so every rank ends with identical results.
 pub(crate) fn allreduce<T: Element>(
     round: &mut Round<'_>,
     buf: &mut [T],
-    reduce: &dyn Fn(&mut [T], &[T]),
+    sum: &mut dyn Accumulate<T>,
     piece_bytes: usize,
 ) -> Result<(), CollectiveError> {
     round.algo = "direct exchange";
@@ -76,11 +78,12 @@ pub(crate) fn allreduce<T: Element>(
             round.send(to, 0, range.start as u64, frame)?;
         }
         let mine = plan.piece(r, j);
+        sum.start_in_place(&buf[mine.clone()]);
         for k in 1..n {
             let from = (r + k) % n;
             let target = &mut buf[mine.clone()];
             round.recv_elements::<T>(from, 0, mine.start as u64, mine.len(), |piece, _| {
-                reduce(target, piece)
+                sum.add(target, k, k + 1 == n, piece)
             })?;
         }
     }

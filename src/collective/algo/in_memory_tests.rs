@@ -4,6 +4,7 @@
 //! interleavings), each result against a sequential reference.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use super::accumulate::Pairwise;
 use super::{Round, Signature, direct, doubling, ring, split, tree};
 use crate::collective::error::{Call, CollectiveError};
 use crate::collective::link::{Clock, Link, MemoryLink, MemorySchedule};
@@ -142,7 +143,12 @@ fn direct_exchange_allreduces() {
     sweep(|n, len, schedule| {
         let results = on_world(n, schedule, move |link| {
             let mut buf = input(link.rank(), len);
-            direct::allreduce(&mut round(link, len), &mut buf, &sum, piece_bytes(len))?;
+            direct::allreduce(
+                &mut round(link, len),
+                &mut buf,
+                &mut Pairwise(&sum),
+                piece_bytes(len),
+            )?;
             Ok(buf)
         });
         let want = reference_sum(n, len);
@@ -419,7 +425,7 @@ fn the_other_algorithms_need_room_for_one_message_per_pair() {
                 let r = link.rank();
                 let mut round = round(link, LARGE);
                 let mut buf = input(r, LARGE);
-                direct::allreduce(&mut round, &mut buf, &sum, 256)?;
+                direct::allreduce(&mut round, &mut buf, &mut Pairwise(&sum), 256)?;
                 let reduced = buf.clone();
                 round.seq += 1;
                 let mut chained = input(r, LARGE);

@@ -14,6 +14,7 @@
 //! at their first message to each other even when their disagreement put them on
 //! different algorithms, whose step tags never meet.
 
+pub(crate) mod accumulate;
 pub(crate) mod board;
 pub(crate) mod choice;
 pub(crate) mod direct;

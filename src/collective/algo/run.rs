@@ -4,12 +4,12 @@
 //! world's ranks. A hierarchical call is the mesh's to run, never picked here, so
 //! the mesh and its hierarchy both stand on this module and neither on the other.
 
+use super::accumulate::{HalfInF32, Pairwise};
 use super::choice::Algorithm;
 use super::{Round, board, direct, doubling, ring, tree};
 use crate::collective::element::{DType, ReduceOp, Reducible, in_f32_with};
 use crate::collective::error::{Call, CollectiveError};
 use crate::collective::options::Tuning;
-use board::Pairwise;
 use half::slice::HalfFloatSliceExt;
 use switchyard_msg::payload;
 
@@ -36,7 +36,9 @@ pub(crate) fn reduce_as<T: Reducible>(
         Algorithm::Board => {
             board::allreduce(round, buf, &mut Pairwise(&reduce), tuning.piece_bytes)
         }
-        Algorithm::Direct => direct::allreduce(round, buf, &reduce, tuning.piece_bytes),
+        Algorithm::Direct => {
+            direct::allreduce(round, buf, &mut Pairwise(&reduce), tuning.piece_bytes)
+        }
         Algorithm::Ring => {
             let plan = ring::RingPlan::even::<T>(
                 buf.len(),
@@ -51,8 +53,9 @@ pub(crate) fn reduce_as<T: Reducible>(
 }
 
 /// [`reduce_as`] of two-byte floats ([`DType::is_half`]), which never reduce in their
-/// own type: on the host board each rank's part stays in the element type and each
-/// block is combined in `f32` and rounded once ([`board::HalfInF32`]); every other
+/// own type: on the host board and in the direct exchange each rank's part travels in
+/// the element type and each block is combined in `f32`, in one place, and rounded
+/// once ([`HalfInF32`]); every other
 /// flat algorithm runs on an `f32` copy of the buffer in `scratch` ([`in_f32_with`]),
 /// rounded back once (the mesh runs a hierarchy of hosts on such a copy itself).
 pub(crate) fn reduce_half_as<T>(
@@ -66,12 +69,13 @@ where
     T: Reducible,
     [T]: HalfFloatSliceExt,
 {
-    let mut fold = board::HalfInF32::new(op);
+    let mut sum = HalfInF32::new(op);
     match algorithm {
         Algorithm::Board if round.sig.call == Call::ReduceScatter => {
-            board::reduce_scatter(round, buf, &mut fold, tuning.piece_bytes)
+            board::reduce_scatter(round, buf, &mut sum, tuning.piece_bytes)
         }
-        Algorithm::Board => board::allreduce(round, buf, &mut fold, tuning.piece_bytes),
+        Algorithm::Board => board::allreduce(round, buf, &mut sum, tuning.piece_bytes),
+        Algorithm::Direct => direct::allreduce(round, buf, &mut sum, tuning.piece_bytes),
         Algorithm::Hierarchical => Err(not_for(round.sig.call, algorithm)),
         other => in_f32_with(
             round.sig.call,
