@@ -26,14 +26,38 @@ pub fn robust_over_link(
     options: CommOptions,
     robust: super::RobustOptions,
 ) -> Communicator {
-    use super::engine::Engine;
-    use super::mesh::MeshEngine;
-    let mesh: Box<dyn Engine> = Box::new(MeshEngine::new(link, options.tuning()));
-    let rejoin: super::robust::Rejoin = Box::new(|| {
+    let no_next: NextLink = Box::new(|| {
         Err(CollectiveError::InvalidArgument {
             call: super::Call::Setup,
             reason: "a robust communicator over a link handed in cannot form another mesh".into(),
         })
+    });
+    robust_over_links(link, options, robust, no_next)
+}
+
+/// Where a robust communicator made by [`robust_over_links`] gets its next mesh after
+/// a failure: this rank's link of a new world, or why there is none. It stands in for
+/// the tracker's `recover` of [`Communicator::join`]'s robust mode, and is called on
+/// the rank's own thread, inside the call that found the mesh broken.
+pub type NextLink = Box<dyn FnMut() -> Result<Box<dyn Link>, CollectiveError> + Send>;
+
+/// A robust-mode communicator over `link`, its first mesh, that forms each later mesh
+/// over the link `next` gives (with the same `options`), as robust mode does through
+/// the tracker after a rank's death: for simulations of recovery over the in-memory
+/// link, where the test decides when each rank's new world forms. Robust mode runs
+/// unchanged; only where its meshes come from differs.
+pub fn robust_over_links(
+    link: Box<dyn Link>,
+    options: CommOptions,
+    robust: super::RobustOptions,
+    mut next: NextLink,
+) -> Communicator {
+    use super::engine::Engine;
+    use super::mesh::MeshEngine;
+    let tuning = options.tuning();
+    let mesh: Box<dyn Engine> = Box::new(MeshEngine::new(link, tuning));
+    let rejoin: super::robust::Rejoin = Box::new(move || {
+        next().map(|link| Box::new(MeshEngine::new(link, tuning)) as Box<dyn Engine>)
     });
     let engine = super::robust::RobustEngine::new(mesh, rejoin, None, robust);
     Communicator::with_engine(Box::new(engine), options, "testing".into())

@@ -24,6 +24,7 @@ mod newcomer;
 mod prepare_failed;
 mod ps_processes;
 mod sim_calls;
+mod sim_robust;
 mod tracker_env;
 mod tracker_facade;
 mod tracker_ours;
