@@ -101,25 +101,46 @@ impl Model {
     }
 
     /// Folds the result of call `c` of iteration `iter` into the models.
-    pub(crate) fn fold(&mut self, rank: usize, iter: u64, c: usize, result: &[u8]) {
+    pub(crate) fn fold(
+        &mut self,
+        program: &Program,
+        (rank, iter, c): (usize, u64, usize),
+        result: &[u8],
+    ) {
         let d = fnv(result) ^ (iter << 8 | c as u64);
         let g = c % GLOBAL;
         self.global[g] = self.global[g].rotate_left(13) ^ d;
         let h = (c + 1) % GLOBAL;
         self.global[h] = self.global[h].wrapping_add(d >> 7);
+        if program.lazy {
+            // Not checkpointed: it must stay what a restarted process starts with.
+            return;
+        }
         let l = c % LOCAL;
         self.local[l] = self.local[l].rotate_left(5) ^ d.wrapping_mul(2 * rank as u64 + 1);
     }
 
-    pub(crate) fn decode(global: &[u8], local: Option<&[u8]>) -> Option<Model> {
+    /// The models of a loaded checkpoint of `rank`; `None` when its local model is
+    /// missing (or present where a lazy checkpoint has none).
+    pub(crate) fn decode(
+        program: &Program,
+        rank: usize,
+        global: &[u8],
+        local: Option<&[u8]>,
+    ) -> Option<Model> {
         let words = |b: &[u8]| -> Vec<u64> {
             b.chunks_exact(8)
                 .map(|w| u64::from_le_bytes(w.try_into().unwrap()))
                 .collect()
         };
+        let local = match (program.lazy, local) {
+            (true, None) => Model::initial(program, rank).local,
+            (false, Some(local)) => words(local),
+            _ => return None,
+        };
         Some(Model {
             global: words(global),
-            local: words(local?),
+            local,
         })
     }
 }
@@ -165,6 +186,9 @@ pub(crate) struct Program {
     /// Fewer copies than the defaults (which, in worlds this small, keep every
     /// result on every rank and each local model on three): (global, local).
     pub(crate) replicas: Option<(usize, usize)>,
+    /// Checkpoints are lazy (`lazy_checkpoint`: the global model only, encoded when a
+    /// restarted rank needs it), and the local models stay as they start.
+    pub(crate) lazy: bool,
 }
 
 impl Program {
@@ -181,6 +205,7 @@ impl Program {
             small: rng.chance(40),
             checked: rng.chance(50),
             replicas: rng.chance(35).then(|| (1 + rng.index(2), 1 + rng.index(2))),
+            lazy: false,
         }
     }
 
@@ -226,7 +251,7 @@ impl Reference {
                     Op::Allgather { .. } => bytes_of(&inputs.concat()),
                 };
                 for (r, model) in models.iter_mut().enumerate() {
-                    model.fold(r, iter, c, &result);
+                    model.fold(program, (r, iter, c), &result);
                 }
                 row.push(result);
             }

@@ -79,7 +79,7 @@ pub(crate) fn process(run: &Arc<Run>, life: &Arc<Life>) -> End {
         Ok(_) if life.dead() => return End::Died,
         Ok(None) => (Model::initial(program, rank), 0),
         Ok(Some(c)) => {
-            let loaded = Model::decode(&c.global, c.local.as_deref());
+            let loaded = Model::decode(program, rank, &c.global, c.local.as_deref());
             let want = reference
                 .checkpoints
                 .get(c.version as usize)
@@ -123,14 +123,19 @@ pub(crate) fn process(run: &Arc<Run>, life: &Arc<Life>) -> End {
                     &result[..result.len().min(32)]
                 ));
             }
-            model.fold(rank, iter, c, &result);
+            model.fold(program, (rank, iter, c), &result);
         }
         let calls = program.calls.len();
         if run.at_point(life, iter, calls) {
             return End::Died;
         }
         let (global, local) = (bytes_of(&model.global), bytes_of(&model.local));
-        if let Err(e) = comm.checkpoint(&global, Some(&local)) {
+        let checkpointed = if program.lazy {
+            comm.lazy_checkpoint(move || global.clone())
+        } else {
+            comm.checkpoint(&global, Some(&local))
+        };
+        if let Err(e) = checkpointed {
             return failed(run, life, &format!("iteration {iter}'s checkpoint"), &e);
         }
         if life.dead() {
