@@ -38,6 +38,7 @@ use super::{Clock, Link, Notice, Pending, SocketLink, Tag, Topology};
 use crate::Interrupt;
 use crate::LinkError;
 use bytes::Bytes;
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
@@ -55,6 +56,19 @@ const SPIN: Duration = Duration::from_micros(50);
 /// a wake-up through a Unix socket on these VMs (30-70 us), so that two ranks never
 /// settle into sleeping in turns (see `CommOptions::spin`).
 const LOCAL_SPIN: Duration = Duration::from_millis(1);
+/// A yield to a peer on this rank's core that takes longer than this let other work
+/// run first (a handover between two ranks takes a few microseconds).
+const SLOW_YIELD: Duration = Duration::from_micros(50);
+/// How long after a slow yield a wait for a peer on this rank's core sleeps at once
+/// instead of yielding (`StreamLink::spin_pass`): long enough that the slices lost to
+/// other work while finding out stay a small part of the time.
+const SLOW_YIELD_MEMORY: Duration = Duration::from_millis(100);
+/// How long waits for a peer on this rank's core spin as usual before they yield
+/// (`StreamLink::spin_pass`): time for the scheduler to move one of the two to an idle
+/// core, where there is one.
+const BESIDE_GRACE: Duration = Duration::from_millis(5);
+/// How often the grace comes back while the peer stays on this rank's core.
+const BESIDE_REPROBE: Duration = Duration::from_secs(1);
 
 /// Queued bytes per peer above which `send` waits for the queue to drain.
 const QUEUE_LIMIT: usize = 16 << 20;
@@ -135,6 +149,12 @@ pub struct StreamLink {
     /// must yield its core (see `wait`): true unless every rank is known to share
     /// this host (all pipes are shared memory) and they fit its cores.
     oversubscribed: bool,
+    /// Until when waits for a peer on this rank's core sleep at once: set by a slow
+    /// yield (`StreamLink::spin_pass`).
+    slow_yields_until: Cell<Option<Instant>>,
+    /// Since when the peers waited for have been on this rank's core
+    /// (`StreamLink::spin_pass`).
+    beside_since: Cell<Option<Instant>>,
     /// The host board of this rank's host (`shm/board.rs`), when at least two
     /// ranks share it.
     board: Option<Board>,
@@ -298,6 +318,8 @@ impl StreamLink {
             liveness,
             interrupt: None,
             oversubscribed,
+            slow_yields_until: Cell::new(None),
+            beside_since: Cell::new(None),
             board,
             board_ranks,
             hosts,
@@ -330,8 +352,7 @@ impl StreamLink {
             if now >= deadline {
                 return Ok(None);
             }
-            if now < spin_until {
-                self.spin_once();
+            if now < spin_until && self.spin_pass(None) {
                 continue;
             }
             self.sleep(deadline);

@@ -25,9 +25,10 @@
 //! socket), so no wake-up is lost (the rings' argument, `ring.rs`).
 //!
 //! A rank that waits also notes in its line the processor it runs on: a rank that
-//! waits for a peer last seen on its own processor sleeps at once instead of spinning
-//! on it, since the peer cannot publish until it runs (two ranks put on one core by
-//! the scheduler, beside other work, would otherwise take turns to spin out).
+//! waits for a peer last seen on its own processor gives the processor up (after a
+//! short grace in which the scheduler may move one of them to an idle core) instead of
+//! spinning on it, since the peer cannot publish until it runs (two ranks put on one
+//! core by the scheduler, beside other work, would otherwise take turns to spin out).
 //!
 //! Layout: a 64-byte header (magic, ranks, slot size), a 64-byte line per rank with
 //! its sleep flag and processor, then per rank two slots, each a 48-byte head (board call number,
@@ -323,7 +324,7 @@ impl Board {
 
     /// Notes on the board the processor this thread runs on, and says whether the
     /// rank of slot `rank` (with `None`: every other rank) was last seen on it: a wait
-    /// for such a rank sleeps at once instead of spinning on the processor.
+    /// for such a rank gives the processor up instead of spinning on it.
     ///
     /// The word is written only when it changes, so that a rank that stays put does
     /// not take the line from the publishers' caches; relaxed, since it is a hint: a

@@ -176,8 +176,7 @@ impl StreamLink {
                     waited: now - started,
                 });
             }
-            if now < spin_until && !self.peer_beside(Some(slot)) {
-                self.spin_once();
+            if now < spin_until && self.spin_pass(Some(slot)) {
                 continue;
             }
             self.control.check_aborts()?;

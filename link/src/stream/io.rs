@@ -2,7 +2,10 @@
 //! into each peer's decoder, and waiting in `poll(2)` while every peer's reads go on
 //! (so that ranks writing to each other in a cycle never all block).
 
-use super::{CONTROL_CHECK, Outbound, Peer, StreamLink};
+use super::{
+    BESIDE_GRACE, BESIDE_REPROBE, CONTROL_CHECK, Outbound, Peer, SLOW_YIELD, SLOW_YIELD_MEMORY,
+    StreamLink,
+};
 use crate::LinkError;
 use crate::Tag;
 use crate::framing::encode_head;
@@ -239,39 +242,74 @@ impl StreamLink {
         Ok(())
     }
 
-    /// Whether the rank of board slot `slot` (`None`: every peer on the board, for a
-    /// wait that does not know whom it waits for) was last seen on this rank's
-    /// processor: the scheduler put both on one core, as it
-    /// does beside other work, and the peer cannot send until this rank gives the
-    /// core up. Such a wait sleeps at once instead of spinning: a spin would hold the
-    /// core for its whole length, and a yield lets the other work on the core run a
-    /// whole time slice first, where a rank that sleeps is woken by its peer's send
-    /// and, having slept, runs before that work.
+    /// One pass of a spinning wait for the rank of board slot `slot` (`None`: for
+    /// any message, the peers on the board counted together); false when the wait
+    /// should stop spinning and sleep now.
     ///
-    /// Not with more ranks than cores: there every wait yields between polls
-    /// ([`StreamLink::spin_once`]), and the ranks that share a core hand it to each
-    /// other sooner that way than through a sleep and a wake-up (8 B allreduces,
-    /// n = 4 on 2 cores: 6 us a call against 30-40).
-    pub(super) fn peer_beside(&self, slot: Option<usize>) -> bool {
-        !self.oversubscribed
-            && self
-                .board
-                .as_ref()
-                .is_some_and(|board| board.shares_processor_with(slot))
-    }
-
-    /// One pass of a spinning wait. With more ranks on this host than cores (as under
-    /// `switchyard launch` on a laptop) the peer waited for may need this very core:
-    /// yield it, as OpenMPI does when oversubscribed. Otherwise spin in place: a yield
-    /// is a system call, and the wait ends sooner without.
-    pub(super) fn spin_once(&self) {
+    /// - With more ranks on this host than cores (as under `switchyard launch` on a
+    ///   laptop) the peer waited for may need this very core: the pass yields it, as
+    ///   OpenMPI does when oversubscribed.
+    /// - When the peer was last seen on this rank's processor (with `None`: every
+    ///   peer), the scheduler put both on one core, and the peer cannot send until
+    ///   this rank gives the core up. For the first `BESIDE_GRACE` of that (again
+    ///   every `BESIDE_REPROBE`) the pass spins as usual: a peer kept waiting for
+    ///   the core is what the scheduler moves to an idle core, where one is; a rank
+    ///   that sleeps at once keeps both on one core on an idle host (8 B allreduces
+    ///   at 6 us instead of 0.4). After it the pass yields: both ranks stay
+    ///   runnable, and the peer runs at once. But a yield that takes longer than
+    ///   `SLOW_YIELD` let other work on the core run its time slice first: then,
+    ///   and for `SLOW_YIELD_MEMORY` after, such waits sleep at once instead, to be
+    ///   woken by the peer's send (a rank that slept runs before the busy work).
+    /// - Otherwise the pass spins in place: a yield is a system call, and the wait
+    ///   ends sooner without.
+    pub(super) fn spin_pass(&self, slot: Option<usize>) -> bool {
         if self.oversubscribed {
             std::thread::yield_now();
-        } else {
-            for _ in 0..32 {
-                std::hint::spin_loop();
-            }
+            return true;
         }
+        let beside = self
+            .board
+            .as_ref()
+            .is_some_and(|board| board.shares_processor_with(slot));
+        let before = Instant::now();
+        if beside {
+            // Seen beside since when: reset after `BESIDE_REPROBE`, so that the grace
+            // below comes back once in a while.
+            let since = match self.beside_since.get() {
+                Some(since) if before - since < BESIDE_REPROBE => since,
+                _ => {
+                    self.beside_since.set(Some(before));
+                    before
+                }
+            };
+            if before - since >= BESIDE_GRACE {
+                return self.yield_to_peer(before);
+            }
+        } else {
+            self.beside_since.set(None);
+        }
+        for _ in 0..32 {
+            std::hint::spin_loop();
+        }
+        true
+    }
+
+    /// [`StreamLink::spin_pass`] for a peer on this rank's core, past the grace:
+    /// yields, unless a recent yield was slow; false to sleep now.
+    fn yield_to_peer(&self, before: Instant) -> bool {
+        if self
+            .slow_yields_until
+            .get()
+            .is_some_and(|until| before < until)
+        {
+            return false;
+        }
+        std::thread::yield_now();
+        let after = Instant::now();
+        if after - before > SLOW_YIELD {
+            self.slow_yields_until.set(Some(after + SLOW_YIELD_MEMORY));
+        }
+        true
     }
 
     /// Waits for progress on any connection until `deadline`, spinning first, and
@@ -289,8 +327,7 @@ impl StreamLink {
             if now >= deadline {
                 return Ok(false);
             }
-            if now < spin_until && !self.peer_beside(None) {
-                self.spin_once();
+            if now < spin_until && self.spin_pass(None) {
                 continue;
             }
             self.control.check_aborts()?;
