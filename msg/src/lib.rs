@@ -35,6 +35,7 @@ mod addr;
 mod codec;
 pub mod copy;
 mod error;
+pub mod fast_hash;
 mod header;
 mod limits;
 mod message;

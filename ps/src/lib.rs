@@ -73,7 +73,6 @@ mod config;
 mod control;
 mod data;
 mod error;
-mod keyhash;
 mod node;
 mod pool;
 mod replica;

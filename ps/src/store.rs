@@ -11,13 +11,13 @@
 //! [`Op::Withdraw`]), and since it asks every server of the push before any of them
 //! lets go of it, the push is applied by all of them or by none.
 
-use super::keyhash::{HashMap, HashSet};
 use super::pool::ValuePool;
 use super::update::{Mode, Update};
 use super::wire::{HoldAnswer, KvMeta, Refusal, RoundState, Runs};
 use super::{PsError, Value};
 use bytes::Bytes;
 use std::collections::VecDeque;
+use switchyard_msg::fast_hash::{FastMap as HashMap, FastSet as HashSet};
 
 /// What a request asks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

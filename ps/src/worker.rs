@@ -1,7 +1,6 @@
 //! A worker: push, pull and push_pull of key-value lists, blocking or with a ticket.
 
 use super::data::{self, DataLink};
-use super::keyhash::{HashMap, HashSet};
 use super::node::{self, Node};
 use super::shard::Placement;
 use super::split::{self, KvValues};
@@ -11,6 +10,7 @@ use super::{PsConfig, PsError, Value};
 use bytes::Bytes;
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
+use switchyard_msg::fast_hash::{FastMap as HashMap, FastSet as HashSet};
 
 use switchyard_msg::{Kind, Msg};
 use switchyard_transports::{Dealer, DealerSocket, Pollable, Poller, Socket};

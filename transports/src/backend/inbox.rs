@@ -6,7 +6,6 @@
 //! for `local`, a rank, tag and credits for `mpi`. Control events travel in the same
 //! channel as data, so a peer is known before its first message.
 
-use super::fast_hash::FastMap;
 use super::{BackendRouter, BackendSocket, Deadline, send_error};
 use crate::poller::Watch;
 use crate::{PeerId, RecvError, SendError, SendErrorKind, SocketOptions, TransportError};
@@ -14,6 +13,7 @@ use crossbeam_channel::Receiver;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use switchyard_msg::Msg;
+use switchyard_msg::fast_hash::FastMap;
 
 /// One event on a router's inbound channel.
 pub(crate) enum Inbound<R> {

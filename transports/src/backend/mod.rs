@@ -26,7 +26,6 @@
 //! Backend types are crate-private: users see [`crate::DealerSocket`] and
 //! [`crate::RouterSocket`].
 
-mod fast_hash;
 mod inbox;
 pub(crate) mod local;
 // Always built: its wire codec is pure Rust; the rest is behind the `mpi` feature.

@@ -4,10 +4,10 @@
 
 use super::ffi::MpiError;
 use crate::PeerId;
-use crate::backend::fast_hash::FastMap;
 use crate::backend::warn_limit::PeerWarnings;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use switchyard_msg::fast_hash::FastMap;
 
 /// A thread's leave to call MPI (see [`Shared::enter`]): MPI is not finalized while
 /// one is held.
