@@ -65,6 +65,7 @@
 //! (replay, other languages).
 
 mod algo;
+mod background;
 mod calls;
 mod element;
 mod engine;
@@ -84,6 +85,7 @@ pub mod testing;
 mod tracked;
 mod user;
 
+pub use background::{BackgroundCommunicator, Pending};
 pub use element::{DType, ReduceOp, Reducible};
 pub use error::{Call, CollectiveError};
 pub use options::{

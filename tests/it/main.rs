@@ -9,6 +9,7 @@ mod collective_suite;
 mod support;
 mod tracker_support;
 
+mod background;
 mod bootstrap_env;
 mod bootstrap_iface;
 mod bootstrap_secret;
