@@ -1,7 +1,8 @@
 //! A server's keys and rounds, without sockets: requests in, replies out.
 //!
-//! In [`Mode::Sync`] a key's round collects one push from every worker, adds them up,
-//! applies the [`Update`] once and answers every push of the round together (a
+//! In [`Mode::Sync`] a key's round collects one push from every worker, adds them up
+//! in worker rank order (in [`Value::Acc`], rounded once: see [`Value`]), applies the
+//! [`Update`] once and answers every push of the round together (a
 //! push_pull with the updated value, which all of them share: one copy per round, not
 //! per worker). A worker that pushes a key again before the round is complete waits
 //! for the next round. In [`Mode::Async`] every push is applied and answered at once.
@@ -13,6 +14,7 @@
 
 use super::pool::ValuePool;
 use super::update::{Mode, Update};
+use super::value::sum_in_order;
 use super::wire::{HoldAnswer, KvMeta, Refusal, RoundState, Runs};
 use super::{PsError, Value};
 use bytes::Bytes;
@@ -171,8 +173,9 @@ struct Entry<T> {
     /// Per worker, the last request whose push is in `value`: a request sent again
     /// after a failover is answered, not added twice.
     included: HashMap<u32, u64>,
-    /// The sync round in progress: at most one push per worker, in arrival order, kept
-    /// apart until the round completes so that a withdrawn one leaves no trace.
+    /// The sync round in progress: at most one push per worker, in arrival order (summed
+    /// in rank order), kept apart until the round completes so that a withdrawn one
+    /// leaves no trace.
     round: Vec<Contribution<T>>,
     /// The workers of `round`.
     from: HashSet<u32>,
@@ -792,16 +795,20 @@ impl<T: Value, P: Clone> Store<T, P> {
             if e.round.len() < workers || e.round.iter().any(|c| holds.contains_key(&c.req)) {
                 return;
             }
-            let mut round = std::mem::take(&mut e.round).into_iter();
+            let mut round = std::mem::take(&mut e.round);
+            // Summed in worker rank order, not arrival order: the same bits whatever
+            // order the pushes came in, and on every server of a split key.
+            round.sort_unstable_by_key(|c| c.worker);
+            let mut round = round.into_iter();
             let Some(first) = round.next() else {
                 return;
             };
             let mut sum = first.values.into_vec(pool);
+            let rest: Vec<Contribution<T>> = round.collect();
+            let slices: Vec<&[T]> = rest.iter().map(|c| c.values.as_slice()).collect();
+            sum_in_order(&mut sum, &slices);
             let mut waiters = vec![(first.req, first.index, first.wants_value)];
-            for c in round {
-                sum.iter_mut()
-                    .zip(c.values.as_slice())
-                    .for_each(|(s, v)| *s = s.add(*v));
+            for c in rest {
                 c.values.release(pool);
                 waiters.push((c.req, c.index, c.wants_value));
             }

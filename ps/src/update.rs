@@ -8,6 +8,12 @@ pub type UpdateFn<T> = dyn Fn(u64, &mut [T], &[T]) + Send + Sync;
 
 /// What a server does with the aggregate of a round (the sum of the pushes).
 ///
+/// In [`Mode::Sync`] the aggregate is summed in worker rank order and, for halves,
+/// accumulated in `f32` and rounded once before the update sees it ([`Value`]). In
+/// [`Mode::Async`] each push is the aggregate of its own: [`Update::Sum`] adds it to
+/// the stored value in [`Value::Acc`] and rounds once ([`Value::add`]), so the stored
+/// value depends on the order pushes arrive in.
+///
 /// A key never pushed or initialised starts as zeros. For a key split over servers,
 /// each server runs the update on its own piece, so a custom function must work
 /// element by element (or know the piece layout, [`super::Placement::pieces`]).
@@ -16,7 +22,8 @@ pub type UpdateFn<T> = dyn Fn(u64, &mut [T], &[T]) + Send + Sync;
 pub enum Update<T> {
     /// `stored += aggregate` (ps-lite's default handle).
     Sum,
-    /// `stored -= rate * aggregate`: SGD, the pushes being gradients.
+    /// `stored -= rate * aggregate`: SGD, the pushes being gradients (for halves,
+    /// computed in `f32` and rounded once, [`Value::step`]).
     Sgd {
         /// The learning rate.
         rate: f64,

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use switchyard_ps::{
-    JobReport, KvServer, Mode, PsConfig, PsError, Scheduler, ServerReport, Update,
+    JobReport, KvServer, Mode, PsConfig, PsError, Scheduler, ServerReport, Update, Value,
 };
 
 /// Short liveness settings, so that failure tests end in seconds.
@@ -35,15 +35,25 @@ pub(crate) struct Job {
 }
 
 impl Job {
-    /// Starts a scheduler on `endpoint` and `config.num_servers` servers.
+    /// Starts a scheduler on `endpoint` and `config.num_servers` servers of `f32`.
     pub(crate) fn start(endpoint: &str, config: PsConfig, mode: Mode, update: Update<f32>) -> Job {
+        Job::start_of::<f32>(endpoint, config, mode, update)
+    }
+
+    /// [`Job::start`] with servers of `T`.
+    pub(crate) fn start_of<T: Value>(
+        endpoint: &str,
+        config: PsConfig,
+        mode: Mode,
+        update: Update<T>,
+    ) -> Job {
         let scheduler = Scheduler::bind(endpoint, &config).expect("scheduler binds");
         let endpoint = scheduler.endpoint().to_string();
         let scheduler = std::thread::spawn(move || scheduler.run());
         let servers = (0..config.num_servers)
             .map(|_| {
                 let (e, c, u) = (endpoint.clone(), config.clone(), update.clone());
-                std::thread::spawn(move || KvServer::<f32>::join(&e, &c, mode, u)?.run())
+                std::thread::spawn(move || KvServer::<T>::join(&e, &c, mode, u)?.run())
             })
             .collect();
         Job {
