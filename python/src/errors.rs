@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use switchyard::collective::{Call, CollectiveError};
 
 pyo3::create_exception!(
-    _native,
+    switchyard,
     SwitchyardError,
     PyRuntimeError,
     "A collective or the communicator's setup failed: a peer died, went silent or aborted, the ranks disagree, or the tracker could not be reached. The message names the call and the rank."
