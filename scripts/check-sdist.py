@@ -19,6 +19,7 @@ REQUIRED = [
     "python/Cargo.lock",
     "python/src/lib.rs",
     "switchyard/__init__.py",
+    "switchyard/torch.py",
     "Cargo.toml",
     "src/lib.rs",
     "msg/src/lib.rs",
