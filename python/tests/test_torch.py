@@ -7,6 +7,7 @@ a missing torch a failure.
 """
 
 import os
+import pathlib
 import re
 import signal
 import socket
@@ -176,3 +177,17 @@ def test_switchyard_launch_starts_a_job():
     # The same start as without the launcher: the same model at the end.
     _, digest = _train(2, "switchyard", 3)
     assert _digests(job.out) == {digest}
+
+
+def test_the_guides_ddp_example_runs_as_written(tmp_path):
+    guide = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "guide" / "python.md").read_text()
+    marker = "<!-- the DDP example: python/tests/test_torch.py runs this block as written"
+    block = re.search(re.escape(marker) + r".*?-->\n```python\n(.*?)```", guide, re.S)
+    assert block, "docs/guide/python.md lost its DDP example"
+    program = tmp_path / "ddp.py"
+    program.write_text(block.group(1))
+    cmd = [_switchyard_binary(), "launch", "-n", "2", "--", sys.executable, str(program)]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    job = run_bounded(cmd, 180, env=env)
+    assert job.returncode == 0, job.out
+    assert sorted(re.findall(r"rank (\d): loss \d", job.out)) == ["0", "1"], job.out
