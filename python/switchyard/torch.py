@@ -56,9 +56,10 @@ class Work(dist.Work):
     ``get_future()`` is a ``torch.futures.Future`` completed with the call's output
     tensors."""
 
-    def __init__(self, name, run, result):
+    def __init__(self, name, run, result, queue):
         super().__init__()
         self._name = name
+        self._queue = queue
         self._run = run
         self._result = result
         self._done = threading.Event()
@@ -69,6 +70,12 @@ class Work(dist.Work):
         # raised inside a `then` callback marks the child future failed in C++.
         self._outcome = Future()
         self._future = self._outcome.then(_value_or_raise)
+
+    def _fail(self, error):
+        """Completes the call with ``error`` without running it."""
+        self._error = error
+        self._done.set()
+        self._outcome.set_result((error, self._result))
 
     def _execute(self):
         """Runs the call (on the communication thread or, when it is the next call
@@ -85,7 +92,7 @@ class Work(dist.Work):
         ``timedelta`` or seconds; zero or none: no limit of its own, the group's
         timeout still ends every call) raises ``TimeoutError`` naming the call."""
         seconds = _seconds(timeout)
-        self._owner._help(self)
+        self._queue.help(self)
         if not self._done.wait(seconds):
             raise TimeoutError(f"switchyard: {self._name} did not finish within {seconds} s")
         if self._error is not None:
@@ -141,6 +148,7 @@ class _Queue:
         self._lock = threading.Condition()
         self._running = False
         self._closed = False
+        self._final = None
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
@@ -175,22 +183,33 @@ class _Queue:
     def _serve(self):
         while True:
             with self._lock:
-                while not self._closed and (self._running or not self._pending):
+                while self._running or (not self._closed and not self._pending):
                     self._lock.wait()
                 if not self._pending:
-                    return
+                    final, self._final = self._final, None
+                    break
                 work = self._take()
             try:
                 work._execute()
             finally:
                 self._finish()
+        if final is not None:
+            final()
 
-    def close(self):
-        """Runs the calls already made, then stops the thread."""
+    def close(self, abandon=False, final=None):
+        """Stops taking calls; runs those already made (``abandon``: fails them
+        instead, and returns without waiting for a call in flight), then ``final``
+        on the communication thread, which then ends."""
         with self._lock:
             self._closed = True
+            self._final = final
+            dropped = list(self._pending) if abandon else []
+            if abandon:
+                self._pending.clear()
             self._lock.notify_all()
-        if self._thread is not threading.current_thread():
+        for work in dropped:
+            work._fail(SwitchyardError(f"{work._name}: the process group was aborted before the call ran"))
+        if not abandon and self._thread is not threading.current_thread():
             self._thread.join()
 
 
@@ -264,6 +283,10 @@ def _op_of(reduce_op, dtype, call):
         raise TypeError(f"switchyard: {call} with ReduceOp.AVG needs floating-point tensors, not {dtype}")
     if dtype.is_complex and name not in ("sum", "avg"):
         raise TypeError(f"switchyard: {call} of complex tensors takes SUM and AVG only, not {op}")
+    if dtype == torch.bool:
+        # As Gloo does: SUM and MAX are a logical or, PRODUCT and MIN a logical and
+        # (a sum of the bytes would leave values a bool cannot hold).
+        name = {"sum": "bitor", "max": "bitor", "prod": "band", "min": "band"}.get(name, name)
     return name
 
 
@@ -307,13 +330,9 @@ class ProcessGroupSwitchyard(dist.ProcessGroup):
     # --- running calls ---------------------------------------------------------
 
     def _submit(self, name, run, result):
-        work = Work(name, run, result)
-        work._owner = self
+        work = Work(name, run, result, self._queue)
         self._queue.submit(work)
         return work
-
-    def _help(self, work):
-        self._queue.help(work)
 
     def shutdown(self):
         """Finishes the calls already made and closes the communicator."""
@@ -321,9 +340,10 @@ class ProcessGroupSwitchyard(dist.ProcessGroup):
         self._comm.finalize()
 
     def abort(self):
-        """Closes the communicator; calls not yet run fail."""
-        self._comm.finalize()
-        self._queue.close()
+        """Fails the calls not yet run and stops taking new ones; the communicator
+        closes once a call in flight has ended (it ends at the latest at the
+        group's timeout)."""
+        self._queue.close(abandon=True, final=self._comm.finalize)
 
     # --- reductions ------------------------------------------------------------
 
@@ -334,7 +354,7 @@ class ProcessGroupSwitchyard(dist.ProcessGroup):
             # a & b == ~(~a | ~b): exact for every integer and bool.
             raw = t.view(torch.uint8) if t.dtype == torch.bool else t
             raw.bitwise_not_()
-            self._reduce_in_place(raw, _RedOp.BOR, call)
+            self._native.allreduce(_numbers(raw, call)[0], "bitor", None, None)
             raw.bitwise_not_()
             return
         if op == "bxor":
@@ -551,33 +571,11 @@ class ProcessGroupSwitchyard(dist.ProcessGroup):
         return self._submit("scatter", run, list(outputs))
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        size = self._size
-        out_splits = _splits(output_split_sizes, output, size, "all_to_all_single")
-        in_splits = _splits(input_split_sizes, input, size, "all_to_all_single")
-        row = input.numel() // max(input.shape[0], 1) if input.dim() else 1
+        out_splits = _splits(output_split_sizes, output, self._size, "all_to_all_single")
+        in_splits = _splits(input_split_sizes, input, self._size, "all_to_all_single")
 
         def run():
-            # Every rank's splits, then every rank's input padded to the longest;
-            # each rank keeps the pieces addressed to it.
-            all_splits = np.empty((size, size), dtype=np.int64)
-            self._native.allgather(np.asarray(in_splits, dtype=np.int64), all_splits)
-            longest = int(all_splits.sum(axis=1).max())
-            padded = torch.zeros(longest * row, dtype=input.dtype)
-            flat = input.detach().reshape(-1)
-            padded[: flat.numel()] = flat
-            gathered = torch.empty((size, longest * row), dtype=input.dtype)
-            self._native.allgather(_bytes(padded), _bytes(gathered))
-            pieces = []
-            for src in range(size):
-                start = int(all_splits[src, : self._rank].sum()) * row
-                n = int(all_splits[src, self._rank]) * row
-                if n != out_splits[src] * row:
-                    raise SwitchyardError(
-                        f"all_to_all_single: rank {src} sends {n // row} rows to rank {self._rank}, "
-                        f"which expects {out_splits[src]}"
-                    )
-                pieces.append(gathered[src, start : start + n])
-            output.detach().reshape(-1).copy_(torch.cat(pieces))
+            self._exchange(output, input, out_splits, in_splits, "all_to_all_single")
 
         return self._submit("all_to_all_single", run, [output])
 
@@ -586,23 +584,47 @@ class ProcessGroupSwitchyard(dist.ProcessGroup):
     def alltoall(self, outputs, inputs, opts=None):
         if len(outputs) != self._size or len(inputs) != self._size:
             raise ValueError(f"switchyard: all_to_all: needs {self._size} input and output tensors")
-        dtypes = {t.dtype for t in list(outputs) + list(inputs)}
-        if len(dtypes) != 1:
+        if len({t.dtype for t in list(outputs) + list(inputs)}) != 1:
             raise TypeError("switchyard: all_to_all: every tensor must have one dtype")
-        flat_in = torch.cat([t.detach().reshape(-1) for t in inputs])
-        flat_out = torch.empty(sum(t.numel() for t in outputs), dtype=flat_in.dtype)
-        work = self.alltoall_base(flat_out, flat_in, [t.numel() for t in outputs], [t.numel() for t in inputs])
-        run_base = work._run
 
         def run():
-            run_base()
+            # The tensors as one flat input and output, one element a row.
+            flat_in = torch.cat([t.detach().reshape(-1) for t in inputs])
+            flat_out = torch.empty(sum(t.numel() for t in outputs), dtype=flat_in.dtype)
+            out_splits = [t.numel() for t in outputs]
+            self._exchange(flat_out, flat_in, out_splits, [t.numel() for t in inputs], "all_to_all")
             at = 0
             for t in outputs:
                 t.detach().copy_(flat_out[at : at + t.numel()].view_as(t))
                 at += t.numel()
 
-        work._run, work._result, work._name = run, list(outputs), "all_to_all"
-        return work
+        return self._submit("all_to_all", run, list(outputs))
+
+    def _exchange(self, output, input, out_splits, in_splits, call):
+        """Sends rows ``in_splits[j]`` of ``input`` to rank ``j`` and receives
+        ``out_splits[i]`` rows from rank ``i`` into ``output``: every rank's
+        splits, then every rank's input padded to the longest (two allgathers),
+        of which each rank keeps the pieces addressed to it."""
+        size = self._size
+        row = input.numel() // input.shape[0] if input.dim() and input.shape[0] else 1
+        all_splits = np.empty((size, size), dtype=np.int64)
+        self._native.allgather(np.asarray(in_splits, dtype=np.int64), all_splits)
+        longest = int(all_splits.sum(axis=1).max())
+        padded = torch.zeros(longest * row, dtype=input.dtype)
+        flat = input.detach().reshape(-1)
+        padded[: flat.numel()] = flat
+        gathered = torch.empty((size, longest * row), dtype=input.dtype)
+        self._native.allgather(_bytes(padded), _bytes(gathered))
+        pieces = []
+        for src in range(size):
+            start = int(all_splits[src, : self._rank].sum()) * row
+            n = int(all_splits[src, self._rank]) * row
+            if n != out_splits[src] * row:
+                raise SwitchyardError(
+                    f"{call}: rank {src} sends {n // row} rows to rank {self._rank}, which expects {out_splits[src]}"
+                )
+            pieces.append(gathered[src, start : start + n])
+        output.detach().copy_(torch.cat(pieces).view(output.shape))
 
     def barrier(self, opts=None):
         return self._submit("barrier", self._native.barrier, [])
