@@ -18,6 +18,7 @@ mod probe;
 mod ps;
 mod report;
 mod robust;
+mod torch;
 mod tracker;
 #[cfg(feature = "zmq")]
 mod transport;
@@ -149,6 +150,11 @@ pub(crate) enum Suite {
     /// SIGSTOPped worker process; how soon a restarted worker loads a checkpoint of
     /// 1, 10, 100 MB and replays the calls since.
     Robust(robust::RobustArgs),
+    /// torch.distributed on CPU tensors with the backend "switchyard" beside Gloo:
+    /// all_reduce, broadcast, all_gather_into_tensor and reduce_scatter_tensor from 8 B
+    /// to 64 MiB and a DDP training step, at n = 2 and 4, launches of both alternated.
+    /// Needs `--python PYTHON` with torch and the switchyard package.
+    Torch(torch::TorchArgs),
     /// Internal: one worker process of `bench robust`.
     #[command(hide = true)]
     RobustWorker(robust::WorkerArgs),
@@ -207,6 +213,7 @@ pub(crate) fn run(suite: Suite) -> Result<(), Box<dyn std::error::Error>> {
         #[cfg(not(feature = "zmq"))]
         Suite::Ps(_) => Err("bench ps runs over tcp and needs the `zmq` feature".into()),
         Suite::Robust(args) => robust::run(args),
+        Suite::Torch(args) => torch::run(args),
         Suite::RobustOne(args) => robust::run_one(&args),
         #[cfg(feature = "zmq")]
         Suite::PsOne(args) => ps::run_one(&args),
