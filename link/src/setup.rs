@@ -13,35 +13,41 @@
 //! frame, see [`Announce`]); the heartbeat starts as soon as the addresses are known,
 //! before the connections are made, so that a rank is beating while a slower peer
 //! still connects.
+//!
+//! The decisions (whom to read, connect to and wait for, which accepted connection to
+//! keep, when the set-up is complete or failed, whom a failure blames) are a machine
+//! without sockets or clocks, [`MeshSteps`] in `setup/steps.rs`; this file is its shell,
+//! doing what each step says. A deterministic simulation drives the same machine
+//! (`setup/sim_tests.rs`, described in `docs/testing.md`).
 
-use super::blame::{self, Seen};
-use super::framing::{HELLO_LEN, decode_hello, encode_hello};
+use super::blame;
+use super::framing::{HELLO_LEN, encode_hello};
 use super::liveness::{Announce, Beats, Liveness, interval_for};
 use super::shm::{Board, hand_over, share_board};
 use super::stream::Pipe;
 use super::{Link, SocketLink, Tag, Topology};
 use crate::LinkError;
 use bytes::Bytes;
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 use switchyard_net::handshakes::{self, Handshakes, accept_all};
-use switchyard_secret::JobSecret;
+use switchyard_secret::{AuthFailure, JobSecret};
+
+#[cfg(test)]
+mod sim_tests;
+mod steps;
+
+use steps::{Blame, Hello, MeshSteps, Step, Unreached};
 
 /// The job secret's purpose label for the data links' connections.
 pub(super) const AUTH_PURPOSE: &str = "stream";
-
-/// How long an accepted connection may take to prove the job secret and say hello.
-const HELLO_LIMIT: Duration = Duration::from_secs(5);
 
 /// Setup messages on the control link use call 0, which no collective uses.
 const SETUP_TAG: Tag = Tag { call: 0, step: 1 };
 /// The set-up's name in the reasons this rank gives its peers, as the facade names the
 /// call it fails (`Call::Setup`), so that a notice reads like the error it explains.
 const SETUP: &str = "communicator setup";
-
-/// How often the wait for the lower ranks' connections looks for abort notices.
-const ABORT_LOOK: Duration = Duration::from_millis(20);
 
 /// An open connection to one peer, ready for non-blocking use.
 #[derive(Debug)]
@@ -132,18 +138,20 @@ pub(super) fn open_connections_on(
     topology: Topology,
 ) -> Result<Opened, LinkError> {
     let mut streams = Vec::new();
+    let (rank, size) = (control.rank(), control.world_size());
+    let mut steps = MeshSteps::new(rank, size, topology, timeout, Instant::now());
     let opened = connect_all(
         control,
+        &mut steps,
         &listener,
         &mut streams,
-        timeout,
         secret,
         heartbeat,
         host_id,
-        topology,
     );
     opened.map_err(|e| {
-        let e = gave_up(control, e, timeout);
+        let blame = steps.blame(&e);
+        let e = gave_up(control, e, blame, timeout);
         // Only now: the peers had the notice before these close.
         drop((listener, streams));
         e
@@ -154,28 +162,20 @@ pub(super) fn open_connections_on(
 /// the error to report, as their notices explain it (see [`blame::explain`]): this
 /// rank's own, or the abort of the rank the blame leads to, which says so when it
 /// gave up waiting for this rank.
-fn gave_up(control: &mut SocketLink, e: LinkError, timeout: Duration) -> LinkError {
+fn gave_up(control: &mut SocketLink, e: LinkError, blame: Blame, timeout: Duration) -> LinkError {
     let me = control.rank();
     let reason = format!("rank {me}: {SETUP}: {e}");
-    let (blamed, seen) = match &e {
-        LinkError::Timeout { rank, .. } => (*rank, Seen::Silent),
-        LinkError::Lost { rank, .. } => (*rank, Seen::Gone),
-        LinkError::Aborted { rank, .. } => (*rank, Seen::Aborted),
-        _ => (me, Seen::Aborted),
-    };
-    if blamed == me {
-        // The failure began here (a misconfiguration, a local error): say so.
+    let Blame::Peer { rank: blamed, seen } = blame else {
         control.abort_blaming(SETUP_TAG.call, &reason, None);
         control.flush_aborts();
         return e;
-    }
-    if seen == Seen::Aborted {
-        // A link in the chain: ranks waiting for this one follow it on.
+    };
+    if blame.notice_first() {
         control.abort_blaming(SETUP_TAG.call, &reason, Some(blamed));
     }
-    let limit = Instant::now() + timeout + blame::PROBE_WAIT;
+    let limit = steps::explain_limit(Instant::now(), timeout);
     let explained = blame::explain(control, blamed, seen, limit);
-    if seen != Seen::Aborted {
+    if !blame.notice_first() {
         control.abort_blaming(SETUP_TAG.call, &reason, Some(blamed));
     }
     control.flush_aborts();
@@ -184,24 +184,23 @@ fn gave_up(control: &mut SocketLink, e: LinkError, timeout: Duration) -> LinkErr
 
 /// The body of [`open_connections_on`], keeping the TCP connections in `streams`
 /// (entry `r`: rank `r`'s) so that they outlive a failure until the peers were told.
-#[allow(clippy::too_many_arguments)]
+/// The decisions are [`MeshSteps`]'; this does what each step says.
 fn connect_all(
     control: &mut SocketLink,
+    steps: &mut MeshSteps,
     listener: &TcpListener,
     streams: &mut Vec<Option<TcpStream>>,
-    timeout: Duration,
     secret: Option<&JobSecret>,
     heartbeat: Option<Duration>,
     host_id: Option<&str>,
-    topology: Topology,
 ) -> Result<Opened, LinkError> {
-    let (rank, size) = (control.rank(), control.world_size());
-    let deadline = Instant::now() + timeout;
+    let (rank, size, topology) = (control.rank(), control.world_size(), steps.topology());
+    let deadline = steps.deadline();
     let setup = |reason: String| LinkError::Transport { rank, reason };
     let local = listener.local_addr().map_err(|e| setup(e.to_string()))?;
     let mine = local.to_string();
     // On the data listener's IP: the interface the ranks already reach each other on.
-    let (udp, announce) = match heartbeat.filter(|d| !d.is_zero()) {
+    let (mut udp, announce) = match heartbeat.filter(|d| !d.is_zero()) {
         Some(beat_deadline) => {
             let socket = UdpSocket::bind((local.ip(), 0))
                 .map_err(|e| setup(format!("heartbeat socket on {}: {e}", local.ip())))?;
@@ -222,109 +221,100 @@ fn connect_all(
     };
     let announced = Bytes::copy_from_slice(&announce.encode());
     let host_id = host_id.unwrap_or_default();
-    for peer in (0..size).filter(|&p| p != rank) {
-        let frames = vec![
-            Bytes::from(mine.clone()),
-            announced.clone(),
-            Bytes::copy_from_slice(host_id.as_bytes()),
-        ];
-        control.send(peer, SETUP_TAG, frames, deadline)?;
-    }
-    let mut addrs = vec![String::new(); size];
     let mut announces = vec![Announce::OFF; size];
     let mut same_host = vec![false; size];
     let mut host_ids = vec![Bytes::new(); size];
     host_ids[rank] = Bytes::copy_from_slice(host_id.as_bytes());
-    for peer in (0..size).filter(|&p| p != rank) {
-        let frames = control.recv(peer, SETUP_TAG, deadline)?;
-        addrs[peer] = frames
-            .first()
-            .map(|f| String::from_utf8_lossy(f).into_owned())
-            .unwrap_or_default();
-        announces[peer] = Announce::decode(frames.get(1).map(|f| &f[..]));
-        same_host[peer] = !host_id.is_empty()
-            && topology.connects(rank, peer)
-            && frames.get(2).is_some_and(|f| f == host_id.as_bytes());
-        host_ids[peer] = frames.get(2).cloned().unwrap_or_default();
-    }
-    let hosts = host_groups(&host_ids);
-    let liveness = match udp {
-        Some(socket) => start_heartbeat(rank, socket, announce, &announces, &addrs)
-            .map_err(|e| setup(format!("heartbeat: {e}")))?,
-        None => None,
-    };
+    let (mut liveness, mut hosts) = (None, Vec::new());
     streams.clear();
     streams.resize_with(size, || None);
-    // Connect upwards; accept from below.
-    for peer in (rank + 1..size).filter(|&p| topology.connects(rank, p)) {
-        let addr: SocketAddr = addrs[peer]
-            .parse()
-            .map_err(|_| setup(format!("rank {peer} sent a bad address {:?}", addrs[peer])))?;
-        let wait = deadline
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_millis(1));
-        let mut stream =
-            TcpStream::connect_timeout(&addr, wait).map_err(|e| io_error(peer, &addrs[peer], e))?;
-        if let Some(secret) = secret {
-            switchyard_secret::connect(&mut stream, secret, AUTH_PURPOSE, rank as u32, deadline)
-                .map_err(|e| LinkError::Lost {
-                    rank: peer,
-                    endpoint: format!("tcp://{}", addrs[peer]),
-                    reason: e.to_string(),
-                })?;
-        }
-        stream
-            .write_all(&encode_hello(rank, size))
-            .map_err(|e| io_error(peer, &addrs[peer], e))?;
-        streams[peer] = Some(stream);
-    }
     listener
         .set_nonblocking(true)
         .map_err(|e| setup(e.to_string()))?;
     // Each connection's proof and hello on a thread of its own, within HELLO_LIMIT:
     // a stranger that connects and says nothing holds up no rank.
     let mut handshakes = Handshakes::new(handshakes::DEFAULT_LIMIT);
-    let mut missing = (0..rank).filter(|&p| topology.connects(p, rank)).count();
-    let mut looked = Instant::now();
-    while missing > 0 {
-        if looked.elapsed() >= ABORT_LOOK {
-            // A rank below that gave up will never connect: its notice says why.
-            looked = Instant::now();
-            control.check_aborts()?;
-        }
-        accept_all(listener, &mut handshakes, {
-            let secret = secret.cloned();
-            move |stream, _| {
-                let by = deadline.min(Instant::now() + HELLO_LIMIT);
-                read_hello(stream, size, by, secret.as_ref())
+    let mut step = steps.start();
+    loop {
+        step = match step {
+            Step::Announce(peers) => {
+                for peer in peers {
+                    let frames = vec![
+                        Bytes::from(mine.clone()),
+                        announced.clone(),
+                        Bytes::copy_from_slice(host_id.as_bytes()),
+                    ];
+                    control.send(peer, SETUP_TAG, frames, deadline)?;
+                }
+                steps.announced()
             }
-        });
-        if Instant::now() >= deadline {
-            let absent: Vec<usize> = (0..rank)
-                .filter(|&p| topology.connects(p, rank) && streams[p].is_none())
-                .collect();
-            return Err(LinkError::Timeout {
-                rank: absent.first().copied().unwrap_or(0),
-                waited: timeout,
-            });
-        }
-        let Some(done) = handshakes.next(Duration::from_millis(1)) else {
-            continue;
+            Step::Read(peer) => {
+                let frames = control.recv(peer, SETUP_TAG, deadline)?;
+                let addr = frames
+                    .first()
+                    .map(|f| String::from_utf8_lossy(f).into_owned())
+                    .unwrap_or_default();
+                announces[peer] = Announce::decode(frames.get(1).map(|f| &f[..]));
+                same_host[peer] = !host_id.is_empty()
+                    && topology.connects(rank, peer)
+                    && frames.get(2).is_some_and(|f| f == host_id.as_bytes());
+                host_ids[peer] = frames.get(2).cloned().unwrap_or_default();
+                steps.heard_from(peer, addr)
+            }
+            Step::Heard => {
+                hosts = host_groups(&host_ids);
+                let addrs = addresses(steps, size);
+                liveness = match udp.take() {
+                    Some(socket) => start_heartbeat(rank, socket, announce, &announces, &addrs)
+                        .map_err(|e| setup(format!("heartbeat: {e}")))?,
+                    None => None,
+                };
+                steps.proceed(Instant::now())
+            }
+            Step::Connect { peer, addr, wait } => {
+                let made = connect_to(addr, wait, secret, (rank, size), deadline)
+                    .map(|stream| streams[peer] = Some(stream));
+                steps.connected(peer, made, Instant::now())
+            }
+            Step::LookForAborts => {
+                control.check_aborts()?;
+                steps.looked(Instant::now())
+            }
+            Step::Accept { until } => {
+                accept_all(listener, &mut handshakes, {
+                    let secret = secret.cloned();
+                    move |stream, _| {
+                        let by = steps::hello_by(deadline, Instant::now());
+                        read_hello(stream, size, by, secret.as_ref())
+                    }
+                });
+                // The listener is polled: a connection waiting is accepted within 1 ms.
+                let wait = until
+                    .saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(1));
+                if let Some(done) = handshakes.next(wait) {
+                    let from = done.peer;
+                    let (claimed, stream) = match done.result {
+                        Ok((peer, stream)) => (Ok(peer), Some(stream)),
+                        Err(reason) => (Err(reason), None),
+                    };
+                    match steps.hello(claimed) {
+                        Hello::Take(peer) => streams[peer] = stream,
+                        Hello::Unexpected(peer) => {
+                            tracing::warn!(%from, peer, "stream link: unexpected hello; closed")
+                        }
+                        Hello::Bad(reason) => {
+                            tracing::warn!(%from, %reason, "stream link: bad hello; closed")
+                        }
+                    }
+                }
+                steps.poll(Instant::now())
+            }
+            Step::Linked => break,
+            Step::Failed(e) => return Err(e),
         };
-        let from = done.peer;
-        match done.result {
-            Ok((peer, stream))
-                if peer < rank && topology.connects(peer, rank) && streams[peer].is_none() =>
-            {
-                streams[peer] = Some(stream);
-                missing -= 1;
-            }
-            Ok((peer, _)) => {
-                tracing::warn!(%from, peer, "stream link: unexpected hello; closed")
-            }
-            Err(reason) => tracing::warn!(%from, %reason, "stream link: bad hello; closed"),
-        }
     }
+    let addrs = addresses(steps, size);
     let mut pipes = hand_over(rank, streams, &addrs, &same_host, deadline)?;
     // A board's slots are every rank of the host, and only a mesh connects them all.
     let board = match topology {
@@ -363,6 +353,38 @@ fn connect_all(
         board,
         hosts,
     })
+}
+
+/// Every rank's data address as announced (this rank's own: empty).
+fn addresses(steps: &MeshSteps, size: usize) -> Vec<String> {
+    (0..size).map(|p| steps.addr(p).to_string()).collect()
+}
+
+/// Connects to a peer's data listener at `addr` (waiting at most `wait`), proves the
+/// job secret when there is one, and says hello as rank `rank` of `size`; all by
+/// `deadline`. The error says why, for the peer's [`LinkError::Lost`], and whether
+/// time ran out.
+fn connect_to(
+    addr: SocketAddr,
+    wait: Duration,
+    secret: Option<&JobSecret>,
+    (rank, size): (usize, usize),
+    deadline: Instant,
+) -> Result<TcpStream, Unreached> {
+    let io = |e: std::io::Error| Unreached {
+        timed_out: matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock),
+        reason: e.to_string(),
+    };
+    let mut stream = TcpStream::connect_timeout(&addr, wait).map_err(io)?;
+    if let Some(secret) = secret {
+        switchyard_secret::connect(&mut stream, secret, AUTH_PURPOSE, rank as u32, deadline)
+            .map_err(|e| Unreached {
+                timed_out: matches!(e.reason, AuthFailure::Timeout(_)),
+                reason: e.to_string(),
+            })?;
+    }
+    stream.write_all(&encode_hello(rank, size)).map_err(io)?;
+    Ok(stream)
 }
 
 /// The ranks grouped by the host identity each announced (`host_ids[r]`, empty for a
@@ -446,12 +468,7 @@ fn read_hello(
         .map_err(|e| e.to_string())?;
     let mut hello = [0u8; HELLO_LEN];
     stream.read_exact(&mut hello).map_err(|e| e.to_string())?;
-    let peer = decode_hello(&hello, size).map_err(|e| e.to_string())?;
-    if let Some(claimed) = claimed.filter(|c| *c as usize != peer) {
-        return Err(format!(
-            "hello from rank {peer} after authenticating as rank {claimed}"
-        ));
-    }
+    let peer = steps::check_hello(&hello, size, claimed)?;
     stream.set_read_timeout(None).map_err(|e| e.to_string())?;
     Ok((peer, stream))
 }
