@@ -6,7 +6,7 @@
 //! it; the simulation (`sim_tests.rs`) drives the same machine over a simulated
 //! network and clock. The order is fixed: every peer's setup message is read before
 //! any connection is made, a rank connects to the peers above it, one after another,
-//! and only then accepts the peers below it, so the lowest rank of a pair always
+//! and only then accepts the peers below it, so the lower rank of a pair always
 //! connects and the other always accepts: a pair never gets two connections, and no
 //! rank waits for a connection its peer is not going to make.
 //!
@@ -83,6 +83,7 @@ pub(super) enum Hello {
     Bad(String),
 }
 
+/// Where the set-up is: each event is expected in one phase only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Start,
