@@ -141,7 +141,12 @@ impl Control {
     /// Raises the reader's flag before a sleep and says whether bytes past `tail`
     /// arrived after all (then the reader must not sleep).
     fn reader_prepare_sleep(&self, tail: u64) -> bool {
-        self.reader_sleeping.store(1, Ordering::SeqCst);
+        // A swap, not a store: the raise must come after the other side's last
+        // take-down (`take_flag`'s swap) in the flag's modification order. C11 gives
+        // a store that too (coherence), but loom keeps that order partial and finds
+        // a lost wake-up at four preemptions; a read-modify-write it orders. On x86
+        // it is the same instruction (a sequentially consistent store is an xchg).
+        self.reader_sleeping.swap(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         self.has_data(tail)
     }
@@ -154,7 +159,8 @@ impl Control {
     /// Raises the writer's flag before a sleep and says whether there is room after
     /// `head` after all (then the writer must not sleep).
     fn writer_prepare_sleep(&self, head: u64, capacity: usize) -> bool {
-        self.writer_waiting.store(1, Ordering::SeqCst);
+        // A swap for the reason given in `reader_prepare_sleep`.
+        self.writer_waiting.swap(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         let tail = self.tail.load(Ordering::Acquire);
         head.wrapping_sub(tail) < capacity as u64
