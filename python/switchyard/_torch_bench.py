@@ -17,6 +17,7 @@ repetition is the slowest rank's (a MAX all_reduce), and rank 0 writes
 """
 
 import argparse
+import os
 import statistics
 import time
 
@@ -119,8 +120,11 @@ def main():
             run = collective(call, size, n)
         lines.append(f"{call} {size} {measure(run, iters, reps)!r}\n")
     if dist.get_rank() == 0:
-        with open(args.out, "w") as f:
+        # Written whole or not at all: the coordinator keeps the times of a job whose
+        # teardown failed after this point.
+        with open(args.out + ".part", "w") as f:
             f.writelines(lines)
+        os.replace(args.out + ".part", args.out)
     dist.destroy_process_group()
 
 

@@ -36,7 +36,8 @@ const CALLS: [&str; 4] = [
 /// The training step, measured once per job.
 const DDP_STEP: &str = "ddp_step";
 
-/// Launches of each backend per world size (a full run; `--quick` makes 2).
+/// Launches of each backend per world size in a full run; `--quick` makes one each,
+/// a check that everything runs more than a figure to quote.
 const LAUNCHES: usize = 3;
 
 /// Set for every rank: torch's and numpy's thread pools would otherwise put several
@@ -87,11 +88,16 @@ fn sizes(quick: bool) -> Vec<u64> {
 
 /// The items of a job: every call at every size, then the DDP step; `only` keeps the
 /// items whose `CALL-SIZE` (`all_reduce-4 MiB`, `ddp_step`) contains it. Calls per
-/// repetition: about 8 MiB of data (2 MiB with `--quick`), between 1 and 100, so that a
-/// full run of both backends at n = 2 and 4 takes about 3 minutes on 2 cores, a quick
-/// one about 1.
+/// repetition: about 1 MiB of data (512 KiB with `--quick`), between 1 and 20 (10), so
+/// that a full run of both backends at n = 2 and 4 takes 2 minutes on 2 idle cores and
+/// up to 3-4 beside other builds (Gloo's small calls at n = 4 take 1-5 ms there), a
+/// quick one 30 s to a minute; much of it is starting Python and torch.
 fn plan(quick: bool, only: Option<&str>) -> Vec<Item> {
-    let budget: u64 = if quick { 2 << 20 } else { 8 << 20 };
+    let (budget, most): (u64, u64) = if quick {
+        (512 << 10, 10)
+    } else {
+        (1 << 20, 20)
+    };
     let selected = |name: &str| only.is_none_or(|only| name.contains(only));
     let mut items = Vec::new();
     for call in CALLS {
@@ -99,7 +105,7 @@ fn plan(quick: bool, only: Option<&str>) -> Vec<Item> {
             if !selected(&format!("{call}-{}", human_size(size))) {
                 continue;
             }
-            let iters = (budget / size).clamp(1, 100) as usize;
+            let iters = (budget / size).clamp(1, most) as usize;
             let reps = if quick || size >= 64 << 20 { 3 } else { 5 };
             items.push(Item {
                 call,
@@ -220,8 +226,11 @@ fn check_python(python: &Path) -> Result<()> {
     Ok(())
 }
 
-/// One job of `n` ranks on `backend`; returns what its rank 0 wrote.
-fn launch(python: &Path, backend: &str, n: usize, plan: &str, out: &Path) -> Result<Times> {
+/// One job of `n` ranks on `backend`; returns what its rank 0 wrote. A job that fails
+/// after its rank 0 wrote every item's time (torch 2.15's Gloo rank now and then
+/// aborts in its teardown, "terminate called without an active exception": 3 of some
+/// 50 launches here) keeps its times, with a note on stderr.
+fn launch(python: &Path, backend: &str, n: usize, plan: &[Item], out: &Path) -> Result<Times> {
     let _ = std::fs::remove_file(out);
     let args = [
         "-m",
@@ -231,7 +240,7 @@ fn launch(python: &Path, backend: &str, n: usize, plan: &str, out: &Path) -> Res
         "--out",
         &out.display().to_string(),
         "--plan",
-        plan,
+        &plan_text(plan),
     ];
     let mut options = LaunchOptions::new(n as u32, python.display().to_string())
         .with_args(args.iter().map(|a| a.to_string()).collect())
@@ -239,14 +248,26 @@ fn launch(python: &Path, backend: &str, n: usize, plan: &str, out: &Path) -> Res
     for (key, value) in RANK_ENV {
         options = options.with_env(key, value);
     }
-    run_local(&options).map_err(|e| format!("bench torch: the {backend} job of {n} ranks: {e}"))?;
-    let text = std::fs::read_to_string(out).map_err(|e| {
-        format!(
-            "bench torch: {backend} job: no times in {}: {e}",
-            out.display()
-        )
-    })?;
-    parse_times(&text)
+    let ran = run_local(&options);
+    let times = std::fs::read_to_string(out)
+        .map_err(Box::from)
+        .and_then(|t| parse_times(&t));
+    match (ran, times) {
+        (Ok(()), times) => times.map_err(|e| {
+            format!(
+                "bench torch: the {backend} job of {n} ranks wrote no times in {}: {e}",
+                out.display()
+            )
+            .into()
+        }),
+        (Err(e), Ok(times)) if times.len() == plan.len() => {
+            eprintln!(
+                "bench torch: the {backend} job of {n} ranks failed after writing its times ({e}); keeping them"
+            );
+            Ok(times)
+        }
+        (Err(e), _) => Err(format!("bench torch: the {backend} job of {n} ranks: {e}").into()),
+    }
 }
 
 pub(crate) fn run(args: TorchArgs) -> Result<()> {
@@ -264,8 +285,7 @@ pub(crate) fn run(args: TorchArgs) -> Result<()> {
     if items.is_empty() {
         return Err("bench torch: --only selects no case".into());
     }
-    let plan = plan_text(&items);
-    let launches = if args.common.quick { 2 } else { LAUNCHES };
+    let launches = if args.common.quick { 1 } else { LAUNCHES };
     let scratch =
         std::env::temp_dir().join(format!("switchyard-bench-torch-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
@@ -288,7 +308,7 @@ pub(crate) fn run(args: TorchArgs) -> Result<()> {
                     );
                 }
                 let out = scratch.join(format!("{backend}-n{n}-{k}"));
-                into.push(launch(&python, backend, n, &plan, &out)?);
+                into.push(launch(&python, backend, n, &items, &out)?);
             }
         }
         rows_by_n.push(rows(n, &medians(&ours), &medians(&gloo)));
@@ -315,7 +335,7 @@ fn report(rows: &[Row], json: bool, launches: usize) {
         return;
     }
     println!(
-        "# torch.distributed on CPU tensors, one host; per call the slowest rank's median, median of {launches} launches each"
+        "# torch.distributed on CPU tensors, one host; per call the slowest rank's median, median of {launches} launch(es) of each backend"
     );
     println!(
         "{:<28} {:>9} {:>12} {:>12} {:>7}",
@@ -342,7 +362,7 @@ mod tests {
     fn the_plan_names_every_call_at_every_size_then_the_ddp_step() -> Result<()> {
         let items = plan(false, None);
         assert_eq!(items.len(), CALLS.len() * 5 + 1);
-        assert_eq!(items[0].plan_text(), "all_reduce:8:100:5");
+        assert_eq!(items[0].plan_text(), "all_reduce:8:20:5");
         let big = items
             .iter()
             .find(|i| i.size == 64 << 20)
@@ -352,7 +372,7 @@ mod tests {
         assert_eq!(last.plan_text(), "ddp_step:0:1:5");
         assert_eq!(plan(true, None).len(), CALLS.len() * 3 + 1);
         let text = plan_text(&plan(true, Some("broadcast-256 KiB")));
-        assert_eq!(text, "broadcast:262144:8:3");
+        assert_eq!(text, "broadcast:262144:2:3");
         assert_eq!(plan_text(&plan(true, Some("ddp"))), "ddp_step:0:1:3");
         Ok(())
     }
