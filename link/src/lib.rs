@@ -32,6 +32,7 @@ mod liveness;
 #[cfg(any(test, feature = "testing"))]
 mod memory;
 mod pool;
+mod processor;
 mod setup;
 mod shm;
 mod socket;

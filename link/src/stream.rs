@@ -69,6 +69,9 @@ const SLOW_YIELD_MEMORY: Duration = Duration::from_millis(100);
 const BESIDE_GRACE: Duration = Duration::from_millis(5);
 /// How often the grace comes back while the peer stays on this rank's core.
 const BESIDE_REPROBE: Duration = Duration::from_secs(1);
+/// How often at most a rank moves off a processor it shares with a peer
+/// (`StreamLink::step_aside`): a move costs two system calls and a migration.
+const STEP_ASIDE_EVERY: Duration = Duration::from_millis(1);
 
 /// Queued bytes per peer above which `send` waits for the queue to drain.
 const QUEUE_LIMIT: usize = 16 << 20;
@@ -155,6 +158,8 @@ pub struct StreamLink {
     /// Since when the peers waited for have been on this rank's core
     /// (`StreamLink::spin_pass`).
     beside_since: Cell<Option<Instant>>,
+    /// When this rank last moved off a processor it shared with a peer.
+    stepped_aside_at: Cell<Option<Instant>>,
     /// The host board of this rank's host (`shm/board.rs`), when at least two
     /// ranks share it.
     board: Option<Board>,
@@ -320,6 +325,7 @@ impl StreamLink {
             oversubscribed,
             slow_yields_until: Cell::new(None),
             beside_since: Cell::new(None),
+            stepped_aside_at: Cell::new(None),
             board,
             board_ranks,
             hosts,

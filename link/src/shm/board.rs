@@ -24,11 +24,13 @@
 //! flags, then wakes every sleeper through the pair's pipe (one byte on its Unix
 //! socket), so no wake-up is lost (the rings' argument, `ring.rs`).
 //!
-//! A rank that waits also notes in its line the processor it runs on: a rank that
-//! waits for a peer last seen on its own processor gives the processor up (after a
-//! short grace in which the scheduler may move one of them to an idle core) instead of
-//! spinning on it, since the peer cannot publish until it runs (two ranks put on one
-//! core by the scheduler, beside other work, would otherwise take turns to spin out).
+//! A rank that waits also notes in its line the processor it runs on: of two ranks
+//! that wait for each other on one processor, the higher moves to another processor
+//! it may use, and where it cannot, a rank that waits for a peer last seen on its own
+//! processor gives the processor up (after a short grace in which the scheduler may
+//! move one of them to an idle core) instead of spinning on it, since the peer cannot
+//! publish until it runs (two ranks put on one core by the scheduler, beside other
+//! work, would otherwise take turns to spin out).
 //!
 //! Layout: a 64-byte header (magic, ranks, slot size), a 64-byte line per rank with
 //! its sleep flag and processor, then per rank two slots, each a 48-byte head (board call number,
@@ -348,6 +350,20 @@ impl Board {
         }
     }
 
+    /// Whether a rank of a lower slot than this one, among those a wait for slot
+    /// `rank` waits for (`None`: every other rank), was last seen on the processor
+    /// this rank last noted ([`Board::shares_processor_with`]): of two ranks on one
+    /// processor, the higher one moves, so that the two never move together.
+    pub(crate) fn gives_way_to_a_lower_rank(&self, rank: Option<usize>) -> bool {
+        let here = self.processor_word(self.me).load(Ordering::Relaxed);
+        let seen_here =
+            |r: usize| here != 0 && self.processor_word(r).load(Ordering::Relaxed) == here;
+        match rank {
+            Some(r) => r < self.me && seen_here(r),
+            None => (0..self.me).any(seen_here),
+        }
+    }
+
     /// The control line and data of `rank`'s slot for board call `call`.
     fn slot(&self, rank: usize, call: u64) -> (&SlotControl, *mut u8) {
         debug_assert!(rank < self.ranks);
@@ -508,6 +524,12 @@ mod tests {
         assert!(b[0].shares_processor_with(None));
         // A rank is never beside itself.
         assert!(!b[0].shares_processor_with(Some(0)));
+        // All three on one processor now: of each pair the higher rank gives way.
+        assert!(b[1].gives_way_to_a_lower_rank(Some(0)));
+        assert!(!b[0].gives_way_to_a_lower_rank(Some(1)));
+        assert!(b[2].gives_way_to_a_lower_rank(None));
+        assert!(!b[0].gives_way_to_a_lower_rank(None));
+        assert!(!b[2].gives_way_to_a_lower_rank(Some(2)));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use super::{
     BESIDE_GRACE, BESIDE_REPROBE, CONTROL_CHECK, Outbound, Peer, SLOW_YIELD, SLOW_YIELD_MEMORY,
-    StreamLink,
+    STEP_ASIDE_EVERY, StreamLink,
 };
 use crate::LinkError;
 use crate::Tag;
@@ -251,7 +251,11 @@ impl StreamLink {
     ///   OpenMPI does when oversubscribed.
     /// - When the peer was last seen on this rank's processor (with `None`: every
     ///   peer), the scheduler put both on one core, and the peer cannot send until
-    ///   this rank gives the core up. For the first `BESIDE_GRACE` of that (again
+    ///   this rank gives the core up. The higher rank of the two moves to another
+    ///   processor it may use (`step_aside`, at most every `STEP_ASIDE_EVERY`), after
+    ///   which both spin on cores of their own, as MPI's ranks do. Where it cannot
+    ///   move (the lower rank, or a thread pinned to one processor), for the first
+    ///   `BESIDE_GRACE` of that (again
     ///   every `BESIDE_REPROBE`) the pass spins as usual: a peer kept waiting for
     ///   the core is what the scheduler moves to an idle core, where one is; a rank
     ///   that sleeps at once keeps both on one core on an idle host (8 B allreduces
@@ -272,6 +276,9 @@ impl StreamLink {
             .as_ref()
             .is_some_and(|board| board.shares_processor_with(slot));
         let before = Instant::now();
+        if beside && self.step_aside(slot, before) {
+            return true;
+        }
         if beside {
             // Seen beside since when: reset after `BESIDE_REPROBE`, so that the grace
             // below comes back once in a while.
@@ -291,6 +298,31 @@ impl StreamLink {
         for _ in 0..32 {
             std::hint::spin_loop();
         }
+        true
+    }
+
+    /// [`StreamLink::spin_pass`] for a peer on this rank's core: the higher of the
+    /// two ranks moves to another of the processors it may use (at most once per
+    /// `STEP_ASIDE_EVERY`), so that both run at once; true when it moved.
+    fn step_aside(&self, slot: Option<usize>, now: Instant) -> bool {
+        let Some(board) = self.board.as_ref() else {
+            return false;
+        };
+        if self
+            .stepped_aside_at
+            .get()
+            .is_some_and(|at| now - at < STEP_ASIDE_EVERY)
+            || !board.gives_way_to_a_lower_rank(slot)
+        {
+            return false;
+        }
+        self.stepped_aside_at.set(Some(now));
+        if !crate::processor::step_aside() {
+            return false;
+        }
+        // Noted at once, so that the peer stops giving its core up.
+        board.shares_processor_with(slot);
+        self.beside_since.set(None);
         true
     }
 
