@@ -62,20 +62,22 @@ class Work(dist.Work):
         self._queue = queue
         self._run = run
         self._result = result
-        self._done = threading.Event()
+        self._done = False
         self._error = None
-        # The future torch reads (DDP's reducer in C++ among them) must carry a
-        # failure as an error of its own: `Future.set_exception` only stores the
-        # exception as the value, which C++ then takes for tensors. An exception
-        # raised inside a `then` callback marks the child future failed in C++.
-        self._outcome = Future()
-        self._future = self._outcome.then(_value_or_raise)
+        # The torch future, made on the first `get_future()` (a call waited for
+        # never needs one).
+        self._outcome = None
+        self._future = None
 
-    def _fail(self, error):
-        """Completes the call with ``error`` without running it."""
-        self._error = error
-        self._done.set()
-        self._outcome.set_result((error, self._result))
+    def _complete(self, error):
+        """Marks the call done with ``error`` (or none) and completes its future."""
+        with self._queue.mutex:
+            self._error = error
+            self._done = True
+            outcome = self._outcome
+            self._queue.call_done.notify_all()
+        if outcome is not None:
+            outcome.set_result((error, self._result))
 
     def _execute(self):
         """Runs the call (on the communication thread or, when it is the next call
@@ -83,9 +85,9 @@ class Work(dist.Work):
         try:
             self._run()
         except BaseException as e:  # noqa: BLE001 - handed to the waiter as it is
-            self._error = e
-        self._done.set()
-        self._outcome.set_result((self._error, self._result))
+            self._complete(e)
+        else:
+            self._complete(None)
 
     def wait(self, timeout=None):
         """Waits for the call to finish and raises its error. ``timeout`` (a
@@ -93,19 +95,20 @@ class Work(dist.Work):
         timeout still ends every call) raises ``TimeoutError`` naming the call."""
         seconds = _seconds(timeout)
         self._queue.help(self)
-        if not self._done.wait(seconds):
-            raise TimeoutError(f"switchyard: {self._name} did not finish within {seconds} s")
+        with self._queue.mutex:
+            if not self._queue.call_done.wait_for(lambda: self._done, seconds):
+                raise TimeoutError(f"switchyard: {self._name} did not finish within {seconds} s")
         if self._error is not None:
             raise self._error
         return True
 
     def is_completed(self):
         """Whether the call has finished, well or not."""
-        return self._done.is_set()
+        return self._done
 
     def is_success(self):
         """Whether the call has finished without an error."""
-        return self._done.is_set() and self._error is None
+        return self._done and self._error is None
 
     def exception(self):
         """The call's error once it failed, else ``None``."""
@@ -119,6 +122,18 @@ class Work(dist.Work):
     def get_future(self):
         """A ``torch.futures.Future`` completed with the output tensors (or the
         error) when the call finishes."""
+        with self._queue.mutex:
+            if self._future is not None:
+                return self._future
+            # The future torch reads (DDP's reducer in C++ among them) must carry a
+            # failure as an error of its own: `Future.set_exception` only stores the
+            # exception as the value, which C++ then takes for tensors. An
+            # exception raised inside a `then` callback marks the child failed.
+            self._outcome = Future()
+            self._future = self._outcome.then(_value_or_raise)
+            done = self._done
+        if done:
+            self._outcome.set_result((self._error, self._result))
         return self._future
 
 
@@ -145,7 +160,12 @@ class _Queue:
 
     def __init__(self, name):
         self._pending = collections.deque()
-        self._lock = threading.Condition()
+        #: Guards the queue and every call's completion.
+        self.mutex = threading.Lock()
+        #: Signalled when a call is queued or one stops running.
+        self._ready = threading.Condition(self.mutex)
+        #: Signalled when a call completes.
+        self.call_done = threading.Condition(self.mutex)
         self._running = False
         self._closed = False
         self._final = None
@@ -153,25 +173,25 @@ class _Queue:
         self._thread.start()
 
     def submit(self, work):
-        with self._lock:
+        with self.mutex:
             if self._closed:
                 raise SwitchyardError(f"{work._name}: the process group was destroyed")
             self._pending.append(work)
-            self._lock.notify()
+            self._ready.notify()
 
     def _take(self):
-        """The next call to run, marked running; the lock is held."""
+        """The next call to run, marked running; the mutex is held."""
         self._running = True
         return self._pending.popleft()
 
     def _finish(self):
-        with self._lock:
+        with self.mutex:
             self._running = False
-            self._lock.notify_all()
+            self._ready.notify()
 
     def help(self, work):
         """Runs ``work`` on this thread when it is the next call and none runs."""
-        with self._lock:
+        with self.mutex:
             if self._running or not self._pending or self._pending[0] is not work:
                 return
             self._take()
@@ -182,9 +202,9 @@ class _Queue:
 
     def _serve(self):
         while True:
-            with self._lock:
+            with self.mutex:
                 while self._running or (not self._closed and not self._pending):
-                    self._lock.wait()
+                    self._ready.wait()
                 if not self._pending:
                     final, self._final = self._final, None
                     break
@@ -200,15 +220,15 @@ class _Queue:
         """Stops taking calls; runs those already made (``abandon``: fails them
         instead, and returns without waiting for a call in flight), then ``final``
         on the communication thread, which then ends."""
-        with self._lock:
+        with self.mutex:
             self._closed = True
             self._final = final
             dropped = list(self._pending) if abandon else []
             if abandon:
                 self._pending.clear()
-            self._lock.notify_all()
+            self._ready.notify_all()
         for work in dropped:
-            work._fail(SwitchyardError(f"{work._name}: the process group was aborted before the call ran"))
+            work._complete(SwitchyardError(f"{work._name}: the process group was aborted before the call ran"))
         if not abandon and self._thread is not threading.current_thread():
             self._thread.join()
 
@@ -223,15 +243,23 @@ for _name in ("uint32", "uint64"):
 _FLOATS = {torch.float16, torch.bfloat16, torch.float32, torch.float64}
 
 
+def _flat(t):
+    """A contiguous tensor as one dimension, without autograd (the calls write
+    gradients and buffers in place, as Gloo does)."""
+    if t.requires_grad:
+        t = t.detach()
+    return t if t.dim() == 1 else t.reshape(-1)
+
+
 def _bytes(t):
     """A contiguous tensor's memory as a writable uint8 numpy array."""
-    return t.detach().reshape(-1).view(torch.uint8).numpy()
+    return _flat(t).view(torch.uint8).numpy()
 
 
 def _numbers(t, call):
     """A contiguous tensor as the native reductions take it: its numpy view and the
     element type to name (``None``: the array's own)."""
-    t = t.detach().reshape(-1)
+    t = _flat(t)
     if t.dtype in _NATIVE:
         return t.numpy(), None
     if t.dtype == torch.bfloat16:
@@ -259,21 +287,40 @@ class _Contiguous:
             self.original.copy_(self.tensor)
 
 
+# torch's operations by the names the native calls take (or "avg", "band" and
+# "bxor", done in this module).
+_OP_NAMES = {
+    _RedOp.SUM: "sum",
+    _RedOp.PRODUCT: "prod",
+    _RedOp.MIN: "min",
+    _RedOp.MAX: "max",
+    _RedOp.BOR: "bitor",
+    _RedOp.BAND: "band",
+    _RedOp.BXOR: "bxor",
+    _RedOp.AVG: "avg",
+}
+
+
+# `_op_of`'s answers so far, by operation and dtype (a handful: every call asks).
+_OP_CHOSEN = {}
+
+
 def _op_of(reduce_op, dtype, call):
     """The native operation for ``reduce_op`` on ``dtype`` elements: a name the
     native call takes, or one of ``"avg"``, ``"band"``, ``"bxor"`` done here."""
-    op = reduce_op.op if hasattr(reduce_op, "op") else reduce_op
-    table = {
-        _RedOp.SUM: "sum",
-        _RedOp.PRODUCT: "prod",
-        _RedOp.MIN: "min",
-        _RedOp.MAX: "max",
-        _RedOp.BOR: "bitor",
-        _RedOp.BAND: "band",
-        _RedOp.BXOR: "bxor",
-        _RedOp.AVG: "avg",
-    }
-    name = table.get(op)
+    op = getattr(reduce_op, "op", reduce_op)
+    try:
+        return _OP_CHOSEN[op, dtype]
+    except KeyError:
+        name = _op_checked(op, dtype, call)
+    _OP_CHOSEN[op, dtype] = name
+    return name
+
+
+def _op_checked(op, dtype, call):
+    """:func:`_op_of` for an operation and dtype not seen yet: the name, or the
+    error that says why the pair is refused."""
+    name = _OP_NAMES.get(op)
     if name is None:
         raise NotImplementedError(f"switchyard: {call} with ReduceOp {op} is not supported")
     integer = not (dtype in _FLOATS or dtype.is_complex)
@@ -303,6 +350,7 @@ class ProcessGroupSwitchyard(dist.ProcessGroup):
         self._size = size
         self._timeout = timeout
         self._queue = _Queue(f"switchyard-pg-{rank}")
+        self._scratch_bytes = torch.empty(0, dtype=torch.uint8)
 
     def getBackendName(self):
         return BACKEND
@@ -347,9 +395,9 @@ class ProcessGroupSwitchyard(dist.ProcessGroup):
 
     # --- reductions ------------------------------------------------------------
 
-    def _reduce_in_place(self, t, reduce_op, call):
-        """Reduces the contiguous tensor ``t`` over the group in place."""
-        op = _op_of(reduce_op, t.dtype, call)
+    def _reduce_in_place(self, t, op, call):
+        """Reduces the contiguous tensor ``t`` over the group in place with ``op``,
+        a name from :func:`_op_of`."""
         if op == "band":
             # a & b == ~(~a | ~b): exact for every integer and bool.
             raw = t.view(torch.uint8) if t.dtype == torch.bool else t
@@ -374,12 +422,11 @@ class ProcessGroupSwitchyard(dist.ProcessGroup):
     def allreduce(self, tensors, opts=None):
         reduce_op = opts.reduceOp if opts is not None else _RedOp.SUM
         parts = [_Contiguous(t) for t in _one_or_more(tensors, "all_reduce")]
-        for p in parts:
-            _op_of(reduce_op, p.tensor.dtype, "all_reduce")
+        ops = [_op_of(reduce_op, p.tensor.dtype, "all_reduce") for p in parts]
 
         def run():
-            for p in parts:
-                self._reduce_in_place(p.tensor, reduce_op, "all_reduce")
+            for p, op in zip(parts, ops):
+                self._reduce_in_place(p.tensor, op, "all_reduce")
                 p.back()
 
         return self._submit("all_reduce", run, list(tensors))
@@ -387,8 +434,7 @@ class ProcessGroupSwitchyard(dist.ProcessGroup):
     def allreduce_coalesced(self, tensors, opts=None):
         reduce_op = opts.reduceOp if opts is not None else _RedOp.SUM
         tensors = list(tensors)
-        for t in tensors:
-            _op_of(reduce_op, t.dtype, "all_reduce_coalesced")
+        ops = {t.dtype: _op_of(reduce_op, t.dtype, "all_reduce_coalesced") for t in tensors}
 
         def run():
             # One call per dtype: the tensors of a dtype flattened into one buffer.
@@ -397,7 +443,7 @@ class ProcessGroupSwitchyard(dist.ProcessGroup):
                 by_dtype[t.dtype].append(t)
             for group in by_dtype.values():
                 flat = torch.cat([t.detach().reshape(-1) for t in group])
-                self._reduce_in_place(flat, reduce_op, "all_reduce_coalesced")
+                self._reduce_in_place(flat, ops[flat.dtype], "all_reduce_coalesced")
                 at = 0
                 for t in group:
                     n = t.numel()
@@ -410,12 +456,12 @@ class ProcessGroupSwitchyard(dist.ProcessGroup):
         reduce_op = opts.reduceOp if opts is not None else _RedOp.SUM
         root = opts.rootRank if opts is not None else 0
         (t,) = _one_or_more(tensors, "reduce")
-        _op_of(reduce_op, t.dtype, "reduce")
+        op = _op_of(reduce_op, t.dtype, "reduce")
 
         def run():
             # Every rank reduces; the root keeps the result, the others their input.
             work = _Contiguous(t) if self._rank == root else _Copy(t)
-            self._reduce_in_place(work.tensor, reduce_op, "reduce")
+            self._reduce_in_place(work.tensor, op, "reduce")
             work.back()
 
         return self._submit("reduce", run, list(tensors))
@@ -425,10 +471,11 @@ class ProcessGroupSwitchyard(dist.ProcessGroup):
         (out,) = _one_or_more(outputs, "reduce_scatter")
         (inputs,) = _one_or_more(input_lists, "reduce_scatter")
         self._check_blocks(inputs, out, "reduce_scatter")
+        op = _op_of(reduce_op, out.dtype, "reduce_scatter")
 
         def run():
             flat = torch.cat([t.detach().reshape(-1) for t in inputs])
-            self._scatter_reduced(flat, out, reduce_op, "reduce_scatter")
+            self._scatter_reduced(flat, out, op, "reduce_scatter")
 
         return self._submit("reduce_scatter", run, list(outputs))
 
@@ -439,24 +486,33 @@ class ProcessGroupSwitchyard(dist.ProcessGroup):
                 f"switchyard: reduce_scatter_tensor: the input has {input.numel()} elements, "
                 f"the output {output.numel()} x {self._size} ranks"
             )
-        _op_of(reduce_op, input.dtype, "reduce_scatter_tensor")
+        op = _op_of(reduce_op, input.dtype, "reduce_scatter_tensor")
 
         def run():
-            # The input is left as it was: the reduction runs on a copy.
-            flat = input.detach().reshape(-1).clone()
-            self._scatter_reduced(flat, output, reduce_op, "reduce_scatter_tensor")
+            # The input is left as it was: the reduction runs on a copy, in memory
+            # the group keeps (fresh memory would be faulted in on every call).
+            flat = self._scratch(input)
+            flat.copy_(input.detach().reshape(-1))
+            self._scatter_reduced(flat, output, op, "reduce_scatter_tensor")
 
         return self._submit("reduce_scatter_tensor", run, [output])
 
     _reduce_scatter_base = reduce_scatter_single
 
-    def _scatter_reduced(self, flat, out, reduce_op, call):
-        """Reduces ``flat`` (``size`` blocks of ``out``'s length) and writes this
-        rank's block into ``out``."""
-        op = _op_of(reduce_op, flat.dtype, call)
+    def _scratch(self, like):
+        """A flat tensor of ``like``'s dtype and size in the group's scratch memory,
+        grown as needed and kept (used by one call at a time: calls run in turn)."""
+        nbytes = like.numel() * like.element_size()
+        if self._scratch_bytes.numel() < nbytes:
+            self._scratch_bytes = torch.empty(nbytes, dtype=torch.uint8)
+        return self._scratch_bytes[:nbytes].view(like.dtype)
+
+    def _scatter_reduced(self, flat, out, op, call):
+        """Reduces ``flat`` (``size`` blocks of ``out``'s length) with ``op`` and
+        writes this rank's block into ``out``."""
         n = out.numel()
         if op in ("band", "bxor"):
-            self._reduce_in_place(flat, reduce_op, call)
+            self._reduce_in_place(flat, op, call)
             block = flat[self._rank * n : (self._rank + 1) * n]
         else:
             array, dtype = _numbers(flat, call)
@@ -675,7 +731,7 @@ def _one_or_more(tensors, call):
     if not tensors:
         raise ValueError(f"switchyard: {call}: no tensors")
     for t in tensors:
-        if isinstance(t, torch.Tensor) and t.device.type != "cpu":
+        if isinstance(t, torch.Tensor) and not t.is_cpu:
             raise ValueError(f"switchyard: {call}: tensors must be on the CPU, not {t.device}")
     return tensors
 
