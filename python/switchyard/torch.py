@@ -22,15 +22,18 @@ Contiguous tensors are reduced in place, without a copy; a non-contiguous one is
 copied into a contiguous tensor and back. Reductions take float16, bfloat16, float32,
 float64, int32, int64, uint8 and bool tensors (complex ones for SUM and AVG); halves
 are summed in float32 and rounded once. Calls that only move data (broadcast, the
-gathers, scatter, all-to-all) take every dtype. Point-to-point ``send``/``recv`` are
-not offered and raise ``NotImplementedError``.
+gathers, scatter, all-to-all, send and recv) take every dtype. ``send``/``recv`` run
+on a channel per (sender, receiver, tag), a two-rank communicator of its own; sends
+of up to :data:`EAGER_BYTES` are eager.
 """
 
+import atexit
 import collections
 import datetime
 import os
 import socket
 import threading
+import weakref
 
 import numpy as np
 import torch
@@ -39,10 +42,14 @@ from torch.futures import Future
 
 from . import Communicator, SwitchyardError, new_unique_id
 
-__all__ = ["BACKEND", "ProcessGroupSwitchyard", "Work"]
+__all__ = ["BACKEND", "EAGER_BYTES", "ProcessGroupSwitchyard", "Work"]
 
 #: The backend's name for ``init_process_group`` and ``new_group``.
 BACKEND = "switchyard"
+
+#: Sends of at most this many bytes are eager: copied, sent in the background, done
+#: at once (larger ones return when the receiver has the data, as MPI's do).
+EAGER_BYTES = 64 << 10
 
 # The store key under which a group's rank 0 publishes the unique id the group's
 # ranks form their communicator from (the store is the group's own prefix store).
@@ -216,10 +223,11 @@ class _Queue:
         if final is not None:
             final()
 
-    def close(self, abandon=False, final=None):
+    def close(self, abandon=False, final=None, timeout=None):
         """Stops taking calls; runs those already made (``abandon``: fails them
         instead, and returns without waiting for a call in flight), then ``final``
-        on the communication thread, which then ends."""
+        on the communication thread, which then ends. Waits for that for at most
+        ``timeout`` seconds; whether the thread ended."""
         with self.mutex:
             self._closed = True
             self._final = final
@@ -230,7 +238,9 @@ class _Queue:
         for work in dropped:
             work._complete(SwitchyardError(f"{work._name}: the process group was aborted before the call ran"))
         if not abandon and self._thread is not threading.current_thread():
-            self._thread.join()
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
 
 
 # --- tensors as the numbers the native calls move ------------------------------------
@@ -342,15 +352,19 @@ class ProcessGroupSwitchyard(dist.ProcessGroup):
     :class:`~switchyard.Communicator` (made by the backend's creator from the
     store torch passes; see the module's doc)."""
 
-    def __init__(self, comm, rank, size, timeout=None):
+    def __init__(self, comm, rank, size, timeout=None, store=None):
         super().__init__(rank, size)
         self._comm = comm
         self._native = comm._c
         self._rank = rank
         self._size = size
         self._timeout = timeout
+        self._store = store
         self._queue = _Queue(f"switchyard-pg-{rank}")
         self._scratch_bytes = torch.empty(0, dtype=torch.uint8)
+        # Point-to-point channels by (source, destination, tag), made on first use.
+        self._channels = {}
+        self._channels_lock = threading.Lock()
 
     def getBackendName(self):
         return BACKEND
@@ -366,6 +380,14 @@ class ProcessGroupSwitchyard(dist.ProcessGroup):
     def group_name(self):
         """The name torch gave the group."""
         return getattr(self, "_group_name", "")
+
+    #: No coalescing managers: `batch_isend_irecv` then runs its operations one by
+    #: one, each on its channel.
+    supports_coalescing = False
+
+    def _get_backend(self, device=None):
+        # The group is its own backend (torch asks it for `batch_isend_irecv`).
+        return self
 
     def __repr__(self):
         return f"ProcessGroupSwitchyard(rank={self._rank}, size={self._size}, engine={self._comm.engine})"
@@ -383,9 +405,11 @@ class ProcessGroupSwitchyard(dist.ProcessGroup):
         return work
 
     def shutdown(self):
-        """Finishes the calls already made and closes the communicator."""
+        """Finishes the calls already made and closes the communicators."""
         self._queue.close()
         self._comm.finalize()
+        for channel in self._channels.values():
+            channel.close()
 
     def abort(self):
         """Fails the calls not yet run and stops taking new ones; the communicator
@@ -688,16 +712,56 @@ class ProcessGroupSwitchyard(dist.ProcessGroup):
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
         self.barrier().wait(timeout)
 
-    # --- not offered -------------------------------------------------------
+    # --- point to point ------------------------------------------------------
 
     def send(self, tensors, dst, tag=0):
-        raise NotImplementedError(_NO_P2P % "send")
+        (t,) = _one_or_more(tensors, "send")
+        channel = self._channel(self._rank, dst, tag)
+        if t.numel() * t.element_size() <= EAGER_BYTES:
+            # Eager, as MPI's small sends: a copy goes out in the background and
+            # the send is done at once (a failure is raised by the channel's next
+            # call, and the receiver's recv names it).
+            copy = t.detach().clone(memory_format=torch.contiguous_format)
+
+            def run():
+                channel.communicator()._c.broadcast_into(_bytes(copy), 0)
+
+            return channel.submit_eager("send", run, [t])
+        part = _Contiguous(t)
+
+        def run():
+            channel.communicator()._c.broadcast_into(_bytes(part.tensor), 0)
+
+        return channel.submit("send", run, [t])
 
     def recv(self, tensors, src, tag=0):
-        raise NotImplementedError(_NO_P2P % "recv")
+        (t,) = _one_or_more(tensors, "recv")
+        part = _Contiguous(t)
+        channel = self._channel(src, self._rank, tag)
+
+        def run():
+            channel.communicator()._c.broadcast_into(_bytes(part.tensor), 0)
+            part.back()
+
+        return channel.submit("recv", run, [t])
+
+    def _channel(self, src, dst, tag):
+        """The channel from ``src`` to ``dst`` for ``tag``, made on first use."""
+        if self._store is None:
+            raise NotImplementedError("switchyard: send/recv need a group made by init_process_group or new_group")
+        key = (src, dst, tag)
+        with self._channels_lock:
+            channel = self._channels.get(key)
+            if channel is None:
+                channel = self._channels[key] = _Channel(self, src, dst, tag)
+        return channel
+
+    # --- not offered -------------------------------------------------------
 
     def recv_anysource(self, tensors, tag=0):
-        raise NotImplementedError(_NO_P2P % "recv")
+        raise NotImplementedError(
+            "switchyard: recv from any source is not supported: name the sender (dist.recv(tensor, src))"
+        )
 
     def gather_single(self, *args, **kwargs):
         raise NotImplementedError("switchyard: gather into one tensor is not supported; use gather")
@@ -709,10 +773,80 @@ class ProcessGroupSwitchyard(dist.ProcessGroup):
         raise NotImplementedError("switchyard: coalescing managers are not supported")
 
 
-_NO_P2P = (
-    "switchyard: %s: the switchyard process group runs collectives only; point-to-point "
-    'calls need a group of another backend (e.g. dist.new_group(backend="gloo"))'
-)
+class _Channel:
+    """Point to point from one rank of a group to another, for one tag: a
+    communicator of the two (rank 0 the sender; formed on first use through the
+    group's store) whose broadcasts carry the tensors, and a queue of its own, so
+    that a rank's sends and receives on different channels never wait for each
+    other (a rank may send to its neighbour while receiving from it), and the
+    messages of one channel arrive in the order they were sent."""
+
+    def __init__(self, group, src, dst, tag):
+        self._group = group
+        self._src, self._dst, self._tag = src, dst, tag
+        self._comm = None
+        self._failed = None
+        self._queue = _Queue(f"switchyard-p2p-{src}-{dst}-{tag}")
+        _open_channels.add(self)
+
+    def communicator(self):
+        """The channel's communicator, formed on the first call (on the channel's
+        thread: the two ranks meet through the group's store)."""
+        if self._comm is None:
+            key = f"switchyard/p2p/{self._src}->{self._dst}#{self._tag}"
+            me = 0 if self._group._rank == self._src else 1
+            store = self._group._store
+            if me == 0:
+                unique_id = new_unique_id()
+                store.set(key, unique_id)
+            else:
+                unique_id = store.get(key).decode()
+            self._comm = Communicator.from_unique_id(unique_id, me, 2, timeout=_seconds(self._group._timeout))
+        return self._comm
+
+    def submit(self, name, run, result):
+        """Queues a call on the channel; its `Work`."""
+        if self._failed is not None:
+            raise SwitchyardError(f"{name}: an earlier send on this channel failed: {self._failed}")
+        work = Work(name, run, result, self._queue)
+        self._queue.submit(work)
+        return work
+
+    def submit_eager(self, name, run, result):
+        """Queues a call whose caller does not wait for it: a `Work` done at once;
+        a failure is kept, for the channel's next call to raise."""
+
+        def run_or_keep_failure():
+            try:
+                run()
+            except Exception as e:  # noqa: BLE001 - raised by the next call
+                self._failed = e
+                raise
+
+        self.submit(name, run_or_keep_failure, result)
+        done = Work(name, None, result, self._queue)
+        done._complete(None)
+        return done
+
+    def close(self, timeout=None):
+        """Finishes the calls already made (for at most ``timeout`` seconds) and
+        closes the communicator."""
+        _open_channels.discard(self)
+        if self._queue.close(timeout=timeout) and self._comm is not None:
+            self._comm.finalize()
+
+
+# Channels not closed yet: a program that ends without destroy_process_group() still
+# gets its eager sends out (for up to `_EXIT_FLUSH` seconds), before Python stops the
+# channels' threads.
+_open_channels = weakref.WeakSet()
+_EXIT_FLUSH = 10.0
+
+
+@atexit.register
+def _flush_channels():
+    for channel in list(_open_channels):
+        channel.close(timeout=_EXIT_FLUSH)
 
 
 class _Copy:
@@ -765,7 +899,7 @@ def _create(store, rank, size, timeout):
         else:
             unique_id = store.get(_UNIQUE_ID_KEY).decode()
         comm = Communicator.from_unique_id(unique_id, rank, size, timeout=seconds)
-    return ProcessGroupSwitchyard(comm, rank, size, timeout)
+    return ProcessGroupSwitchyard(comm, rank, size, timeout, store)
 
 
 # The store rank 0 serves under `switchyard launch` (kept alive with the process).

@@ -143,15 +143,51 @@ else:
         store.set("blocking rank done", "1")
 check("async all_reduce", t, torch.full((4,), float(sum(range(n)))))
 
-# What is not offered says so.
-peer = (rank + 1) % n
-for call in (lambda: dist.send(torch.ones(1), peer), lambda: dist.recv(torch.ones(1), peer)) if n > 1 else ():
+# Point to point. A ring of isend/irecv, every rank sending and receiving at once.
+if n > 1:
+    right, left = (rank + 1) % n, (rank - 1) % n
+    got = torch.empty(1000)
+    sent = dist.isend(torch.full((1000,), float(rank)), right)
+    received = dist.irecv(got, left)
+    sent.wait()
+    received.wait()
+    check("isend/irecv ring", got, torch.full((1000,), float(left)))
+    # The same through batch_isend_irecv.
+    got = torch.empty(4)
+    ops = [dist.P2POp(dist.isend, torch.full((4,), float(rank)), right), dist.P2POp(dist.irecv, got, left)]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    check("batch_isend_irecv ring", got, torch.full((4,), float(left)))
+    # Blocking, in order, large messages: even ranks send to the right, then receive
+    # from the left; odd ranks the other way round (a blocking send of a large
+    # tensor returns once its receiver has it, as MPI_Send may).
+    for i in range(3):
+        big = torch.full((1 << 18,), float(10 * rank + i))
+        into = torch.empty(1 << 18)
+        if rank % 2 == 0:
+            dist.send(big, right)
+            dist.recv(into, left)
+        else:
+            dist.recv(into, left)
+            dist.send(big, right)
+        check(f"send/recv message {i}", into, torch.full((1 << 18,), float(10 * left + i)))
+    # Tags are separate channels: received in the other order than sent.
+    if rank == 0:
+        dist.send(torch.full((2,), 5.0), 1, tag=5)
+        dist.send(torch.full((2,), 7.0), 1, tag=7)
+    elif rank == 1:
+        seven, five = torch.empty(2), torch.empty(2)
+        dist.recv(seven, 0, tag=7)
+        dist.recv(five, 0, tag=5)
+        check("tags", torch.cat([five, seven]), torch.tensor([5.0, 5.0, 7.0, 7.0]))
     try:
-        call()
+        dist.recv(torch.empty(1))
     except NotImplementedError as e:
-        assert "point-to-point" in str(e), e
+        assert "any source" in str(e), e
     else:
-        raise AssertionError("send/recv did not raise NotImplementedError")
+        raise AssertionError("recv from any source did not raise NotImplementedError")
+
+# What is not offered says so.
 try:
     dist.all_reduce(torch.ones(2, dtype=torch.int16))
 except TypeError as e:
