@@ -4,43 +4,12 @@
 //! push on arrival; a request of another element type is refused.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::halves_common::Half;
 use crate::store::{Answer, Op, Reply, Request, Store};
 use crate::wire::KvMeta;
 use crate::{Mode, PsError, Update, Value};
 use half::{bf16, f16};
 use switchyard_msg::payload;
-
-/// The test's own view of a half: to and from f32, as the `half` crate converts.
-trait Half: Value {
-    /// A value whose spacing is 2 (so `BIG + 1` is a tie, which goes to even: `BIG`).
-    const BIG: f32;
-    /// Half the spacing at 1: `1 + TIE` is a tie, which goes to even: 1.
-    const TIE: f32;
-    fn to(self) -> f32;
-    fn from(v: f32) -> Self;
-}
-
-impl Half for f16 {
-    const BIG: f32 = 2048.0;
-    const TIE: f32 = 1.0 / 2048.0;
-    fn to(self) -> f32 {
-        self.to_f32()
-    }
-    fn from(v: f32) -> Self {
-        f16::from_f32(v)
-    }
-}
-
-impl Half for bf16 {
-    const BIG: f32 = 256.0;
-    const TIE: f32 = 1.0 / 256.0;
-    fn to(self) -> f32 {
-        self.to_f32()
-    }
-    fn from(v: f32) -> Self {
-        bf16::from_f32(v)
-    }
-}
 
 const WORKERS: usize = 4;
 const LEN: usize = 96;

@@ -101,6 +101,8 @@ mod data_tests;
 #[cfg(test)]
 mod failure_tests;
 #[cfg(test)]
+mod halves_common;
+#[cfg(test)]
 mod halves_tests;
 #[cfg(test)]
 #[path = "../tests/ps_support/mod.rs"]

@@ -5,37 +5,14 @@
 
 mod ps_support;
 
+// The half-precision view the store's unit tests use too.
+#[path = "../src/halves_common.rs"]
+mod halves_common;
+
 use half::{bf16, f16};
+use halves_common::Half;
 use ps_support::{Job, config, endpoint, on_workers};
 use switchyard_ps::{DataPlane, Group, KvWorker, Mode, PsError, Update, Value};
-
-/// The test's own view of a half: to and from f32, as the `half` crate converts.
-trait Half: Value {
-    /// Half the spacing at 1: `1 + TIE` is a tie, which goes to even: 1.
-    const TIE: f32;
-    fn to(self) -> f32;
-    fn from(v: f32) -> Self;
-}
-
-impl Half for f16 {
-    const TIE: f32 = 1.0 / 2048.0;
-    fn to(self) -> f32 {
-        self.to_f32()
-    }
-    fn from(v: f32) -> Self {
-        f16::from_f32(v)
-    }
-}
-
-impl Half for bf16 {
-    const TIE: f32 = 1.0 / 256.0;
-    fn to(self) -> f32 {
-        self.to_f32()
-    }
-    fn from(v: f32) -> Self {
-        bf16::from_f32(v)
-    }
-}
 
 const WORKERS: u32 = 4;
 const ROUNDS: u32 = 6;
