@@ -85,6 +85,11 @@ check("all_gather", torch.stack(out), torch.stack(each(lambda r: torch.full((2,)
 flat = torch.empty(2 * n)
 dist.all_gather_into_tensor(flat, torch.full((2,), float(rank)))
 check("all_gather_into_tensor", flat, torch.cat(each(lambda r: torch.full((2,), float(r)))))
+# In place: each rank's part is its slice of the output (as FSDP passes it).
+flat = torch.zeros(2 * n)
+flat[2 * rank : 2 * rank + 2] = float(rank)
+dist.all_gather_into_tensor(flat, flat[2 * rank : 2 * rank + 2])
+check("all_gather_into_tensor in place", flat, torch.cat(each(lambda r: torch.full((2,), float(r)))))
 o = torch.empty(2)
 dist.reduce_scatter(o, [torch.full((2,), float(rank * 10 + j)) for j in range(n)])
 check("reduce_scatter", o, torch.full((2,), float(sum(r * 10 + rank for r in range(n)))))
@@ -133,8 +138,9 @@ t = torch.full((4,), float(rank))
 if rank == 0 and n > 1:
     work = dist.all_reduce(t, async_op=True)
     future = work.get_future()
+    # The other ranks' calls could only return with rank 0's part, which only its
+    # communication thread could have sent: the wait times out without it.
     store.wait(["blocking rank done"], datetime.timedelta(seconds=30))
-    assert work.is_completed(), "rank 0: the call did not finish in the background"
     work.wait()
     check("async get_future", future.value()[0], torch.full((4,), float(sum(range(n)))))
 else:
