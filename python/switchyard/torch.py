@@ -430,8 +430,7 @@ class ProcessGroupSwitchyard(dist.ProcessGroup):
             raw.bitwise_not_()
             return
         if op == "bxor":
-            gathered = torch.empty((self._size,) + tuple(t.shape), dtype=t.dtype)
-            self._native.allgather(_bytes(t), _bytes(gathered))
+            gathered = self._gathered(t)
             raw = gathered.view(torch.uint8) if t.dtype == torch.bool else gathered
             out = raw[0].clone()
             for row in raw[1:]:
@@ -549,6 +548,12 @@ class ProcessGroupSwitchyard(dist.ProcessGroup):
                 block.div_(self._size)
         out.detach().copy_(block.view_as(out))
 
+    def _gathered(self, t):
+        """Every rank's ``t`` (one shape on all), stacked in rank order."""
+        gathered = torch.empty((self._size,) + tuple(t.shape), dtype=t.dtype)
+        self._native.allgather(_bytes(t.contiguous()), _bytes(gathered))
+        return gathered
+
     def _check_blocks(self, inputs, out, call):
         if len(inputs) != self._size:
             raise ValueError(f"switchyard: {call}: {len(inputs)} input tensors for {self._size} ranks")
@@ -577,8 +582,7 @@ class ProcessGroupSwitchyard(dist.ProcessGroup):
             raise ValueError(f"switchyard: all_gather: {len(outs)} output tensors for {self._size} ranks")
 
         def run():
-            gathered = torch.empty((self._size,) + tuple(t.shape), dtype=t.dtype)
-            self._native.allgather(_bytes(t.contiguous()), _bytes(gathered))
+            gathered = self._gathered(t)
             for out, row in zip(outs, gathered):
                 out.detach().copy_(row)
 
@@ -625,8 +629,7 @@ class ProcessGroupSwitchyard(dist.ProcessGroup):
 
         def run():
             # An allgather, of which the root keeps the rows.
-            gathered = torch.empty((self._size,) + tuple(t.shape), dtype=t.dtype)
-            self._native.allgather(_bytes(t.contiguous()), _bytes(gathered))
+            gathered = self._gathered(t)
             for out, row in zip(outs, gathered):
                 out.detach().copy_(row)
 
